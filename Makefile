@@ -1,0 +1,34 @@
+# Two commands do everything on a fresh machine: `make run` and `make test` (README).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch first, pinned: 2.13.0 is a CPU wheel on these machines' disk; an unpinned torch pulls a CUDA build.
+TORCH := torch==2.13.0
+PIP := $(BIN)/python -m pip --disable-pip-version-check -q
+
+.PHONY: install install-test run test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(PIP) install $(TORCH)
+	$(PIP) install -e '.[plot]'
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
+	$(PIP) install -e '.[plot,test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test
+
+run: install
+	$(BIN)/longbert extract examples/corpus.csv --id-col id --keep-col title -o out/example.parquet --overwrite
+
+test: install-test
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf out .pytest_cache .hypothesis

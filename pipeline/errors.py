@@ -1,0 +1,36 @@
+"""The one error family of longbert: problems a user can fix, each with the exit code the CLI gives it."""
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    """A problem the user can fix. The CLI prints ``str(err)`` and exits with ``exit_code``.
+
+    Exit codes (the contract in README "Exit codes"): 2 before the run starts (nothing loaded,
+    nothing written), 1 when it fails part-way (no output that looks complete is left).
+    """
+
+    exit_code = 1
+
+
+class ConfigError(PipelineError):
+    """An option or a config file is wrong; raised before any model is loaded. Exit 2."""
+
+    exit_code = 2
+
+
+class InputError(PipelineError):
+    """An input file cannot be read as asked (missing, bad bytes, bad CSV, missing column). Exit 2."""
+
+    exit_code = 2
+
+
+class ModelError(PipelineError):
+    """The model or tokenizer cannot be loaded as asked (not found, pickle-only, no pooler). Exit 2."""
+
+    exit_code = 2
+
+
+class RunError(PipelineError):
+    """The run failed part-way (a row-level problem under --strict, a write that failed). Exit 1."""
+
+    exit_code = 1

@@ -1,0 +1,44 @@
+"""Tokenize stage: the model's fast tokenizer on whole documents (no truncation, no special tokens).
+
+Called by pipeline.block once per block, and by ``longbert stats`` (which needs no model).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .types import TokenizedDoc
+
+EMPTY_TEXT = "empty text"
+NO_TOKENS = "no tokens after normalisation"
+
+
+def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | None = None) -> list[TokenizedDoc]:
+    """Tokenize a block of documents in one call of the fast (Rust) tokenizer.
+
+    Args:
+        texts: the documents, exactly as read (str; never None).
+        tokenizer: a transformers *fast* tokenizer (``tokenizer.is_fast``), e.g. BertTokenizerFast;
+            its character offsets are kept.
+        max_tokens_per_doc: keep at most this many leading tokens of each document (None: all).
+
+    Returns:
+        One TokenizedDoc per text, in order. A text that is empty or whitespace-only gets
+        error "empty text"; one whose characters all vanish in the tokenizer's normalisation
+        (control or zero-width characters) gets "no tokens after normalisation". Both have 0 tokens.
+    """
+    enc = tokenizer(list(texts), add_special_tokens=False, truncation=False, return_offsets_mapping=True,
+                    return_attention_mask=False, return_token_type_ids=False, verbose=False)
+    docs = []
+    for row, (text, ids, offsets) in enumerate(zip(texts, enc["input_ids"], enc["offset_mapping"])):
+        n = len(ids)
+        ids_arr = np.asarray(ids, dtype=np.int32)
+        off_arr = np.asarray(offsets, dtype=np.int32).reshape(n, 2)
+        if max_tokens_per_doc is not None and n > max_tokens_per_doc:
+            ids_arr, off_arr = ids_arr[:max_tokens_per_doc], off_arr[:max_tokens_per_doc]
+        error = None
+        if n == 0:
+            error = EMPTY_TEXT if not text.strip() else NO_TOKENS
+        docs.append(TokenizedDoc(row=row, ids=ids_arr, offsets=off_arr, n_tokens=n, error=error))
+    return docs

@@ -1,0 +1,43 @@
+"""Records passed between stages: small frozen dataclasses, units in the field comments."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TokenizedDoc:
+    """One document after the tokenize stage (no special tokens, no truncation)."""
+
+    row: int                       # 0-based index of the document within its block
+    ids: np.ndarray                # int32 (n_kept,): content token ids, the first --max-tokens-per-doc at most
+    offsets: np.ndarray            # int32 (n_kept, 2): character [start, end) of each token in the text
+    n_tokens: int                  # tokens of the whole document, before any --max-tokens-per-doc cap
+    error: str | None = None       # why the document cannot be embedded (e.g. "empty text"), else None
+
+    @property
+    def n_kept(self) -> int:
+        """Content tokens the segmenter sees (n_tokens, or the cap if lower)."""
+        return int(self.ids.shape[0])
+
+
+@dataclass(frozen=True)
+class Window:
+    """One model input: [CLS] + content tokens + [SEP] of one document."""
+
+    doc: int                       # row of the document within its block
+    window_idx: int                # 0-based, in document order
+    n_windows: int                 # how many windows the document made
+    spans: tuple[tuple[int, int], ...]   # [start, end) ranges of content-token positions, ascending
+    input_ids: np.ndarray          # int64 (n_content + 2,): [CLS] ids... [SEP]; len <= max_length
+
+    @property
+    def n_content(self) -> int:
+        """Content tokens in the window ([CLS] and [SEP] not counted)."""
+        return sum(end - start for start, end in self.spans)
+
+    @property
+    def positions(self) -> np.ndarray:
+        """int64 (n_content,): each content token's index in the document, ascending."""
+        return np.concatenate([np.arange(s, e) for s, e in self.spans]) if self.spans else np.zeros(0, np.int64)
