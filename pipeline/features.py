@@ -1,0 +1,127 @@
+"""Read extract's output back as numpy: ``load_features`` (a .parquet file or a DIR/ of parts).
+
+Called by users feeding classifiers, by ``longbert probe`` (pipeline.probe) and, for the
+fixed_size_list -> matrix conversion, by pipeline.vectorizer.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .errors import InputError
+from .write import MANIFEST
+
+# Columns load_features reads; the token-level columns (--level token) are never loaded.
+_ROW_COLS = ("n_tokens", "n_windows", "truncated")
+
+
+def features_matrix(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A ``features`` column without nulls -> (n, D) float32, no Python loop over rows.
+
+    float16 storage (--out-dtype float16) is upcast to float32 (exact: every float16 is a float32).
+
+    Example: fixed_size_list<float32>[2] [[1, 2], [3, 4]] -> array([[1., 2.], [3., 4.]], dtype=float32).
+    """
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    assert pa.types.is_fixed_size_list(arr.type), arr.type
+    assert arr.null_count == 0, "filter out null features first"
+    dim = arr.type.list_size
+    flat = arr.flatten()  # (n * D,); flatten, not .values: it honours a slice's offset
+    return flat.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(len(arr), dim)  # (n, D)
+
+
+def _read_file(path: Path) -> pa.Table:
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowInvalid) as err:
+        raise InputError(f"{path}: cannot be read as parquet ({err}); pass a file or DIR/ written by "
+                         "`longbert extract`") from None
+    if schema.metadata is None or b"longbert" not in schema.metadata or "features" not in schema.names:
+        raise InputError(f"{path}: not a longbert features file (no 'longbert' schema metadata or no "
+                         f"'features' column; columns are {schema.names}); pass the output of `longbert extract`")
+    token_cols = {"token_ids", "positions", "offsets", "token_features"}
+    return pq.read_table(path, columns=[c for c in schema.names if c not in token_cols])
+
+
+def _read_directory(path: Path) -> pa.Table:
+    manifest_path = path / MANIFEST
+    if not manifest_path.exists():
+        raise InputError(f"{path}: no {MANIFEST}, so not a directory output of `longbert extract`; pass a "
+                         ".parquet file or the DIR/ that extract -o DIR/ wrote")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise InputError(f"{manifest_path}: cannot be read ({err}); re-run extract with --overwrite") from None
+    if not manifest.get("complete", False):
+        done = sum(p.get("rows", 0) for p in manifest.get("parts", []))
+        raise InputError(f"{path}: the run is incomplete ({MANIFEST} says complete: false; {done} of "
+                         f"{manifest.get('fingerprint', {}).get('rows', '?')} rows written); finish it with "
+                         "`longbert extract ... -o DIR/ --resume` (same inputs and options) before loading")
+    tables = []
+    for part in manifest.get("parts", []):
+        file = path / part["file"]
+        if not file.exists():
+            raise InputError(f"{path}: part {part['file']} listed in {MANIFEST} is missing; re-run extract "
+                             "with --overwrite")
+        table = _read_file(file)
+        if table.num_rows != part["rows"]:
+            raise InputError(f"{file}: {table.num_rows} rows, but {MANIFEST} says {part['rows']}; the "
+                             "directory was changed after the run; re-run extract with --overwrite")
+        tables.append(table)
+    if not tables:
+        raise InputError(f"{path}: {MANIFEST} lists no parts; re-run extract with --overwrite")
+    return pa.concat_tables(tables)
+
+
+def load_features(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Load extract's output as a feature matrix for a classifier.
+
+    Rows whose ``features`` are null (the row's ``error`` says why, e.g. "empty text") are left out
+    of ``ids`` and ``X`` and listed in ``meta["left_out"]``; every other array is aligned with ``X``.
+
+    Args:
+        path: a .parquet file, or a directory written by ``extract -o DIR/`` (its parts are read in
+            the order of manifest.json, i.e. input order).
+
+    Returns:
+        (ids, X, meta):
+          - ids: (N,) the ``id`` column of the rows with features: int64 (row numbers) or object (str,
+            --id-col values).
+          - X: (N, D) float32 (float16 storage is upcast), D = meta["feature_dim"].
+          - meta: the parsed ``longbert`` schema metadata (model, strategy dict with name, pooling,
+            layers, keep_cols, ...), plus
+              ``meta["kept"]``: {column: (N,) object array of str} for each --keep-col, aligned with X;
+              ``meta["rows"]``: {"n_tokens": int32 (N,), "n_windows": int32 (N,), "truncated": bool (N,)};
+              ``meta["left_out"]``: [{"id": ..., "error": str}, ...] for rows with null features;
+              ``meta["n_rows"]``: rows in the file(s), with or without features.
+
+    Raises:
+        InputError: the path is missing, not parquet, not a longbert output, or a directory whose run
+            is incomplete (manifest.json "complete": false; the message names ``--resume``) or damaged.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory; pass the -o path of `longbert extract`")
+    table = _read_directory(path) if path.is_dir() else _read_file(path)
+    meta: dict[str, Any] = json.loads(table.schema.metadata[b"longbert"])
+    features = table.column("features")
+    has = features.is_valid()                                   # (n_rows,) bool
+    kept_table = table.filter(has)
+    left = table.filter(pc.invert(has))
+    meta["left_out"] = [{"id": i, "error": e} for i, e in
+                        zip(left.column("id").to_pylist(), left.column("error").to_pylist())]
+    meta["n_rows"] = table.num_rows
+    meta["kept"] = {c: kept_table.column(c).to_numpy(zero_copy_only=False)
+                    for c in meta.get("keep_cols", []) if c in kept_table.column_names}
+    meta["rows"] = {c: kept_table.column(c).to_numpy() for c in _ROW_COLS if c in kept_table.column_names}
+    ids = kept_table.column("id").to_numpy(zero_copy_only=False)
+    X = features_matrix(kept_table.column("features"))       # (N, D)
+    assert X.shape[0] == ids.shape[0]
+    return ids, X, meta
+

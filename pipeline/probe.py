@@ -1,0 +1,156 @@
+"""``longbert probe``: how well a linear classifier reads the labels off extracted features.
+
+Called by cli.py. For each features file (pipeline.features.load_features), a scikit-learn
+``make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))`` is cross-validated with
+``StratifiedKFold(folds, shuffle=True, random_state=seed)``; the same folds for every file, so
+strategies and poolings are compared on equal terms.
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError, InputError
+from .features import load_features
+
+
+def _strategy_text(strategy: dict[str, Any]) -> str:
+    """The metadata's strategy dict -> 'head_tail 128+382' / 'sliding overlap 128' / 'chunk'."""
+    name = strategy.get("name", "?")
+    if name == "head_tail":
+        return f"head_tail {strategy.get('head_tokens')}+{strategy.get('tail_tokens')}"
+    if name == "sliding":
+        return f"sliding overlap {strategy.get('overlap')}"
+    return str(name)
+
+
+def probe_file(path: str | Path, label_col: str, folds: int = 5, seed: int = 0) -> dict[str, Any]:
+    """Cross-validated logistic-regression probe of one features file (see probe_files)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_validate
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    ids, X, meta = load_features(path)
+    kept = meta["kept"]
+    if label_col not in kept:
+        present = ["id", *meta.get("keep_cols", []), "n_tokens", "n_windows", "truncated", "features", "error"]
+        raise InputError(f"{path}: no label column {label_col!r}; columns are {present}; extract again with "
+                         f"--keep-col {label_col}, or pass --label-col with one of the kept columns "
+                         f"{meta.get('keep_cols', [])}")
+    y = np.asarray(kept[label_col], dtype=object)                         # (N,) str
+    classes, counts = np.unique(y.astype(str), return_counts=True)
+    if len(classes) < 2:
+        raise InputError(f"{path}: column {label_col!r} has {len(classes)} distinct value(s) over the "
+                         f"{len(y)} rows with features; a probe needs at least 2 classes")
+    if counts.min() < folds:
+        small = ", ".join(f"{str(c)!r}: {int(n)} rows" for c, n in zip(classes, counts) if n < folds)
+        raise InputError(f"{path}: stratified {folds}-fold needs >= {folds} rows per class; {small}; lower "
+                         f"--folds to {max(int(counts.min()), 2)} or add rows of those classes")
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
+    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ConvergenceWarning on tiny folds must not drown the table
+        scores = cross_validate(model, X, y.astype(str), cv=cv, scoring=("accuracy", "f1_macro"))
+    acc, f1 = scores["test_accuracy"], scores["test_f1_macro"]
+    return {
+        "file": str(path),
+        "strategy": _strategy_text(meta.get("strategy", {})),
+        "pooling": meta.get("pooling"),
+        "dimension": int(X.shape[1]),
+        "rows": int(X.shape[0]),
+        "left_out": len(meta["left_out"]),
+        "classes": len(classes),
+        "majority": float(counts.max() / counts.sum()),
+        "folds": folds,
+        "accuracy": acc.tolist(),
+        "accuracy_mean": float(acc.mean()),
+        "accuracy_std": float(acc.std()),
+        "f1_macro": f1.tolist(),
+        "f1_macro_mean": float(f1.mean()),
+        "f1_macro_std": float(f1.std()),
+    }
+
+
+def probe_files(paths: list[str | Path], label_col: str, folds: int = 5, seed: int = 0) -> list[dict[str, Any]]:
+    """Probe each features file: stratified k-fold accuracy and macro-F1 of a logistic regression.
+
+    Labels come from a kept column (``--keep-col label`` at extract); rows with null features (and
+    their labels) are left out and counted. Method: scikit-learn ``StratifiedKFold(n_splits=folds,
+    shuffle=True, random_state=seed)``, model ``make_pipeline(StandardScaler(),
+    LogisticRegression(max_iter=2000))`` refit on each training split, scored by ``cross_validate``.
+
+    Args:
+        paths: .parquet files or DIR/ outputs of ``longbert extract``.
+        label_col: the kept column holding the labels (read as strings).
+        folds: k of the stratified k-fold (>= 2). seed: random_state of the fold shuffle.
+
+    Returns:
+        One dict per file, in order: file, strategy (e.g. "head_tail 128+382"), pooling, dimension,
+        rows (used), left_out (rows without features), classes, majority (share of the largest class:
+        the accuracy of always guessing it), folds, accuracy / f1_macro (per fold, list of float),
+        accuracy_mean, accuracy_std, f1_macro_mean, f1_macro_std (std over folds, ddof 0).
+
+    Raises:
+        ConfigError: folds < 2 or no path given.
+        InputError: a file that load_features refuses, no such label column (lists the columns),
+            fewer than 2 classes, or a class with fewer rows than folds (names the class and the fix).
+    """
+    if folds < 2:
+        raise ConfigError(f"--folds={folds} must be >= 2")
+    if not paths:
+        raise ConfigError("no features file given; pass the -o outputs of `longbert extract`")
+    return [probe_file(p, label_col, folds, seed) for p in paths]
+
+
+def format_probe(results: list[dict[str, Any]]) -> str:
+    """One table: file, strategy, pooling, dimension, rows, accuracy and macro-F1 (mean ± std over folds)."""
+    head = ("file", "strategy", "pooling", "dim", "rows", "accuracy", "macro-F1")
+    rows = [head]
+    for r in results:
+        rows.append((r["file"], r["strategy"], str(r["pooling"]), str(r["dimension"]), str(r["rows"]),
+                     f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
+                     f"{r['f1_macro_mean']:.3f} ± {r['f1_macro_std']:.3f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.rjust(w) if i >= 3 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+             for row in rows]
+    if results:
+        r0 = results[0]
+        lines.append(f"{r0['folds']}-fold stratified CV, StandardScaler + LogisticRegression; "
+                     f"{r0['classes']} classes, majority-class accuracy {r0['majority']:.3f}")
+    for r in results:
+        if r["left_out"]:
+            lines.append(f"{r['file']}: {r['left_out']} rows without features left out")
+    return "\n".join(lines)
+
+
+def plot_probe(results: list[dict[str, Any]], path: str | Path) -> None:
+    """Bar chart: per file, accuracy and macro-F1 means with ± std error bars; PNG at ``path``.
+
+    Raises:
+        ConfigError: matplotlib is not installed.
+    """
+    from .stats import _pyplot
+
+    plt = _pyplot()
+    n = len(results)
+    x = np.arange(n)
+    width = 0.38
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * n + 2), 4), dpi=120)
+    ax.bar(x - width / 2, [r["accuracy_mean"] for r in results], width, yerr=[r["accuracy_std"] for r in results],
+           capsize=4, label="accuracy", color="#4c72b0")
+    ax.bar(x + width / 2, [r["f1_macro_mean"] for r in results], width, yerr=[r["f1_macro_std"] for r in results],
+           capsize=4, label="macro-F1", color="#dd8452")
+    if results:
+        ax.axhline(results[0]["majority"], color="grey", linestyle=":", label="majority class")
+    ax.set_xticks(x, [f"{Path(r['file']).name}\n{r['strategy']}, {r['pooling']}" for r in results], fontsize=8)
+    ax.set_ylim(0, 1.2)  # headroom for the legend above the bars
+    ax.set_ylabel(f"mean ± std over {results[0]['folds'] if results else '?'} folds")
+    ax.legend(loc="upper center", ncol=3, frameon=False)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)

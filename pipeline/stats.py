@@ -1,0 +1,247 @@
+"""``longbert stats``: token lengths of a corpus and what each window strategy would cost, before a run.
+
+Called by cli.py. Reads and tokenizes the inputs with the model's tokenizer only (pipeline.read,
+pipeline.tokenize); windows are counted with pipeline.segment.window_spans, the rule extract uses,
+so the counts equal the sum of extract's ``n_windows``. The model is loaded only to measure its
+speed when none is given.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import STRATEGIES, PipelineConfig, SegmentConfig
+from .errors import ConfigError
+from .read import read_blocks
+from .segment import window_spans
+from .tokenize import tokenize_block
+
+_SPEED_WINDOWS = 4   # full-size windows per timed forward pass when measuring the speed
+
+
+def strategy_cost(n_kept: np.ndarray, seg: SegmentConfig) -> dict[str, Any]:
+    """Windows and forward tokens of one strategy over a corpus.
+
+    Args:
+        n_kept: (N,) int content tokens per document the segmenter sees (after --max-tokens-per-doc).
+        seg: segment options with max_length resolved.
+
+    Returns:
+        {"windows_total": int, "windows_mean": float (per document), "forward_tokens": int} where
+        forward tokens = positions fed to the model, [CLS] and [SEP] included, padding excluded.
+        Example: n_kept [1000], C 510, chunk -> 2 windows, 1000 + 2 * 2 = 1004 forward tokens.
+    """
+    lengths, counts = np.unique(n_kept, return_counts=True)  # window_spans once per distinct length
+    windows = forward = 0
+    for n, count in zip(lengths.tolist(), counts.tolist()):
+        spans = window_spans(n, seg)
+        windows += count * len(spans)
+        forward += count * sum(sum(e - s for s, e in w) + 2 for w in spans)
+    return {"windows_total": windows, "windows_mean": windows / max(len(n_kept), 1), "forward_tokens": forward}
+
+
+def _options_text(seg: SegmentConfig) -> str:
+    c = seg.content_tokens
+    if seg.strategy == "head_tail":
+        return f"{seg.head_tokens} + {seg.tail_tokens} of C={c}"
+    if seg.strategy == "sliding":
+        return f"C={c}, overlap {seg.overlap}, step {c - seg.overlap}"
+    return f"C={c}"
+
+
+def measure_speed(cfg: PipelineConfig, tokenizer, sample_ids: np.ndarray) -> tuple[float, str]:
+    """Full-size windows per second of the configured model and device (about 1-3 s on a CPU).
+
+    Loads the model (pipeline.encode.Encoder), runs one warm-up window, then times forward passes
+    of 4 windows of max_length positions each (content: ``sample_ids`` repeated), until 1 s has
+    passed or 5 passes ran.
+
+    Returns:
+        (windows per second, the device it ran on, e.g. "cpu").
+    """
+    from .encode import Encoder
+    from .types import Window
+
+    seg = cfg.segment
+    c = seg.content_tokens
+    if sample_ids.size == 0:
+        sample_ids = np.array([tokenizer.unk_token_id or 0], dtype=np.int64)
+    content = np.resize(sample_ids.astype(np.int64), c)                            # (C,)
+    ids = np.concatenate([[tokenizer.cls_token_id], content, [tokenizer.sep_token_id]]).astype(np.int64)
+    windows = [Window(doc=0, window_idx=i, n_windows=_SPEED_WINDOWS, spans=((0, c),), input_ids=ids)
+               for i in range(_SPEED_WINDOWS)]
+    encoder = Encoder.from_config(cfg, tokenizer)
+    encoder.encode(windows[:1])  # warm-up: first-call allocations are not the steady speed
+    passes, t0 = 0, time.perf_counter()
+    while passes == 0 or (time.perf_counter() - t0 < 1.0 and passes < 5):
+        encoder.encode(windows)
+        passes += 1
+    return passes * _SPEED_WINDOWS / (time.perf_counter() - t0), str(encoder.device)
+
+
+def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -> dict[str, Any]:
+    """Token statistics of cfg.read.inputs and the cost of every strategy with the chosen options.
+
+    Args:
+        cfg: the config (inputs, text column, model for its tokenizer, window options).
+        windows_per_second: forward speed in full-size windows per second; None: measured with
+            ``measure_speed`` (loads the model).
+
+    Returns:
+        A dict: documents, empty (documents with 0 tokens), tokens {total, mean, median, p90, p99,
+        max} (whole documents, numpy's linear-interpolation percentiles), lengths ((N,) int64 tokens
+        per document, for plot_lengths), max_length, content_tokens (C), over_window (documents with
+        more than C tokens) and over_window_share, selected (cfg's strategy), speed {windows_per_second,
+        source}, and strategies {name: {options, windows_total, windows_mean, forward_tokens,
+        seconds} or {options: None, error: str}} for head, tail, head_tail, chunk and sliding.
+        seconds = forward_tokens / max_length / windows_per_second (model forward only; tokenizing
+        and writing not counted).
+
+    Raises:
+        ConfigError, ModelError, InputError: as pipeline.run.check (bad options, unreadable inputs,
+            no rows).
+    """
+    from .run import check
+
+    cfg, tokenizer, corpus = check(cfg)
+    seg = cfg.segment
+    n_tokens: list[int] = []
+    n_kept: list[int] = []
+    sample_ids = np.zeros(0, dtype=np.int64)
+    for block in read_blocks(cfg.read, corpus):
+        docs = tokenize_block(block.column("text").to_pylist(), tokenizer, seg.max_tokens_per_doc)
+        for doc in docs:
+            n_tokens.append(doc.n_tokens)
+            n_kept.append(doc.n_kept)
+            if sample_ids.size < seg.content_tokens and doc.n_kept > sample_ids.size:
+                sample_ids = doc.ids
+    lengths = np.asarray(n_tokens, dtype=np.int64)                    # (N,)
+    kept = np.asarray(n_kept, dtype=np.int64)                         # (N,)
+    c = seg.content_tokens
+    if windows_per_second is None:
+        speed, device = measure_speed(cfg, tokenizer, sample_ids)
+        source = f"measured on {device}, {_SPEED_WINDOWS} windows of {seg.max_length}"
+    else:
+        if windows_per_second <= 0:
+            raise ConfigError(f"--windows-per-second={windows_per_second} must be > 0")
+        speed, source = float(windows_per_second), "given (--windows-per-second)"
+    strategies: dict[str, dict[str, Any]] = {}
+    for name in STRATEGIES:
+        try:
+            s_seg = dataclasses.replace(seg, strategy=name)
+        except ConfigError as err:  # e.g. --overlap too large for sliding when another strategy was chosen
+            strategies[name] = {"options": None, "error": str(err)}
+            continue
+        cost = strategy_cost(kept, s_seg)
+        cost["options"] = _options_text(s_seg)
+        cost["seconds"] = cost["forward_tokens"] / seg.max_length / speed
+        strategies[name] = cost
+    over = int((lengths > c).sum())
+    return {
+        "documents": int(lengths.size),
+        "empty": int((lengths == 0).sum()),
+        "tokens": {"total": int(lengths.sum()), "mean": float(lengths.mean()), "median": float(np.median(lengths)),
+                   "p90": float(np.percentile(lengths, 90)), "p99": float(np.percentile(lengths, 99)),
+                   "max": int(lengths.max())},
+        "lengths": lengths,
+        "max_length": seg.max_length,
+        "content_tokens": c,
+        "max_tokens_per_doc": seg.max_tokens_per_doc,
+        "over_window": over,
+        "over_window_share": over / lengths.size,
+        "selected": seg.strategy,
+        "speed": {"windows_per_second": speed, "source": source},
+        "strategies": strategies,
+    }
+
+
+def _duration(seconds: float) -> str:
+    """12.3 -> '12 s', 250 -> '4.2 min', 9000 -> '2.5 h'."""
+    if seconds < 120:
+        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def format_stats(result: dict[str, Any]) -> str:
+    """The report ``longbert stats`` prints: corpus lines, then one table row per strategy."""
+    t = result["tokens"]
+    c = result["content_tokens"]
+    lines = [
+        f"documents    {result['documents']:,}" + (f" ({result['empty']} with no tokens)" if result["empty"] else ""),
+        f"tokens       total {t['total']:,}; per document mean {t['mean']:.1f}, median {t['median']:.0f}, "
+        f"p90 {t['p90']:.0f}, p99 {t['p99']:.0f}, max {t['max']:,}",
+        f"window       max_length {result['max_length']} -> C = {c} content tokens",
+        f"over C       {result['over_window']:,} of {result['documents']:,} documents "
+        f"({100 * result['over_window_share']:.1f}%) have more than {c} tokens",
+    ]
+    if result["max_tokens_per_doc"] is not None:
+        lines.append(f"capped       windows count the first {result['max_tokens_per_doc']:,} tokens of each document "
+                     "(--max-tokens-per-doc)")
+    speed = result["speed"]
+    lines.append(f"speed        {speed['windows_per_second']:.1f} full windows/s ({speed['source']})")
+    lines.append("")
+    rows = [("strategy", "options", "windows/doc", "windows", "forward tokens", "est. time")]
+    for name, s in result["strategies"].items():
+        mark = "*" if name == result["selected"] else " "
+        if s.get("error"):
+            rows.append((f"{mark}{name}", "n/a: " + s["error"], "", "", "", ""))
+            continue
+        rows.append((f"{mark}{name}", s["options"], f"{s['windows_mean']:.2f}", f"{s['windows_total']:,}",
+                     f"{s['forward_tokens']:,}", _duration(s["seconds"])))
+    widths = [max(len(r[i]) for r in rows if not r[1].startswith("n/a")) for i in range(6)]
+    for r in rows:
+        if r[1].startswith("n/a"):
+            lines.append(f"{r[0]:<{widths[0]}}  {r[1]}")
+            continue
+        cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1])] + [r[k].rjust(widths[k]) for k in range(2, 6)]
+        lines.append("  ".join(cells).rstrip())
+    lines.append(f"* = --strategy {result['selected']}; est. time = model forward only, forward tokens / "
+                 f"{result['max_length']} / speed")
+    return "\n".join(lines)
+
+
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend (files only, no display). Raises ConfigError if missing."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib: pip install 'longbert[plot]' (or drop --plot)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_lengths(result: dict[str, Any], path: str | Path) -> None:
+    """Histogram of document lengths in tokens (log-spaced bins, log x) with a line at C; PNG at ``path``.
+
+    Documents with 0 tokens cannot sit on a log axis; the title counts them.
+
+    Raises:
+        ConfigError: matplotlib is not installed.
+    """
+    plt = _pyplot()
+    lengths = result["lengths"]
+    c = result["content_tokens"]
+    positive = lengths[lengths > 0]
+    top = max(int(positive.max()) if positive.size else 1, c) * 1.1
+    bins = np.logspace(0, np.log10(top), 50)
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    ax.hist(positive, bins=bins, color="#4c72b0", edgecolor="white", linewidth=0.3)
+    ax.axvline(c, color="#c44e52", linestyle="--", label=f"C = {c} content tokens")
+    ax.set_xscale("log")
+    ax.set_xlabel("tokens per document (log scale)")
+    ax.set_ylabel("documents")
+    empty = f", {result['empty']} empty not shown" if result["empty"] else ""
+    ax.set_title(f"{result['documents']:,} documents, {100 * result['over_window_share']:.0f}% over C{empty}")
+    ax.legend()
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
