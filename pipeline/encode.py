@@ -174,16 +174,18 @@ def load_model(cfg: ModelConfig, need_pooler: bool, device: torch.device):
 
 
 def quantize_int8(model):
-    """PyTorch dynamic quantization of every nn.Linear to int8 (weights int8, activations quantized per batch).
+    """PyTorch dynamic quantization of every nn.Linear to int8: weights per output channel,
+    activations quantized per batch at run time. Embeddings and LayerNorms stay float32.
 
-    Source: ``torch.ao.quantization.quantize_dynamic`` (PyTorch's dynamic quantization for BERT
-    tutorial). The embeddings and LayerNorms stay float32.
+    Source: ``torch.ao.quantization.quantize_dynamic`` with ``per_channel_dynamic_qconfig`` (PyTorch's
+    "dynamic quantization on BERT" tutorial). Per-channel weights: on the default model the mean
+    cosine to float32 vectors was 0.978 against 0.904 per-tensor, at the same ~1.8x speed (README).
     """
-    from torch.ao.quantization import quantize_dynamic
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deprecated in favour of torchao, still the well-kept CPU path
-        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        return quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
 
 
 def plan_batches(lengths: list[int], batch_size: int, token_budget: int) -> list[list[int]]:

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from .errors import InputError
 from .write import MANIFEST
 
-# Columns load_features reads; the token-level columns (--level token) are never loaded.
+# Per-row counts returned in meta["rows"]; the token-level columns (--level token) are never loaded.
 _ROW_COLS = ("n_tokens", "n_windows", "truncated")
 
 
