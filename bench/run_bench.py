@@ -292,6 +292,7 @@ WORKERS = {"ours": work_ours, "ceiling": work_ceiling, "st": work_st, "hf": work
 
 
 def worker_main(args: argparse.Namespace) -> None:
+    """Run one contender (``--worker``) and write its Result as JSON to ``--result``."""
     import warnings
     warnings.simplefilter("ignore")
     result = WORKERS[args.worker](args)
@@ -304,6 +305,8 @@ def worker_main(args: argparse.Namespace) -> None:
 
 @dataclass(frozen=True)
 class Contender:
+    """One line of the table: which worker runs, on which options and corpus size."""
+
     name: str
     worker: str
     strategy: str = "head"
@@ -373,10 +376,11 @@ def _mem_gb() -> float:
 
 
 def fmt(x: float, digits: int = 1) -> str:
+    """12345.678 -> '12,345.7'."""
     return f"{x:,.{digits}f}"
 
 
-def table(rows: list[Row], ours_dps: float | None, facts: dict[tuple[str, int], Facts]) -> str:
+def table(rows: list[Row], ours_dps: float | None) -> str:
     """The markdown table; tokens = tokens the model sees (window content + [CLS] + [SEP])."""
     head = ("| contender | documents/s | tokens/s | windows/s | peak RSS (MB) | ratio to ours (head) "
             "| wall s | CPU s | mean cos to ours head f32 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -389,8 +393,8 @@ def table(rows: list[Row], ours_dps: float | None, facts: dict[tuple[str, int], 
         s = max(r.seconds, 1e-9)
         ratio = f"{r.documents / s / ours_dps:.2f}" if ours_dps else "n/a"
         lines.append(f"| {row.name} | {fmt(r.documents / s, 2)} | {fmt(r.window_tokens / s, 0)} | "
-                     f"{fmt(r.windows / s, 2)} | {fmt(r.peak_rss_mb, 0)} | {ratio} | {fmt(r.seconds)} | {fmt(r.cpu_seconds)} | "
-                     f"{row.cos} |")
+                     f"{fmt(r.windows / s, 2)} | {fmt(r.peak_rss_mb, 0)} | {ratio} | {fmt(r.seconds)} | "
+                     f"{fmt(r.cpu_seconds)} | {row.cos} |")
     return "\n".join(lines)
 
 
@@ -418,7 +422,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--docs={args.docs} must be >= 1")
 
     started = time.perf_counter()
-    command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, "bench/run_bench.py", *(argv or sys.argv[1:])])
+    exe = Path(sys.executable)
+    exe_name = str(exe.relative_to(ROOT)) if exe.is_relative_to(ROOT) else exe.name  # not resolved: the venv's
+    command = " ".join(shlex.quote(a) for a in [exe_name, "bench/run_bench.py", *(argv or sys.argv[1:])])
+    load_start = os.getloadavg()[0]
     when = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     host = machine()
     print(f"# longbert benchmark, {when}\nmachine: {host}\nload average at start: "
@@ -434,7 +441,9 @@ def main(argv: list[str] | None = None) -> int:
             facts[(strategy, 1)] = corpus_facts(csv1, strategy)
         f1 = facts[("head", 1)]
         share = f1.over_limit / max(f1.documents, 1)
-        corpus_line = (f"corpus: {f1.documents} documents from {args.corpus.relative_to(ROOT) if args.corpus.is_relative_to(ROOT) else args.corpus}, "
+        source = args.corpus.resolve()
+        source = source.relative_to(ROOT) if source.is_relative_to(ROOT) else source
+        corpus_line = (f"corpus: {f1.documents} documents from {source}, "
                        f"{f1.doc_tokens:,} tokens, {share:.0%} over 512 tokens ([CLS] + 510 + [SEP]); "
                        f"model tokens per strategy: head {f1.window_tokens:,} in {f1.windows} windows, "
                        f"head_tail {facts[('head_tail', 1)].window_tokens:,} in {facts[('head_tail', 1)].windows}, "
@@ -491,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
 
         ours = results.get("ours-head")
         ours_dps = ours.documents / ours.seconds if ours else None
-        md = table(rows, ours_dps, facts)
+        md = table(rows, ours_dps)
         ceiling = results.get("ceiling-head-none-1x")
         if ours and ceiling:
             gap = ours.seconds / ceiling.seconds - 1
@@ -510,6 +519,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"{r.seconds / r.window_tokens * 1000:.3f} | {fmt(r.peak_rss_mb, 0)} |\n")
             scale_md = scale_md.rstrip("\n")
         total = time.perf_counter() - started
+        notes.append(f"1-minute load average: {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end, "
+                     f"on {os.cpu_count()} cores (above the core count, other jobs shared the CPUs).")
         print("\n" + md + scale_md + "\n")
         for n in notes:
             print(n)

@@ -217,7 +217,7 @@ def plan_batches(lengths: list[int], batch_size: int, token_budget: int) -> list
 class EncodeStats:
     """Counters the run summary reports."""
 
-    forward_tokens: int = 0      # padded positions sent through the model
+    padded_tokens: int = 0       # positions sent through the model, padding included
     oom_splits: int = 0          # batches split in two after a CUDA out-of-memory error
     fp32_recomputed: int = 0     # windows recomputed in float32 after a non-finite half-precision result
     batches: int = 0
@@ -328,7 +328,7 @@ class Encoder:
             if tok is not None:
                 bad |= ~torch.isfinite(tok * mask_t.unsqueeze(-1)).all(dim=2).all(dim=1)
         self.stats.batches += 1
-        self.stats.forward_tokens += len(batch) * seq
+        self.stats.padded_tokens += len(batch) * seq
         vec_np = vec.float().cpu().numpy()
         tok_np = None
         if tok is not None:
