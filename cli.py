@@ -1,7 +1,6 @@
 """longbert's command line (click): options -> PipelineConfig -> run. `python cli.py` = `longbert`."""
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
 from typing import Any

@@ -10,14 +10,13 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 from tqdm import tqdm
 
 from .block import Extractor, Prepared, resolve_config
 from .config import PipelineConfig
-from .errors import PipelineError, RunError
+from .errors import InputError, PipelineError, RunError
 from .read import CorpusScan, read_blocks, scan
 from .write import open_sink
 
@@ -84,7 +83,6 @@ def check(cfg: PipelineConfig) -> tuple[PipelineConfig, object, CorpusScan]:
     cfg, tokenizer, _ = resolve_config(cfg)
     corpus = scan(cfg.read)
     if corpus.n_rows == 0:
-        from .errors import InputError
         raise InputError(f"the inputs hold no rows ({', '.join(str(f.path) for f in corpus.files)}); "
                          "nothing to extract")
     return cfg, tokenizer, corpus
@@ -123,7 +121,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
         for prepared in _prefetch(blocks, extractor.prepare):
             table = extractor.finish(prepared)
             if cfg.write.strict:
-                _fail_on_row_error(table, prepared)
+                _fail_on_row_error(table)
             sink.write(table)
             bar.update(table.num_rows)
             bar.set_postfix(tokens_s=f"{extractor.stats.tokens / max(time.perf_counter() - t0, 1e-9):.0f}")
@@ -147,15 +145,11 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     return summary
 
 
-def _fail_on_row_error(table: pa.Table, prepared: Prepared) -> None:
+def _fail_on_row_error(table: pa.Table) -> None:
+    """--strict: raise RunError at the first row with an error (the run then leaves no output)."""
     errors = table.column("error").to_pylist()
     for i, error in enumerate(errors):
         if error is not None:
             row_id = table.column("id")[i].as_py()
             raise RunError(f"row with id {row_id!r}: {error}; --strict stops at the first row that cannot be "
                            "embedded (drop --strict to keep such rows with null features)")
-
-
-def output_path(cfg: PipelineConfig) -> Path:
-    """The output path as a Path."""
-    return Path(cfg.write.output)
