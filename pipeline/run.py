@@ -117,7 +117,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
                dynamic_ncols=True)
     t0 = time.perf_counter()
     try:
-        blocks = read_blocks(cfg.read, corpus, start_row=start_row)
+        blocks = read_blocks(cfg.read, corpus, start_row=start_row) if start_row < corpus.n_rows else iter(())
         for prepared in _prefetch(blocks, extractor.prepare):
             table = extractor.finish(prepared)
             if cfg.write.strict:

@@ -168,6 +168,8 @@ class PartsSink:
                                   "same options and inputs, or pass --overwrite to start again")
             self.parts = [p for p in old["parts"] if (self.path / p["file"]).exists()]
             self.rows = sum(p["rows"] for p in self.parts)
+            if old.get("complete") and len(self.parts) == len(old["parts"]):
+                return self.rows  # already complete: nothing to redo, the manifest stays complete
         else:
             for old_part in self.path.glob("part-*.parquet"):
                 old_part.unlink()
