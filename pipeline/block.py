@@ -128,8 +128,7 @@ class Extractor:
             sl = slice(start, start + count)
             start += count
             n_windows[doc.row] = count
-            truncated[doc.row] = bool(wins) and covered_tokens(wins) < doc.n_tokens or (
-                not wins and doc.n_tokens > 0)
+            truncated[doc.row] = covered_tokens(wins) < doc.n_tokens
             tokens = None
             if doc.error is None:
                 if not enc.finite[sl].all():

@@ -279,7 +279,6 @@ class Encoder:
         n = len(windows)
         lengths = [int(w.input_ids.shape[0]) for w in windows]
         vectors: np.ndarray | None = None
-        finite = np.ones(n, dtype=bool)
         tokens: list[np.ndarray | None] = [None] * n
         for batch in plan_batches(lengths, self.batch_size, self.token_budget):
             for idx, vec, tok in self._run(windows, batch, with_tokens):
@@ -291,8 +290,7 @@ class Encoder:
                         tokens[i] = tok[j]
         if vectors is None:
             vectors = np.zeros((0, 0), dtype=np.float32)
-        finite = np.isfinite(vectors).all(axis=1) if n else finite
-        return Encoded(vectors=vectors, finite=finite, tokens=tokens if with_tokens else None, stats=self.stats)
+        return Encoded(vectors=vectors, finite=np.isfinite(vectors).all(axis=1) if n else np.ones(0, bool), tokens=tokens if with_tokens else None, stats=self.stats)
 
     def _run(self, windows: list[Window], batch: list[int], with_tokens: bool):
         """Yield (indices, (n, D) vectors, per-window token arrays) for one batch; split it on OOM."""
