@@ -89,7 +89,7 @@ class Extractor:
         self.dim, self.token_dim = feature_dim(self.cfg, self.hidden)
         if id_type is None:
             id_type = pa.int64() if cfg.read.id_col is None else pa.string()
-        self.schema = output_schema(self.cfg, id_type, self.dim, self.token_dim)
+        self.schema = output_schema(self.cfg, id_type, self.hidden, self.dim, self.token_dim)
         self.encoder = Encoder.from_config(self.cfg, self.tokenizer)
         self.stats = BlockStats()
 
@@ -100,7 +100,8 @@ class Extractor:
     def prepare(self, block: pa.Table) -> Prepared:
         """Tokenize and segment a block (CPU only; the local engine runs it ahead of the model)."""
         texts = block.column("text").to_pylist()
-        docs = tokenize_block(texts, self.tokenizer, self.cfg.segment.max_tokens_per_doc)
+        docs = tokenize_block(texts, self.tokenizer, self.cfg.segment.max_tokens_per_doc,
+                              with_offsets=self.cfg.pool.level == "token")
         windows: list[Window] = []
         for doc in docs:
             if doc.error is None:

@@ -9,7 +9,7 @@ import contextlib
 import copy
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -230,7 +230,6 @@ class Encoded:
     vectors: np.ndarray                              # (n_windows, D) float32
     finite: np.ndarray                               # (n_windows,) bool: False if still non-finite
     tokens: list[np.ndarray] | None = None           # per window (n_content, D_tok) float32, --level token
-    stats: EncodeStats = field(default_factory=EncodeStats)
 
 
 class Encoder:
@@ -290,7 +289,8 @@ class Encoder:
                         tokens[i] = tok[j]
         if vectors is None:
             vectors = np.zeros((0, 0), dtype=np.float32)
-        return Encoded(vectors=vectors, finite=np.isfinite(vectors).all(axis=1) if n else np.ones(0, bool), tokens=tokens if with_tokens else None, stats=self.stats)
+        finite = np.isfinite(vectors).all(axis=1) if n else np.ones(0, dtype=bool)
+        return Encoded(vectors=vectors, finite=finite, tokens=tokens if with_tokens else None)
 
     def _run(self, windows: list[Window], batch: list[int], with_tokens: bool):
         """Yield (indices, (n, D) vectors, per-window token arrays) for one batch; split it on OOM."""

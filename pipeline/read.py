@@ -184,14 +184,6 @@ def _bad_message(path: Path, bad: _BadRecord) -> str:
     return f"{path}: line {bad.line}: {what}, or pass --on-bad-lines skip to drop such lines"
 
 
-def _needed(cfg: ReadConfig) -> list[str]:
-    cols = [cfg.text_col]
-    if cfg.id_col is not None and cfg.id_col not in cols:
-        cols.append(cfg.id_col)
-    cols.extend(c for c in cfg.keep_cols if c not in cols)
-    return cols
-
-
 def scan_file(path: Path, cfg: ReadConfig, seen_ids: set[str] | None = None) -> tuple[FileScan, int]:
     """Check one file before the run: bytes decode, header has the columns, every record parses.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 from tqdm import tqdm
@@ -37,7 +37,6 @@ class Summary:
     resumed_from: int = 0
     oom_splits: int = 0
     fp32_recomputed: int = 0
-    notes: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         """documents, tokens, windows, rows with errors, seconds, output path (+ counts that are non-zero)."""
@@ -109,7 +108,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     sink = open_sink(extractor.cfg, extractor.schema, fingerprint)
     summary = Summary(output=str(cfg.write.output), skipped_lines=corpus.n_bad_lines,
                       duplicate_ids=corpus.duplicate_ids)
-    start_row = sink.open(cfg.read.block_rows)
+    start_row = sink.open()
     summary.resumed_from = start_row
     if start_row and echo:
         echo(f"resuming {cfg.write.output} after row {start_row} of {corpus.n_rows}")

@@ -14,7 +14,8 @@ EMPTY_TEXT = "empty text"
 NO_TOKENS = "no tokens after normalisation"
 
 
-def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | None = None) -> list[TokenizedDoc]:
+def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | None = None,
+                   with_offsets: bool = True) -> list[TokenizedDoc]:
     """Tokenize a block of documents in one call of the fast (Rust) tokenizer.
 
     Args:
@@ -22,19 +23,23 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
         tokenizer: a transformers *fast* tokenizer (``tokenizer.is_fast``), e.g. BertTokenizerFast;
             its character offsets are kept.
         max_tokens_per_doc: keep at most this many leading tokens of each document (None: all).
+        with_offsets: ask the tokenizer for character offsets (only --level token writes them;
+            without, each doc's offsets are an empty (0, 2) array).
 
     Returns:
         One TokenizedDoc per text, in order. A text that is empty or whitespace-only gets
         error "empty text"; one whose characters all vanish in the tokenizer's normalisation
         (control or zero-width characters) gets "no tokens after normalisation". Both have 0 tokens.
     """
-    enc = tokenizer(list(texts), add_special_tokens=False, truncation=False, return_offsets_mapping=True,
+    enc = tokenizer(list(texts), add_special_tokens=False, truncation=False, return_offsets_mapping=with_offsets,
                     return_attention_mask=False, return_token_type_ids=False, verbose=False)
     docs = []
-    for row, (text, ids, offsets) in enumerate(zip(texts, enc["input_ids"], enc["offset_mapping"])):
+    no_offsets = np.zeros((0, 2), dtype=np.int32)
+    all_offsets = enc["offset_mapping"] if with_offsets else [None] * len(texts)
+    for row, (text, ids, offsets) in enumerate(zip(texts, enc["input_ids"], all_offsets)):
         n = len(ids)
         ids_arr = np.asarray(ids, dtype=np.int32)
-        off_arr = np.asarray(offsets, dtype=np.int32).reshape(n, 2)
+        off_arr = no_offsets if offsets is None else np.asarray(offsets, dtype=np.int32).reshape(n, 2)
         if max_tokens_per_doc is not None and n > max_tokens_per_doc:
             ids_arr, off_arr = ids_arr[:max_tokens_per_doc], off_arr[:max_tokens_per_doc]
         error = None

@@ -28,7 +28,7 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def run_metadata(cfg: PipelineConfig, dim: int, token_dim: int) -> dict:
+def run_metadata(cfg: PipelineConfig, hidden: int, dim: int, token_dim: int) -> dict:
     """The JSON stored under the parquet schema metadata key ``longbert``."""
     from .encode import resolve_model_path
 
@@ -42,8 +42,7 @@ def run_metadata(cfg: PipelineConfig, dim: int, token_dim: int) -> dict:
     return {
         "model": cfg.model.model if cfg.model.model != "default" else resolve_model_path("default"),
         "model_name": cfg.model.model,
-        "hidden_size": dim if cfg.pool.pooling == "pooler" else token_dim // (
-            len(cfg.pool.layers) if cfg.pool.layer_agg == "concat" else 1),
+        "hidden_size": hidden,
         "feature_dim": dim,
         "token_feature_dim": token_dim if cfg.pool.level == "token" else None,
         "max_length": seg.max_length,
@@ -64,7 +63,7 @@ def run_metadata(cfg: PipelineConfig, dim: int, token_dim: int) -> dict:
     }
 
 
-def output_schema(cfg: PipelineConfig, id_type: pa.DataType, dim: int, token_dim: int) -> pa.Schema:
+def output_schema(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: int, token_dim: int) -> pa.Schema:
     """The fixed output schema, declared from the config before the first row.
 
     Columns: id, each --keep-col (string), n_tokens int32, n_windows int32, truncated bool,
@@ -82,7 +81,7 @@ def output_schema(cfg: PipelineConfig, id_type: pa.DataType, dim: int, token_dim
         fields += [pa.field("token_ids", pa.list_(pa.int32())), pa.field("positions", pa.list_(pa.int32())),
                    pa.field("offsets", pa.list_(pa.list_(pa.int32(), 2))),
                    pa.field("token_features", pa.list_(pa.list_(value, token_dim)))]
-    meta = {"longbert": json.dumps(run_metadata(cfg, dim, token_dim))}
+    meta = {"longbert": json.dumps(run_metadata(cfg, hidden, dim, token_dim))}
     return pa.schema(fields, metadata=meta)
 
 
@@ -100,7 +99,7 @@ class FileSink:
     _writer: pq.ParquetWriter | None = None
     rows: int = 0
 
-    def open(self, start_row: int = 0) -> int:
+    def open(self) -> int:
         """Create the temporary file; returns the row to start from (always 0 for a file)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.partial")
@@ -151,7 +150,7 @@ class PartsSink:
     parts: list[dict] = field(default_factory=list)
     rows: int = 0
 
-    def open(self, block_rows: int) -> int:
+    def open(self) -> int:
         """Create the directory or pick up a previous run; returns the first row still to do.
 
         Raises:

@@ -226,7 +226,7 @@ def write_features(path, X, labels, null_rows=()):
     """A features parquet with extract's schema (synthetic vectors), for probe-only tests."""
     cfg = PipelineConfig.from_options(model="synthetic", keep_cols=("label",), max_length=ML, strategy="chunk")
     n, dim = X.shape
-    schema = output_schema(cfg, pa.string(), dim, dim)
+    schema = output_schema(cfg, pa.string(), dim, dim, dim)
     valid = np.array([i not in null_rows for i in range(n)])
     features = pa.FixedSizeListArray.from_arrays(pa.array(X.astype(np.float32).reshape(-1)), list_size=dim,
                                                  mask=pa.array(~valid))
