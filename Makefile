@@ -17,7 +17,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
-	$(PIP) install -e '.[plot,test]'
+	$(PIP) install -e '.[plot,test,ray]'
 	touch $@
 
 install: $(VENV)/.installed

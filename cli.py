@@ -9,7 +9,7 @@ import click
 
 from pipeline.config import (AGGREGATES, DTYPES, ENGINES, LAYER_AGGS, LEVELS, ON_BAD_LINES, OUT_DTYPES,
                              POOLINGS, QUANTIZE, STRATEGIES, PipelineConfig)
-from pipeline.errors import ConfigError, PipelineError
+from pipeline.errors import PipelineError
 
 
 def _fail(err: PipelineError) -> None:
@@ -114,7 +114,7 @@ def main() -> None:
 @click.option("--ray-address", default=None, help="ray: 'auto' or an address to join; default starts a local Ray.")
 @click.option("--workers", type=int, default=None, help="ray: model replicas (one actor each).  [default: 1]")
 @click.option("--gpus-per-worker", type=float, default=None, help="ray: GPUs per actor.  [default: 0]")
-@click.option("--cpus-per-worker", type=float, default=None, help="ray: CPUs per actor.  [default: 1]")
+@click.option("--cpus-per-worker", type=float, default=None, help="ray: CPUs per actor (its torch threads).  [default: a local Ray's cores / workers; 1 on a cluster]")
 def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -> None:
     """Embed each row of the CSV INPUTS (paths or globs) and write one vector per document.
 
@@ -129,10 +129,9 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
     try:
         cfg = _build(config_file=config_file, inputs=inputs, **options)
         if cfg.ray.engine == "ray":
-            # TODO(issue 6): the Ray Data adapter over pipeline.block.Extractor is not built yet.
-            raise ConfigError("--engine ray is not available in this version; use --engine local "
-                              "(the default)")
-        from pipeline.run import run
+            from pipeline.ray_engine import run
+        else:
+            from pipeline.run import run
         summary = run(cfg, echo=lambda m: click.echo(m, err=True))
     except PipelineError as err:
         _fail(err)

@@ -221,12 +221,16 @@ class RayConfig:
     ray_address: str | None = None         # None: start a local Ray; "auto" or an address: join it
     workers: int = 1                       # model replicas, one actor each
     gpus_per_worker: float = 0.0
-    cpus_per_worker: float = 1.0
+    cpus_per_worker: float | None = None   # None: a local Ray's cores / workers; 1 on a joined cluster
 
     def __post_init__(self) -> None:
         _check_choice("--engine", self.engine, ENGINES)
         if self.workers < 1:
             raise ConfigError(f"--workers={self.workers} must be >= 1")
+        if self.gpus_per_worker < 0:
+            raise ConfigError(f"--gpus-per-worker={self.gpus_per_worker} must be >= 0 (0: CPU actors)")
+        if self.cpus_per_worker is not None and self.cpus_per_worker <= 0:
+            raise ConfigError(f"--cpus-per-worker={self.cpus_per_worker} must be > 0")
 
 
 @dataclass(frozen=True)
