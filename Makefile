@@ -33,7 +33,7 @@ test: install-test
 # Issue 4's benchmark, about 10 minutes on 2 cores: one markdown table, also written to bench/results.md.
 # Shorter: make bench BENCH_ARGS="--docs 100 --quick" (--quick skips the 10x corpus row).
 bench: install
-	$(BIN)/python -c "import sentence_transformers" 2>/dev/null || $(PIP) install -e '.[bench]'
+	$(BIN)/python -c "import sentence_transformers, ray.data" 2>/dev/null || $(PIP) install -e '.[bench,ray]'
 	$(BIN)/python bench/run_bench.py $(BENCH_ARGS)
 
 clean:

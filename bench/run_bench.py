@@ -156,10 +156,10 @@ def _threads() -> int:
     return torch.get_num_threads()
 
 
-def _ours_config(csv_path: str, out: str, strategy: str, quantize: str):
+def _ours_config(csv_path: str, out: str, strategy: str, quantize: str, engine: str = "local"):
     from pipeline.config import PipelineConfig
     return PipelineConfig.from_options(inputs=(csv_path,), output=out, strategy=strategy, quantize=quantize,
-                                       id_col="id", progress=False, overwrite=True)
+                                       id_col="id", progress=False, overwrite=True, engine=engine)
 
 
 def work_ours(args: argparse.Namespace) -> Result:
@@ -169,7 +169,10 @@ def work_ours(args: argparse.Namespace) -> Result:
     import pyarrow.parquet as pq
 
     from pipeline.encode import Encoder
-    from pipeline.run import run
+    if args.engine == "ray":  # a local Ray started by the run, one worker: the timed region includes it
+        from pipeline.ray_engine import run
+    else:
+        from pipeline.run import run
 
     # Instrumentation only: time spent in Encoder._forward (batch padding + forward + pooling + copy out).
     forward_s = [0.0]
@@ -187,7 +190,7 @@ def work_ours(args: argparse.Namespace) -> Result:
     # theirs; longbert imports these lazily inside run().
     from transformers import AutoConfig, AutoModel, AutoTokenizer  # noqa: F401
     out = str(Path(args.workdir) / f"{args.tag}.parquet")
-    cfg = _ours_config(args.csv, out, args.strategy, args.quantize)
+    cfg = _ours_config(args.csv, out, args.strategy, args.quantize, args.engine)
     c0, t0 = _cpu(), time.perf_counter()
     summary = run(cfg)
     seconds, cpu = time.perf_counter() - t0, _cpu() - c0
@@ -316,6 +319,7 @@ class Contender:
     quantize: str = "none"
     scale: int = 1
     vectors: bool = False
+    engine: str = "local"
 
 
 CONTENDERS = (
@@ -326,6 +330,8 @@ CONTENDERS = (
     Contender("sentence-transformers encode (max_seq_length 512)", "st", vectors=True),
     Contender("transformers pipeline feature-extraction (batch 8)", "hf", vectors=True),
     Contender("longbert extract --strategy head --quantize int8", "ours", quantize="int8", vectors=True),
+    Contender("longbert extract --strategy head --engine ray (local Ray, 1 worker; RSS and CPU s: driver only)", "ours",
+              vectors=True, engine="ray"),
     Contender(f"longbert extract --strategy head, {SCALE}x corpus", "ours", scale=SCALE),
 )
 
@@ -335,7 +341,7 @@ def run_worker(c: Contender, csv_path: Path, workdir: Path, tag: str) -> Result:
     result = workdir / f"{tag}.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", c.worker, "--csv", str(csv_path),
            "--workdir", str(workdir), "--tag", tag, "--result", str(result), "--strategy", c.strategy,
-           "--quantize", c.quantize] + (["--save-vectors"] if c.vectors else [])
+           "--quantize", c.quantize, "--engine", c.engine] + (["--save-vectors"] if c.vectors else [])
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
     if proc.returncode != 0 or not result.exists():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -416,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument(name, help=argparse.SUPPRESS)
     ap.add_argument("--strategy", default="head", help=argparse.SUPPRESS)
     ap.add_argument("--quantize", default="none", help=argparse.SUPPRESS)
+    ap.add_argument("--engine", default="local", help=argparse.SUPPRESS)
     ap.add_argument("--save-vectors", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -474,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
                 build_corpus(rows_in, args.docs, c.scale, csv10)
                 facts[("head", c.scale)] = corpus_facts(csv10, "head")
                 csv_path = csv10
-            tag = f"{c.worker}-{c.strategy}-{c.quantize}-{c.scale}x"
+            tag = f"{c.worker}-{c.strategy}-{c.quantize}-{c.scale}x" + ("-ray" if c.engine == "ray" else "")
             load = os.getloadavg()[0]
             print(f"[{time.perf_counter() - started:5.0f} s] {c.name} ...", end=" ", flush=True)
             try:
@@ -488,7 +495,8 @@ def main(argv: list[str] | None = None) -> int:
                 res.window_tokens = f.window_tokens
             if c.worker == "ours" and res.windows != f.windows:
                 print(f"(windows {res.windows} != segmenter's {f.windows})", end=" ")
-            key = "ours-head" if (c.worker, c.strategy, c.quantize, c.scale) == ("ours", "head", "none", 1) else tag
+            key = "ours-head" if (c.worker, c.strategy, c.quantize, c.scale, c.engine) == ("ours", "head", "none", 1,
+                                                                                       "local") else tag
             results[key] = res
             row = Row(c.name, res)
             base = results.get("ours-head")
@@ -512,6 +520,11 @@ def main(argv: list[str] | None = None) -> int:
                          f"{ceiling.seconds:.1f} s): {fwd:.1f} s inside Encoder._forward (padding, forward, "
                          f"pooling), {ours.seconds - fwd:.1f} s outside it (imports, model load, CSV scan, "
                          "tokenizing the first block, parquet write).")
+        on_ray = results.get("ours-head-none-1x-ray")
+        if ours and on_ray:
+            notes.append(f"--engine ray (one worker, local Ray started inside the timed region) took "
+                         f"{on_ray.seconds - ours.seconds:+.1f} s ({on_ray.seconds / ours.seconds - 1:+.0%}) over the "
+                         f"local engine on the same documents ({on_ray.seconds:.1f} s vs {ours.seconds:.1f} s).")
         big = results.get(f"ours-head-none-{SCALE}x")
         scale_md = ""
         if ours and big:
