@@ -182,7 +182,7 @@ def test_config_file_values_and_command_line_wins(runner, tiny_model_dir, tmp_pa
     (["--max-length", "1024"], "Error: --max-length=1024 exceeds the model's 512 positions"),
     (["--layers", "-9"], "Error: --layers contains -9, but the model has 2 layers"),
     (["--resume"], "Error: --resume needs a directory output of numbered parts"),
-    (["--engine", "ray"], "Error: --engine ray is not available in this version; use --engine local"),
+    (["--engine", "spark"], "'spark' is not one of 'local', 'ray'"),
 ])
 def test_bad_options_exit_2_and_write_nothing(runner, tiny_model_dir, tmp_path, args, message):
     src = write_csv(tmp_path / "in.csv", [{"text": "w1"}])
