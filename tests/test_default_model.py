@@ -3,6 +3,7 @@ windows the documented rules give, on the shared cases with long documents."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -90,13 +91,27 @@ def test_short_text_next_to_long_one_is_not_changed_by_padding(runner, tmp_path,
                                atol=1e-5)
 
 
+def _cosines(a_rows: list[dict], b_rows: list[dict]) -> np.ndarray:
+    assert [r["id"] for r in a_rows] == [r["id"] for r in b_rows]
+    keep = [i for i, r in enumerate(a_rows) if r["features"] is not None]
+    a = np.array([a_rows[i]["features"] for i in keep], dtype=np.float64)
+    b = np.array([b_rows[i]["features"] for i in keep], dtype=np.float64)
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
 def test_int8_stays_within_the_stated_cosine(runner, tmp_path, real):
-    """README: --quantize int8 keeps mean cosine >= 0.95 to float32 (0.978 measured on examples/)."""
-    f32 = extract_case(runner, tmp_path, "B21.csv", "--strategy", "head")
-    (tmp_path / "out.parquet").unlink()
-    q8 = extract_case(runner, tmp_path, "B21.csv", "--strategy", "head", "--quantize", "int8")
-    a = np.array([r["features"] for r in f32])
-    b = np.array([r["features"] for r in q8])
-    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-    assert [r["id"] for r in q8] == [r["id"] for r in f32]
-    assert cos.mean() >= 0.95, cos
+    """README: --quantize int8 keeps mean cosine >= 0.99 to float32 on the example corpus (0.995
+    measured with head), and >= 0.98 on B21's repeated-word documents (0.987 measured)."""
+    def run(src, *args):
+        out = tmp_path / "out.parquet"
+        result = invoke(runner, ["extract", src, "--id-col", "id", "-o", out, "--overwrite", "--no-progress",
+                                 "--strategy", "head", *args])
+        assert result.exit_code == 0, result.output
+        return pq.read_table(out).to_pylist()
+
+    corpus = Path(__file__).resolve().parents[1] / "examples" / "corpus.csv"
+    cos = _cosines(run(corpus), run(corpus, "--quantize", "int8"))
+    assert cos.shape == (55,) and cos.mean() >= 0.99, (cos.mean(), cos.min())
+    b21 = _cosines(extract_case(runner, tmp_path, "B21.csv", "--strategy", "head", "--overwrite"),
+                   extract_case(runner, tmp_path, "B21.csv", "--strategy", "head", "--overwrite", "--quantize", "int8"))
+    assert b21.mean() >= 0.98, b21
