@@ -28,7 +28,8 @@ def model_options(func):
                      help="Model compute dtype (half precision is meant for GPUs).  [default: float32]"),
         click.option("--quantize", type=click.Choice(QUANTIZE), default=None,
                      help="int8: PyTorch dynamic quantization of Linear layers (CPU).  [default: none]"),
-        click.option("--threads", type=int, default=None, help="CPU threads for torch.  [default: all cores]"),
+        click.option("--threads", type=int, default=None,
+                     help="CPU threads for torch.  [default: all cores; --engine ray: the worker's CPUs]"),
         click.option("--allow-pickle", is_flag=True, default=None,
                      help="Allow a pickle-only (.bin) checkpoint; unpickling can run code."),
     ]
@@ -107,7 +108,8 @@ def main() -> None:
 @click.option("--out-dtype", type=click.Choice(OUT_DTYPES), default=None,
               help="Storage dtype of the vectors.  [default: float32]")
 @click.option("--overwrite", is_flag=True, default=None, help="Replace an existing output.")
-@click.option("--resume", is_flag=True, default=None, help="Continue a DIR/ output after its last finished part.")
+@click.option("--resume", is_flag=True, default=None,
+              help="Continue a DIR/ output after its last finished part (--engine ray: needs a unique --id-col).")
 @click.option("--strict", is_flag=True, default=None, help="Exit 1 at the first row that cannot be embedded.")
 @click.option("--progress/--no-progress", default=None, help="Show the progress bar.  [default: on]")
 @click.option("--engine", type=click.Choice(ENGINES), default=None, help="local or ray.  [default: local]")
@@ -119,7 +121,8 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
     """Embed each row of the CSV INPUTS (paths or globs) and write one vector per document.
 
     Exit codes: 0 done (the summary counts rows with errors), 1 failed part-way or --strict with a
-    row error, 2 nothing started (bad option, missing column, unreadable input, existing output).
+    row error, 2 nothing started (bad option, missing column, unreadable input, existing output),
+    130 interrupted (Ctrl-C).
 
     \b
     Example:
@@ -136,8 +139,10 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
     except PipelineError as err:
         _fail(err)
     except KeyboardInterrupt:
-        click.echo("Interrupted: no output was completed (a DIR/ output keeps its finished parts for --resume).",
-                   err=True)
+        kept = ("with --resume, the rows already written stay in the hidden .NAME.ray/ beside the output for "
+                "the next --resume run" if options.get("engine") == "ray"
+                else "a DIR/ output keeps its finished parts for --resume")
+        click.echo(f"Interrupted: no output was completed ({kept}).", err=True)
         sys.exit(130)
     click.echo(summary.line())
 

@@ -9,7 +9,7 @@ command, date and machine, to bench/results.md.
 
 Example:
     .venv/bin/python bench/run_bench.py --docs 300          # about 10 minutes on 2 cores
-    .venv/bin/python bench/run_bench.py --docs 60 --quick   # a smoke run, no 10x row
+    .venv/bin/python bench/run_bench.py --docs 60 --quick   # a smoke run, no scale pair
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ DEFAULT_CORPUS = ROOT / "examples" / "labelled.csv"
 RESULTS = ROOT / "bench" / "results.md"
 BATCH = 32            # windows per forward pass: longbert's default --batch-size, and ST's batch_size
 HF_BATCH = 8          # the transformers pipeline's batch_size (issue 4)
-SCALE = 10            # the large-corpus row: the corpus repeated this many times
+SCALE = 10            # the scale pair: --scale-docs documents (1x), then the same repeated 10 times (10x)
 WORKER_TIMEOUT_S = 900
 
 
@@ -317,7 +317,7 @@ class Contender:
     worker: str
     strategy: str = "head"
     quantize: str = "none"
-    scale: int = 1
+    scale: int = 1         # 1: the main corpus; 0 / SCALE: the scale pair's 1x / 10x corpus
     vectors: bool = False
     engine: str = "local"
 
@@ -332,7 +332,8 @@ CONTENDERS = (
     Contender("longbert extract --strategy head --quantize int8", "ours", quantize="int8", vectors=True),
     Contender("longbert extract --strategy head --engine ray (local Ray, 1 worker; RSS and CPU s: driver only)", "ours",
               vectors=True, engine="ray"),
-    Contender(f"longbert extract --strategy head, {SCALE}x corpus", "ours", scale=SCALE),
+    Contender("longbert extract --strategy head, scale pair 1x", "ours", scale=0),
+    Contender(f"longbert extract --strategy head, scale pair {SCALE}x", "ours", scale=SCALE),
 )
 
 
@@ -412,7 +413,9 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=300, help="documents in the 1x corpus (default 300)")
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="CSV with columns id,text")
-    ap.add_argument("--quick", action="store_true", help=f"skip the {SCALE}x corpus row")
+    ap.add_argument("--quick", action="store_true", help="skip the scale pair (1x and 10x corpus rows)")
+    ap.add_argument("--scale-docs", type=int, default=100,
+                    help=f"documents in the scale pair's 1x corpus; its {SCALE}x corpus repeats them (default 100)")
     ap.add_argument("--budget", type=float, default=840.0,
                     help="seconds for the whole run; the 10x row is skipped if its estimate would exceed it")
     ap.add_argument("--output", type=Path, default=RESULTS, help="markdown file to write (default bench/results.md)")
@@ -444,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     rows_in = read_corpus(args.corpus, "text", "id")
     with tempfile.TemporaryDirectory(prefix="longbert-bench-") as tmp:
         work = Path(tmp)
-        csv1, csv10 = work / "corpus_1x.csv", work / f"corpus_{SCALE}x.csv"
+        csv1 = work / "corpus.csv"
         build_corpus(rows_in, args.docs, 1, csv1)
         facts: dict[tuple[str, int], Facts] = {}
         for strategy in ("head", "head_tail", "chunk"):
@@ -467,20 +470,22 @@ def main(argv: list[str] | None = None) -> int:
         notes: list[str] = []
         for k, c in enumerate(CONTENDERS):
             csv_path = csv1
-            if c.scale > 1:
+            if c.scale != 1:
                 if args.quick:
-                    notes.append(f"{SCALE}x row skipped (--quick).")
+                    if c.scale == SCALE:
+                        notes.append("scale pair skipped (--quick).")
                     continue
                 base = results.get("ours-head")
-                estimate = base.seconds * c.scale if base else float("inf")
+                repeat = max(c.scale, 1)
+                estimate = (base.seconds * args.scale_docs * repeat / base.documents) if base else float("inf")
                 elapsed = time.perf_counter() - started
                 if elapsed + estimate > args.budget:
-                    notes.append(f"{SCALE}x row skipped: estimated {estimate:.0f} s after {elapsed:.0f} s "
-                                 f"would pass --budget {args.budget:.0f} s (lower --docs, or raise --budget).")
+                    notes.append(f"scale pair {repeat}x row skipped: estimated {estimate:.0f} s after {elapsed:.0f} s "
+                                 f"would pass --budget {args.budget:.0f} s (lower --scale-docs, or raise --budget).")
                     continue
-                build_corpus(rows_in, args.docs, c.scale, csv10)
-                facts[("head", c.scale)] = corpus_facts(csv10, "head")
-                csv_path = csv10
+                csv_path = work / f"scale_{repeat}x.csv"
+                build_corpus(rows_in, args.scale_docs, repeat, csv_path)
+                facts[("head", c.scale)] = corpus_facts(csv_path, "head")
             tag = f"{c.worker}-{c.strategy}-{c.quantize}-{c.scale}x" + ("-ray" if c.engine == "ray" else "")
             load = os.getloadavg()[0]
             print(f"[{time.perf_counter() - started:5.0f} s] {c.name} ...", end=" ", flush=True)
@@ -525,15 +530,19 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"--engine ray (one worker, local Ray started inside the timed region) took "
                          f"{on_ray.seconds - ours.seconds:+.1f} s ({on_ray.seconds / ours.seconds - 1:+.0%}) over the "
                          f"local engine on the same documents ({on_ray.seconds:.1f} s vs {ours.seconds:.1f} s).")
-        big = results.get(f"ours-head-none-{SCALE}x")
+        small, big = results.get("ours-head-none-0x"), results.get(f"ours-head-none-{SCALE}x")
         scale_md = ""
-        if ours and big:
-            scale_md = ("\n\n| corpus | documents | model tokens | wall s | s per 1,000 tokens | peak RSS (MB) |\n"
-                        "|---|---:|---:|---:|---:|---:|\n")
-            for label, r in (("1x", ours), (f"{SCALE}x", big)):
+        if small and big:
+            scale_md = (f"\n\nScale pair ({args.scale_docs} documents, then the same {SCALE} times; `--strategy head`):\n\n"
+                        "| corpus | documents | model tokens | wall s | s per 1,000 tokens | CPU s per 1,000 tokens "
+                        "| peak RSS (MB) |\n|---|---:|---:|---:|---:|---:|---:|\n")
+            for label, r in (("1x", small), (f"{SCALE}x", big)):
                 scale_md += (f"| {label} | {r.documents:,} | {r.window_tokens:,} | {fmt(r.seconds)} | "
-                             f"{r.seconds / r.window_tokens * 1000:.3f} | {fmt(r.peak_rss_mb, 0)} |\n")
-            scale_md = scale_md.rstrip("\n")
+                             f"{r.seconds / r.window_tokens * 1000:.3f} | {r.cpu_seconds / r.window_tokens * 1000:.3f} | "
+                             f"{fmt(r.peak_rss_mb, 0)} |\n")
+            per = [r.seconds / r.window_tokens for r in (small, big)]
+            scale_md += (f"\n{SCALE}x / 1x: seconds per 1,000 tokens {per[1] / per[0]:.2f}, peak RSS "
+                         f"{big.peak_rss_mb / small.peak_rss_mb:.2f}.")
         total = time.perf_counter() - started
         notes.append(f"1-minute load average: {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end, "
                      f"on {os.cpu_count()} cores (above the core count, other jobs shared the CPUs).")

@@ -6,7 +6,10 @@ across blocks; windows of all documents of a block share batches.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -147,6 +150,7 @@ class Extractor:
             if token_level:
                 for key, value in zip(token_cols, tokens or (None, None, None, None)):
                     token_cols[key].append(value)
+        release_free_heap()
         self.stats.documents += n
         self.stats.tokens += sum(d.n_tokens for d in prep.docs)
         self.stats.windows += len(prep.windows)
@@ -168,6 +172,29 @@ class Extractor:
             for name, items in token_cols.items():
                 cols[name] = _list_array(items, schema.field(name).type)
         return pa.Table.from_pydict(cols, schema=schema)
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's malloc_trim, or None (another C library: musl, macOS, Windows)."""
+    name = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except OSError:
+        return None
+
+
+def release_free_heap() -> None:
+    """Give freed heap pages back to the OS once per block: glibc ``malloc_trim(0)`` (malloc_trim(3)).
+
+    Why: after torch frees its large activation buffers, glibc raises its dynamic mmap threshold and
+    serves later ones from the heap, which then fragments; peak RSS crept up with the number of blocks
+    (1,440 MB after 3,000 documents against 1,248 MB with this call, default model, 256-row blocks).
+    A no-op where the C library is not glibc.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _fixed_list(values: np.ndarray, valid: np.ndarray, list_type: pa.FixedSizeListType) -> pa.Array:

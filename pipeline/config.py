@@ -231,6 +231,13 @@ class RayConfig:
             raise ConfigError(f"--gpus-per-worker={self.gpus_per_worker} must be >= 0 (0: CPU actors)")
         if self.cpus_per_worker is not None and self.cpus_per_worker <= 0:
             raise ConfigError(f"--cpus-per-worker={self.cpus_per_worker} must be > 0")
+        if self.engine == "local":
+            given = [flag for flag, value, default in (
+                ("--ray-address", self.ray_address, None), ("--workers", self.workers, 1),
+                ("--gpus-per-worker", self.gpus_per_worker, 0.0), ("--cpus-per-worker", self.cpus_per_worker, None),
+            ) if value != default]
+            if given:
+                raise ConfigError(f"{', '.join(given)} only apply to --engine ray; add --engine ray, or drop them")
 
 
 @dataclass(frozen=True)

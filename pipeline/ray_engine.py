@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import shutil
+import socket
 import time
 import warnings
 import zlib
@@ -35,10 +36,10 @@ import pyarrow.parquet as pq
 
 from .block import Extractor, feature_dim, resolve_config
 from .config import PipelineConfig, ReadConfig
-from .errors import ConfigError, PipelineError, RunError
+from .errors import ConfigError, InputError, PipelineError, RunError
 from .read import CorpusScan, _records
 from .run import Summary, _fail_on_row_error, check
-from .write import MANIFEST, FileSink, PartsSink, open_sink, output_schema
+from .write import MANIFEST, FileSink, PartsSink, open_sink, output_schema, remove_stale_partials
 
 ROW = "__longbert_row"          # input row number (0-based across all inputs), carried beside the output
 TEXT_CRC = "__longbert_crc"     # crc32 of the row's text as Ray read it, checked against the input scan
@@ -143,6 +144,27 @@ def _prepare_work(work: Path, fingerprint: dict, resume: bool) -> int:
     return 0
 
 
+def check_address(address: str | None, timeout_s: float = 5.0) -> None:
+    """A HOST:PORT --ray-address must accept a TCP connection within ``timeout_s`` seconds (ray.init
+    retries an unreachable address for minutes); None, "auto" and ray:// addresses are left to Ray.
+
+    Raises:
+        ConfigError: the address is malformed or nothing listens there.
+    """
+    if address is None or address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--ray-address={address!r} is not HOST:PORT or 'auto'; pass the address that "
+                          "`ray start --head` printed (e.g. 10.0.0.5:6379) or 'auto' on a cluster node")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise ConfigError(f"--ray-address={address!r}: nothing answers there ({err.strerror or err}); start a "
+                          "cluster with `ray start --head`, pass the address it printed, or leave "
+                          "--ray-address out to start a local Ray") from None
+
+
 def _start_ray(ray, cfg: PipelineConfig) -> tuple[bool, float]:
     """Connect to (or start) Ray; returns (whether we started it, CPUs per worker).
 
@@ -150,13 +172,15 @@ def _start_ray(ray, cfg: PipelineConfig) -> tuple[bool, float]:
     their own beside the actors, or the read waits forever for a CPU the actor pool holds.
 
     Raises:
-        ConfigError: --ray-address cannot be reached.
+        ConfigError: --ray-address cannot be joined (unreachable, or its token authentication refuses
+            us), or no node has the CPUs and GPUs one worker asks for (Ray would wait forever).
     """
     workers = cfg.ray.workers
     cores = os.cpu_count() or 1
     if ray.is_initialized():
         started = False
     else:
+        check_address(cfg.ray.ray_address)
         kwargs = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
         if cfg.ray.ray_address is None:
             cpus = cfg.ray.cpus_per_worker or max(1, cores // workers)
@@ -164,14 +188,41 @@ def _start_ray(ray, cfg: PipelineConfig) -> tuple[bool, float]:
         try:
             ray.init(address=cfg.ray.ray_address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as err:
-            raise ConfigError(f"--ray-address={cfg.ray.ray_address!r}: cannot join Ray ({err}); start a "
-                              "cluster with `ray start --head`, or leave --ray-address out to start a "
-                              "local Ray") from None
+            hint = ("start a cluster with `ray start --head`, or leave --ray-address out to start a local Ray")
+            if "auth" in str(err).lower() or "token" in str(err).lower():
+                hint = ("the cluster uses Ray's token authentication: give this process the cluster's token "
+                        "(RAY_AUTH_TOKEN, see docs.ray.io ray-security/token-auth), or run from a cluster "
+                        "node with --ray-address auto")
+            raise ConfigError(f"--ray-address={cfg.ray.ray_address!r}: cannot join Ray ({_first_line(err)}); "
+                              f"{hint}") from None
         started = True
     if cfg.ray.cpus_per_worker is not None:
-        return started, cfg.ray.cpus_per_worker
-    local = cfg.ray.ray_address is None
-    return started, float(max(1, cores // workers)) if local else 1.0
+        cpus = cfg.ray.cpus_per_worker
+    else:
+        cpus = float(max(1, cores // workers)) if cfg.ray.ray_address is None else 1.0
+    try:
+        _check_resources(ray, cpus, cfg.ray.gpus_per_worker)
+    except ConfigError:
+        if started:
+            ray.shutdown()
+        raise
+    return started, cpus
+
+
+def _check_resources(ray, cpus: float, gpus: float) -> None:
+    """Some alive node must hold one worker's CPUs and GPUs, else ConfigError (Ray would wait forever).
+    Workers beyond what the cluster holds at once simply wait for a free slot."""
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    if any(n.get("CPU", 0) >= cpus and n.get("GPU", 0) >= gpus for n in nodes):
+        return
+    have = ", ".join(f"{n.get('CPU', 0):g} CPU / {n.get('GPU', 0):g} GPU" for n in nodes) or "no alive node"
+    raise ConfigError(f"no Ray node has the {cpus:g} CPUs and {gpus:g} GPUs one worker asks for (nodes: {have}); "
+                      "lower --cpus-per-worker / --gpus-per-worker, or add such a node to the cluster")
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _dataset(ray, cfg: PipelineConfig, corpus: CorpusScan, cpus: float):
@@ -287,7 +338,11 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
             --resume the work directory ``.NAME.ray/`` keeps the finished rows).
     """
     started = time.perf_counter()
-    cfg, tokenizer, corpus = check(cfg)
+    try:
+        cfg, tokenizer, corpus = check(cfg)
+    except InputError as err:  # the scan's hint to skip bad lines does not hold for Ray (check_ray)
+        raise InputError(str(err).replace("or pass --on-bad-lines skip to drop such lines",
+                                          "or drop them with --engine local --on-bad-lines skip")) from None
     check_ray(cfg, corpus)
     cfg, _, hidden = resolve_config(cfg, tokenizer)
     dim, token_dim = feature_dim(cfg, hidden)
@@ -371,6 +426,7 @@ def _finish(cfg: PipelineConfig, schema: pa.Schema, fingerprint: dict, corpus: C
                 row += 1
     keys = _row_keys(parts, crc, id_rows)
     output = Path(cfg.write.output)
+    remove_stale_partials(output)
     staging = output.parent / f".{output.name}.{os.getpid()}.partial"
     sink = PartsSink(staging, schema, fingerprint) if cfg.write.is_directory else FileSink(output, schema)
     try:

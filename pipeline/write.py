@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -85,6 +86,30 @@ def output_schema(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: i
     return pa.schema(fields, metadata=meta)
 
 
+def remove_stale_partials(path: Path) -> None:
+    """Remove ``.NAME.PID.partial`` files or folders beside ``path`` left by a killed run (its PID is
+    gone); those of a run still alive are kept."""
+    prefix = f".{path.name}."
+    for stale in path.parent.glob(f"{prefix}*.partial"):
+        pid = stale.name[len(prefix):-len(".partial")]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @dataclass
 class FileSink:
     """One parquet file, written row group by row group to a hidden temporary sibling
@@ -102,6 +127,7 @@ class FileSink:
     def open(self) -> int:
         """Create the temporary file; returns the row to start from (always 0 for a file)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_partials(self.path)
         self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.partial")
         self._writer = pq.ParquetWriter(self._tmp, self.schema)
         return 0

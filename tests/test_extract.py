@@ -183,6 +183,7 @@ def test_config_file_values_and_command_line_wins(runner, tiny_model_dir, tmp_pa
     (["--layers", "-9"], "Error: --layers contains -9, but the model has 2 layers"),
     (["--resume"], "Error: --resume needs a directory output of numbered parts"),
     (["--engine", "spark"], "'spark' is not one of 'local', 'ray'"),
+    (["--workers", "2", "--ray-address", "auto"], "--ray-address, --workers only apply to --engine ray"),
 ])
 def test_bad_options_exit_2_and_write_nothing(runner, tiny_model_dir, tmp_path, args, message):
     src = write_csv(tmp_path / "in.csv", [{"text": "w1"}])
@@ -198,3 +199,17 @@ def test_unknown_strategy_is_a_usage_error(runner, tmp_path):
     result = invoke(runner, ["extract", src, "--strategy", "middle"])
     assert result.exit_code == 2
     assert "Invalid value for '--strategy': 'middle' is not one of 'head', 'tail', 'head_tail'" in result.output
+
+
+def test_a_killed_runs_partial_file_is_removed_by_the_next_run(runner, tiny_model_dir, tmp_path):
+    """A SIGKILL leaves .NAME.PID.partial; the next run removes it when that PID is gone, not while it lives."""
+    import os
+    src = write_csv(tmp_path / "in.csv", [{"text": "w1 w2"}])
+    dead = tmp_path / ".out.parquet.999999999.partial"       # above pid_max: no such process
+    alive = tmp_path / f".out.parquet.{os.getppid()}.partial"  # a live process's
+    for stale in (dead, alive):
+        stale.write_bytes(b"PAR1")
+    result = invoke(runner, ["extract", src, "-o", tmp_path / "out.parquet", "--model", tiny_model_dir, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert not dead.exists() and alive.exists()
+    assert (tmp_path / "out.parquet").exists()

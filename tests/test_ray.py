@@ -150,12 +150,32 @@ def test_bad_option_fails_before_ray_starts(tiny_model_dir, tmp_path, runner, mo
     assert not (tmp_path / "out").exists() and not (tmp_path / ".out.ray").exists()
 
 
+def test_unreachable_address_and_missing_resources_exit_2(ray_address, tiny_model_dir, tmp_path, runner):
+    """Ray would retry a dead address for minutes and wait forever for a GPU no node has."""
+    from pipeline.errors import ConfigError
+    from pipeline.ray_engine import check_address
+
+    with pytest.raises(ConfigError, match="nothing answers there"):
+        check_address("127.0.0.1:1")
+    with pytest.raises(ConfigError, match="is not HOST:PORT"):
+        check_address("my-cluster")
+    check_address(ray_address)                                       # the live one answers
+    path = write_csv(tmp_path / "in.csv", [{"text": "w1 w2"}])
+    result = invoke(runner, ["extract", path, "--model", tiny_model_dir, "--engine", "ray", "--gpus-per-worker", "1",
+                             "-o", tmp_path / "o.parquet"])
+    assert result.exit_code == 2, result.output
+    assert "no Ray node has the 2 CPUs and 1 GPUs one worker asks for (nodes: 4 CPU / 0 GPU)" in result.output
+    assert list(tmp_path.iterdir()) == [path]
+
+
 def test_ray_refuses_skipped_lines(tiny_model_dir, tmp_path, runner):
     path = tmp_path / "bad.csv"
     path.write_text("id,text\n1,w1 w2\n2,w3,extra\n3,w4\n")
     result = invoke(runner, ["extract", path, "--model", tiny_model_dir, "--engine", "ray",
                              "--on-bad-lines", "skip", "-o", tmp_path / "o.parquet"])
     assert result.exit_code == 2 and "1 malformed CSV lines" in result.output
+    strict = invoke(runner, ["extract", path, "--model", tiny_model_dir, "--engine", "ray", "-o", tmp_path / "o.parquet"])
+    assert strict.exit_code == 2 and "or drop them with --engine local --on-bad-lines skip" in strict.output
 
 
 def test_ray_strict_row_error_leaves_no_output(ray_address, tiny_model_dir, tmp_path, runner):
