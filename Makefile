@@ -31,7 +31,7 @@ test: install-test
 	$(BIN)/python -m pytest -q
 
 # Issue 4's benchmark, about 10 minutes on 2 cores: one markdown table, also written to bench/results.md.
-# Shorter: make bench BENCH_ARGS="--docs 100 --quick" (--quick skips the scale pair: 100 and 1,000 documents).
+# Shorter: make bench BENCH_ARGS="--docs 100 --quick" (--quick skips the scale pair: 150 and 1,500 documents).
 bench: install
 	$(BIN)/python -c "import sentence_transformers, ray.data" 2>/dev/null || $(PIP) install -e '.[bench,ray]'
 	$(BIN)/python bench/run_bench.py $(BENCH_ARGS)

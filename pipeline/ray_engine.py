@@ -293,7 +293,7 @@ def _in_input_order(parts: list[Path], keys: list[np.ndarray], block_rows: int, 
     part_of = np.repeat(np.arange(len(parts)), counts)[order]          # (n,)
     offset = (np.arange(allkeys.shape[0]) - np.repeat(np.cumsum(counts) - counts, counts))[order]
     last_use = np.zeros(len(parts), dtype=np.int64)
-    last_use[part_of] = np.arange(part_of.shape[0])                    # last output position per part
+    np.maximum.at(last_use, part_of, np.arange(part_of.shape[0]))      # last output position per part
     cache: dict[int, pa.Table] = {}
     for start in range(0, part_of.shape[0], block_rows):
         stop = min(start + block_rows, part_of.shape[0])
