@@ -312,14 +312,22 @@ def _in_input_order(parts: list[Path], keys: list[np.ndarray], block_rows: int, 
 
 
 def _output_done(cfg: PipelineConfig, fingerprint: dict) -> int | None:
-    """Rows of a complete DIR/ output of the same run, when --resume finds one (then nothing is redone)."""
+    """Rows of a complete DIR/ output of the same run, when --resume finds one (then nothing is redone).
+
+    Raises:
+        ConfigError: --resume (without --overwrite) over a DIR/ run of other options or inputs, as the
+            local engine does; it is never replaced without --overwrite.
+    """
     manifest = Path(cfg.write.output) / MANIFEST
-    if not (cfg.write.resume and cfg.write.is_directory and manifest.exists()):
+    if not (cfg.write.resume and not cfg.write.overwrite and cfg.write.is_directory and manifest.exists()):
         return None
     old = json.loads(manifest.read_text())
-    same = old.get("fingerprint", {}).get("config") == fingerprint["config"] and \
-        old.get("fingerprint", {}).get("inputs") == fingerprint["inputs"]
-    return old["rows"] if old.get("complete") and same else None
+    changed = [k for k in ("config", "inputs") if old.get("fingerprint", {}).get(k) != fingerprint[k]]
+    if changed:
+        what = " and ".join({"config": "the options", "inputs": "the input files"}[k] for k in changed)
+        raise ConfigError(f"--resume: {what} differ from the run that wrote {cfg.write.output}; run with the "
+                          "same options and inputs, or pass --overwrite to start again")
+    return old["rows"] if old.get("complete") else None
 
 
 def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summary:

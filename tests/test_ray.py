@@ -24,7 +24,7 @@ import pytest
 from conftest import CASES, invoke, words, write_csv
 
 os.environ["RAY_AUTH_MODE"] = "disabled"
-ray = pytest.importorskip("ray", reason="make test installs the ray extra; pip install '.[ray]'")
+import ray  # noqa: E402 - make test installs the ray extra; a missing one fails here, not silently skips
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 REPO = Path(__file__).resolve().parents[1]
@@ -241,3 +241,6 @@ def test_kill_and_resume_equals_uninterrupted(ray_address, tmp_path, runner):
     assert_same_output(read_output(tmp_path / "local.parquet"), read_output(out))
     again = invoke(runner, ["extract", *common, "--engine", "ray", "--resume", "-o", f"{out}/"])
     assert again.exit_code == 0 and "already complete" in again.output
+    other = invoke(runner, ["extract", *common, "--engine", "ray", "--resume", "--strategy", "head", "-o", f"{out}/"])
+    assert other.exit_code == 2 and "--resume: the options differ" in other.output   # never replaced silently
+    assert_same_output(read_output(tmp_path / "local.parquet"), read_output(out))
