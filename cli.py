@@ -110,7 +110,9 @@ def main() -> None:
 @click.option("--overwrite", is_flag=True, default=None, help="Replace an existing output.")
 @click.option("--resume", is_flag=True, default=None,
               help="Continue a DIR/ output after its last finished part (--engine ray: needs a unique --id-col).")
-@click.option("--strict", is_flag=True, default=None, help="Exit 1 at the first row that cannot be embedded.")
+@click.option("--strict", is_flag=True, default=None,
+              help="Exit 1 at the first row that cannot be embedded (--engine ray: checked before the output is "
+                   "written).")
 @click.option("--progress/--no-progress", default=None, help="Show the progress bar.  [default: on]")
 @click.option("--engine", type=click.Choice(ENGINES), default=None, help="local or ray.  [default: local]")
 @click.option("--ray-address", default=None, help="ray: 'auto' or an address to join; default starts a local Ray.")
@@ -139,9 +141,12 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
     except PipelineError as err:
         _fail(err)
     except KeyboardInterrupt:
-        kept = ("with --resume, the rows already written stay in the hidden .NAME.ray/ beside the output for "
-                "the next --resume run" if options.get("engine") == "ray"
-                else "a DIR/ output keeps its finished parts for --resume")
+        if options.get("engine") == "ray":
+            kept = ("the rows already written stay in the hidden .NAME.ray/ beside the output for the next "
+                    "--resume run" if options.get("resume") else "rerun the same command; add --resume "
+                    "(with --id-col) to keep finished rows next time")
+        else:
+            kept = "a DIR/ output keeps its finished parts for --resume"
         click.echo(f"Interrupted: no output was completed ({kept}).", err=True)
         sys.exit(130)
     click.echo(summary.line())

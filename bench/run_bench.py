@@ -143,7 +143,13 @@ def corpus_facts(csv_path: Path, strategy: str) -> Facts:
 
 
 def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB -> MiB
+    """Peak RSS of this worker's own memory map (VmHWM). getrusage's ru_maxrss would keep the
+    high-water mark of the forked copy of the parent across exec."""
+    try:
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024  # kB -> MiB
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux: KiB -> MiB
 
 
 def _cpu() -> float:

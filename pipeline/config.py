@@ -237,7 +237,8 @@ class RayConfig:
                 ("--gpus-per-worker", self.gpus_per_worker, 0.0), ("--cpus-per-worker", self.cpus_per_worker, None),
             ) if value != default]
             if given:
-                raise ConfigError(f"{', '.join(given)} only apply to --engine ray; add --engine ray, or drop them")
+                verb, them = ("applies", "it") if len(given) == 1 else ("apply", "them")
+                raise ConfigError(f"{', '.join(given)} {verb} only to --engine ray; add --engine ray, or drop {them}")
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,9 @@ def _start_ray(ray, cfg: PipelineConfig) -> tuple[bool, float]:
     """
     workers = cfg.ray.workers
     cores = os.cpu_count() or 1
+    if cfg.ray.ray_address is None and not ray.is_initialized() and (cfg.ray.cpus_per_worker or 0) > cores:
+        raise ConfigError(f"--cpus-per-worker={cfg.ray.cpus_per_worker:g}, but this machine has {cores} cores for "
+                          f"the local Ray; use --cpus-per-worker {cores} or less, or join a cluster with --ray-address")
     if ray.is_initialized():
         started = False
     else:
@@ -188,11 +191,10 @@ def _start_ray(ray, cfg: PipelineConfig) -> tuple[bool, float]:
         try:
             ray.init(address=cfg.ray.ray_address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as err:
-            hint = ("start a cluster with `ray start --head`, or leave --ray-address out to start a local Ray")
-            if "auth" in str(err).lower() or "token" in str(err).lower():
-                hint = ("the cluster uses Ray's token authentication: give this process the cluster's token "
-                        "(RAY_AUTH_TOKEN, see docs.ray.io ray-security/token-auth), or run from a cluster "
-                        "node with --ray-address auto")
+            hint = ("if a cluster runs there, it may use Ray's token authentication (the default since Ray "
+                    "2.5x): run from one of its nodes with --ray-address auto, or give this process the "
+                    "cluster's token (RAY_AUTH_TOKEN, see docs.ray.io ray-security/token-auth); otherwise "
+                    "start a cluster with `ray start --head`, or leave --ray-address out to start a local Ray")
             raise ConfigError(f"--ray-address={cfg.ray.ray_address!r}: cannot join Ray ({_first_line(err)}); "
                               f"{hint}") from None
         started = True
@@ -350,7 +352,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
         cfg, tokenizer, corpus = check(cfg)
     except InputError as err:  # the scan's hint to skip bad lines does not hold for Ray (check_ray)
         raise InputError(str(err).replace("or pass --on-bad-lines skip to drop such lines",
-                                          "or drop them with --engine local --on-bad-lines skip")) from None
+                                          "or skip such lines with --engine local --on-bad-lines skip")) from None
     check_ray(cfg, corpus)
     cfg, _, hidden = resolve_config(cfg, tokenizer)
     dim, token_dim = feature_dim(cfg, hidden)

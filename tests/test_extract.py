@@ -183,7 +183,7 @@ def test_config_file_values_and_command_line_wins(runner, tiny_model_dir, tmp_pa
     (["--layers", "-9"], "Error: --layers contains -9, but the model has 2 layers"),
     (["--resume"], "Error: --resume needs a directory output of numbered parts"),
     (["--engine", "spark"], "'spark' is not one of 'local', 'ray'"),
-    (["--workers", "2", "--ray-address", "auto"], "--ray-address, --workers only apply to --engine ray"),
+    (["--workers", "2", "--ray-address", "auto"], "--ray-address, --workers apply only to --engine ray"),
 ])
 def test_bad_options_exit_2_and_write_nothing(runner, tiny_model_dir, tmp_path, args, message):
     src = write_csv(tmp_path / "in.csv", [{"text": "w1"}])

@@ -175,7 +175,7 @@ def test_ray_refuses_skipped_lines(tiny_model_dir, tmp_path, runner):
                              "--on-bad-lines", "skip", "-o", tmp_path / "o.parquet"])
     assert result.exit_code == 2 and "1 malformed CSV lines" in result.output
     strict = invoke(runner, ["extract", path, "--model", tiny_model_dir, "--engine", "ray", "-o", tmp_path / "o.parquet"])
-    assert strict.exit_code == 2 and "or drop them with --engine local --on-bad-lines skip" in strict.output
+    assert strict.exit_code == 2 and "or skip such lines with --engine local --on-bad-lines skip" in strict.output
 
 
 def test_ray_strict_row_error_leaves_no_output(ray_address, tiny_model_dir, tmp_path, runner):
@@ -244,3 +244,16 @@ def test_kill_and_resume_equals_uninterrupted(ray_address, tmp_path, runner):
     other = invoke(runner, ["extract", *common, "--engine", "ray", "--resume", "--strategy", "head", "-o", f"{out}/"])
     assert other.exit_code == 2 and "--resume: the options differ" in other.output   # never replaced silently
     assert_same_output(read_output(tmp_path / "local.parquet"), read_output(out))
+
+
+def test_more_cpus_per_worker_than_cores_exits_2_before_a_local_ray_starts(tiny_model_dir, tmp_path):
+    """A local Ray is sized to fit the workers, so a CPU count this machine lacks is refused up front
+    (in a fresh process: this module's Ray is already running here)."""
+    path = write_csv(tmp_path / "in.csv", [{"text": "w1 w2"}])
+    cores = os.cpu_count()
+    out = subprocess.run([sys.executable, str(REPO / "cli.py"), "extract", str(path), "--model", str(tiny_model_dir),
+                          "--engine", "ray", "--cpus-per-worker", str(cores + 1), "-o", str(tmp_path / "o.parquet")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr
+    assert f"--cpus-per-worker={cores + 1}, but this machine has {cores} cores" in out.stderr
+    assert "Traceback" not in out.stderr and sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
