@@ -115,6 +115,16 @@ def test_plan_batches_longest_first_within_budget():
     assert plan_batches([600, 2], 8, 100) == [[0], [1]]
 
 
+def test_plan_batches_closes_a_full_enough_batch_before_a_much_shorter_window():
+    # 4 x 512 = 2,048 padded tokens: 400 (22% shorter) starts a new batch; 470 (8% shorter) would not
+    assert plan_batches([512] * 4 + [400] * 4, 8, 8192) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert plan_batches([512] * 4 + [470] * 4, 8, 8192) == [list(range(8))]
+    # 3 x 512 = 1,536 tokens is not yet worth closing: the first 400 joins; then 4 x 512 is, and the next starts anew
+    assert plan_batches([512] * 3 + [400] * 2, 8, 8192) == [[0, 1, 2, 3], [4]]
+    # short windows are never split by it: 32 x 60 = 1,920 tokens
+    assert plan_batches(list(range(60, 28, -1)), 32, 16384) == [list(range(32))]
+
+
 def test_empty_rows_get_null_features_and_error(runner, tiny_model_dir, tmp_path):
     rows = [{"text": ""}, {"text": "   "}, {"text": "\u200b\u200b"}, {"text": words(3)}]
     df, _, result = extract(runner, tiny_model_dir, tmp_path, rows)
