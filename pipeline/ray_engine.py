@@ -39,7 +39,8 @@ from .config import PipelineConfig, ReadConfig
 from .errors import ConfigError, InputError, PipelineError, RunError
 from .read import CorpusScan, _records
 from .run import Summary, _fail_on_row_error, check
-from .write import MANIFEST, FileSink, PartsSink, open_sink, output_schema, remove_stale_partials
+from .write import (MANIFEST, FileSink, PartsSink, check_same_run, open_sink, output_schema,
+                    remove_stale_partials)
 
 ROW = "__longbert_row"          # input row number (0-based across all inputs), carried beside the output
 TEXT_CRC = "__longbert_crc"     # crc32 of the row's text as Ray read it, checked against the input scan
@@ -133,9 +134,7 @@ def _prepare_work(work: Path, fingerprint: dict, resume: bool) -> int:
     state = work / WORK_STATE
     old = json.loads(state.read_text()) if resume and state.exists() else {}
     if old.get("resume"):  # only a --resume run has Ray checkpoints to continue from
-        if old.get("fingerprint") != fingerprint:
-            raise ConfigError(f"--resume: the options or input files differ from the run that wrote {work}; run "
-                              "with the same options and inputs, or pass --overwrite to start again")
+        check_same_run(old.get("fingerprint", {}), fingerprint, work)
         parts = sorted((work / "parts").glob("*.parquet"))
         return sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
     shutil.rmtree(work, ignore_errors=True)
@@ -177,7 +176,12 @@ def _start_ray(ray, cfg: PipelineConfig) -> tuple[bool, float]:
     """
     workers = cfg.ray.workers
     cores = os.cpu_count() or 1
-    if cfg.ray.ray_address is None and not ray.is_initialized() and (cfg.ray.cpus_per_worker or 0) > cores:
+    local = cfg.ray.ray_address is None
+    if cfg.ray.cpus_per_worker is not None:
+        cpus = cfg.ray.cpus_per_worker
+    else:
+        cpus = float(max(1, cores // workers)) if local else 1.0
+    if local and not ray.is_initialized() and (cfg.ray.cpus_per_worker or 0) > cores:
         raise ConfigError(f"--cpus-per-worker={cfg.ray.cpus_per_worker:g}, but this machine has {cores} cores for "
                           f"the local Ray; use --cpus-per-worker {cores} or less, or join a cluster with --ray-address")
     if ray.is_initialized():
@@ -185,8 +189,7 @@ def _start_ray(ray, cfg: PipelineConfig) -> tuple[bool, float]:
     else:
         check_address(cfg.ray.ray_address)
         kwargs = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
-        if cfg.ray.ray_address is None:
-            cpus = cfg.ray.cpus_per_worker or max(1, cores // workers)
+        if local:
             kwargs["num_cpus"] = max(cores, math.ceil(workers * cpus) + 2)
         try:
             ray.init(address=cfg.ray.ray_address, **kwargs)
@@ -198,10 +201,6 @@ def _start_ray(ray, cfg: PipelineConfig) -> tuple[bool, float]:
             raise ConfigError(f"--ray-address={cfg.ray.ray_address!r}: cannot join Ray ({_first_line(err)}); "
                               f"{hint}") from None
         started = True
-    if cfg.ray.cpus_per_worker is not None:
-        cpus = cfg.ray.cpus_per_worker
-    else:
-        cpus = float(max(1, cores // workers)) if cfg.ray.ray_address is None else 1.0
     try:
         _check_resources(ray, cpus, cfg.ray.gpus_per_worker)
     except ConfigError:
@@ -324,11 +323,7 @@ def _output_done(cfg: PipelineConfig, fingerprint: dict) -> int | None:
     if not (cfg.write.resume and not cfg.write.overwrite and cfg.write.is_directory and manifest.exists()):
         return None
     old = json.loads(manifest.read_text())
-    changed = [k for k in ("config", "inputs") if old.get("fingerprint", {}).get(k) != fingerprint[k]]
-    if changed:
-        what = " and ".join({"config": "the options", "inputs": "the input files"}[k] for k in changed)
-        raise ConfigError(f"--resume: {what} differ from the run that wrote {cfg.write.output}; run with the "
-                          "same options and inputs, or pass --overwrite to start again")
+    check_same_run(old.get("fingerprint", {}), fingerprint, cfg.write.output)
     return old["rows"] if old.get("complete") else None
 
 

@@ -86,6 +86,20 @@ def output_schema(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: i
     return pa.schema(fields, metadata=meta)
 
 
+def check_same_run(old: dict, new: dict, path: Path | str) -> None:
+    """--resume may only continue a run of the same options and input bytes (fingerprints as
+    ``{"config": ..., "inputs": ...}``).
+
+    Raises:
+        ConfigError: naming what differs from the run that wrote ``path``.
+    """
+    changed = [k for k in ("config", "inputs") if old.get(k) != new[k]]
+    if changed:
+        what = " and ".join({"config": "the options", "inputs": "the input files"}[k] for k in changed)
+        raise ConfigError(f"--resume: {what} differ from the run that wrote {path}; run with the same options "
+                          "and inputs, or pass --overwrite to start again")
+
+
 def remove_stale_partials(path: Path) -> None:
     """Remove ``.NAME.PID.partial`` files or folders beside ``path`` left by a killed run (its PID is
     gone); those of a run still alive are kept."""
@@ -186,11 +200,7 @@ class PartsSink:
         manifest = self.path / MANIFEST
         if self.resume and manifest.exists():
             old = json.loads(manifest.read_text())
-            changed = [k for k in ("config", "inputs") if old.get("fingerprint", {}).get(k) != self.fingerprint[k]]
-            if changed:
-                what = " and ".join({"config": "the options", "inputs": "the input files"}[k] for k in changed)
-                raise ConfigError(f"--resume: {what} differ from the run that wrote {self.path}; run with the "
-                                  "same options and inputs, or pass --overwrite to start again")
+            check_same_run(old.get("fingerprint", {}), self.fingerprint, self.path)
             self.parts = [p for p in old["parts"] if (self.path / p["file"]).exists()]
             self.rows = sum(p["rows"] for p in self.parts)
             if old.get("complete") and len(self.parts) == len(old["parts"]):
