@@ -78,6 +78,7 @@ def read_options(func):
 
 def _build(**options: Any) -> PipelineConfig:
     options["keep_cols"] = options.get("keep_cols") or None
+    options["features"] = options.get("features") or None
     return PipelineConfig.from_options(**options)
 
 
@@ -101,6 +102,10 @@ def main() -> None:
 @click.option("--layers", default=None, help="Hidden-state indices, e.g. -4,-3,-2,-1.  [default: -1]")
 @click.option("--layer-agg", type=click.Choice(LAYER_AGGS), default=None,
               help="How chosen layers combine.  [default: mean]")
+@click.option("--feature", "features", multiple=True,
+              help="STRATEGY:POOLING[:LAYERS[:LAYER_AGG]], repeatable: one column per feature from one pass, "
+                   "e.g. --feature head:cls --feature chunk:mean:-4..-1:concat.  One --feature is the same as "
+                   "--strategy/--pooling/--layers/--layer-agg.")
 @click.option("--aggregate", type=click.Choice(AGGREGATES), default=None,
               help="Windows -> one document vector.  [default: mean]")
 @click.option("--level", type=click.Choice(LEVELS), default=None,
@@ -130,6 +135,7 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
     Example:
         longbert extract examples/corpus.csv --keep-col title -o out/example.parquet
         longbert extract 'data/*.csv' --strategy sliding --overlap 64 -o out/parts/ --resume
+        longbert extract docs.csv --feature head:cls --feature chunk:mean -o out/both.parquet
     """
     try:
         cfg = _build(config_file=config_file, inputs=inputs, **options)

@@ -16,13 +16,14 @@ import numpy as np
 import pyarrow as pa
 
 from .config import PipelineConfig
-from .encode import Encoder, load_tokenizer, model_limits
+from .dedup import WindowPlan, plan_windows
+from .encode import Encoder, load_tokenizer, model_limits, pool_offsets, window_pools
 from .errors import ConfigError
 from .pool import aggregate
 from .segment import covered_tokens, segment
 from .tokenize import tokenize_block
 from .types import TokenizedDoc, Window
-from .write import output_schema
+from .write import feature_columns, output_schema
 
 NON_FINITE = "non-finite features (overflow in half precision, also in the float32 recompute)"
 FP16_OVERFLOW = "features overflow float16 (|x| > 65504); use --out-dtype float32"
@@ -46,8 +47,27 @@ def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig,
                           f"use --max-length {model_max} or less")
     if seg.max_length is None:  # re-validated with the model's size; tail_tokens resolves to C - head
         seg = dataclasses.replace(seg, max_length=model_max)
+    check_features(cfg, seg)
     cfg.pool.check_layers(n_layers)
     return dataclasses.replace(cfg, segment=seg), tok, hidden
+
+
+def check_features(cfg: PipelineConfig, seg) -> None:
+    """With several --feature: each strategy's window options against the window size, and no
+    --keep-col named like a feature column.
+
+    Raises:
+        ConfigError: as SegmentConfig.check_window for that strategy, or a clashing --keep-col.
+    """
+    if not cfg.multi_feature:
+        return
+    for strategy in dict.fromkeys(f.strategy for f in cfg.feature_list()):
+        dataclasses.replace(seg, strategy=strategy)  # __post_init__ runs check_window for this strategy
+    names = {f.name for f in cfg.feature_list()}
+    clash = [c for c in cfg.read.keep_cols if c in names]
+    if clash:
+        raise ConfigError(f"--keep-col {clash[0]!r} clashes with the feature column of that name; rename the "
+                          "column in the CSV or drop that --feature")
 
 
 def feature_dim(cfg: PipelineConfig, hidden: int) -> tuple[int, int]:
@@ -58,11 +78,17 @@ def feature_dim(cfg: PipelineConfig, hidden: int) -> tuple[int, int]:
 
 @dataclass
 class Prepared:
-    """A block after tokenize and segment, before the model."""
+    """A block after tokenize and segment, before the model.
+
+    ``windows`` are the unique windows to encode (pipeline.dedup); ``strategy_windows`` holds every
+    requested strategy's own windows, document by document, and ``plan.index`` maps them to ``windows``.
+    """
 
     block: pa.Table
     docs: list[TokenizedDoc]
     windows: list[Window]
+    strategy_windows: dict[str, list[Window]] | None = None
+    plan: WindowPlan | None = None
 
 
 @dataclass
@@ -71,8 +97,10 @@ class BlockStats:
 
     documents: int = 0
     tokens: int = 0
-    windows: int = 0
+    windows: int = 0             # windows encoded (unique)
     errors: int = 0
+    windows_requested: int = 0   # windows all features asked for, before de-duplication
+    windows_saved: int = 0       # requested - encoded: shared by strategies, or identical token ids
 
 
 class Extractor:
@@ -90,10 +118,16 @@ class Extractor:
     def __init__(self, cfg: PipelineConfig, tokenizer=None, id_type: pa.DataType | None = None):
         self.cfg, self.tokenizer, self.hidden = resolve_config(cfg, tokenizer)
         self.dim, self.token_dim = feature_dim(self.cfg, self.hidden)
+        self.features = self.cfg.feature_list()
+        self.columns = feature_columns(self.cfg, self.hidden)   # [(name, D)], one per feature
         if id_type is None:
             id_type = pa.int64() if cfg.read.id_col is None else pa.string()
         self.schema = output_schema(self.cfg, id_type, self.hidden, self.dim, self.token_dim)
         self.encoder = Encoder.from_config(self.cfg, self.tokenizer)
+        # where each feature's vector lies in the encoder's concatenated window vector
+        offsets = pool_offsets(self.encoder.pools, self.hidden)
+        pool_keys = [(p.pooling, p.layers, p.layer_agg) for p in window_pools(self.cfg)]  # before stop_early
+        self.slices = [offsets[pool_keys.index((f.pooling, f.layers, f.layer_agg))] for f in self.features]
         self.stats = BlockStats()
 
     def __call__(self, block: pa.Table) -> pa.Table:
@@ -105,48 +139,57 @@ class Extractor:
         texts = block.column("text").to_pylist()
         docs = tokenize_block(texts, self.tokenizer, self.cfg.segment.max_tokens_per_doc,
                               with_offsets=self.cfg.pool.level == "token")
-        windows: list[Window] = []
-        for doc in docs:
-            if doc.error is None:
-                windows.extend(segment(doc, self.cfg.segment, self.tokenizer.cls_token_id,
-                                       self.tokenizer.sep_token_id))
-        return Prepared(block, docs, windows)
+        strategy_windows: dict[str, list[Window]] = {}
+        for strategy in dict.fromkeys(f.strategy for f in self.features):
+            seg = self.cfg.segment if strategy == self.cfg.segment.strategy else \
+                dataclasses.replace(self.cfg.segment, strategy=strategy)
+            windows: list[Window] = []
+            for doc in docs:
+                if doc.error is None:
+                    windows.extend(segment(doc, seg, self.tokenizer.cls_token_id, self.tokenizer.sep_token_id))
+            strategy_windows[strategy] = windows
+        plan = plan_windows(list(strategy_windows.values()))
+        return Prepared(block, docs, plan.unique, strategy_windows, plan)
 
     def finish(self, prep: Prepared) -> pa.Table:
-        """Encode the block's windows, pool them per document and build the output table."""
+        """Encode the block's unique windows, pool them per feature and document, build the output table."""
         token_level = self.cfg.pool.level == "token"
         enc = self.encoder.encode(prep.windows, with_tokens=token_level)
         n = len(prep.docs)
-        features = np.zeros((n, self.dim), dtype=np.float32)
+        strategies = list(prep.strategy_windows)
+        index = dict(zip(strategies, prep.plan.index))                     # strategy -> (n_req,) into windows
+        spans = {s: _doc_slices(prep.strategy_windows[s], n) for s in strategies}
+        features = [np.zeros((n, dim), dtype=np.float32) for _, dim in self.columns]
         valid = np.zeros(n, dtype=bool)
         errors: list[str | None] = [d.error for d in prep.docs]
         n_windows = np.zeros(n, dtype=np.int32)
         truncated = np.zeros(n, dtype=bool)
         token_cols: dict[str, list] = {"token_ids": [], "positions": [], "offsets": [], "token_features": []}
-        start = 0
         for doc in prep.docs:
-            count = 0
-            while start + count < len(prep.windows) and prep.windows[start + count].doc == doc.row:
-                count += 1
-            wins = prep.windows[start:start + count]
-            sl = slice(start, start + count)
-            start += count
-            n_windows[doc.row] = count
-            truncated[doc.row] = covered_tokens(wins) < doc.n_tokens
+            wins = {s: prep.strategy_windows[s][spans[s][doc.row]] for s in strategies}
+            rows = {s: index[s][spans[s][doc.row]] for s in strategies}    # (windows of doc,) into enc
+            every = [w for s in strategies for w in wins[s]]
+            n_windows[doc.row] = len({w.spans for w in every})
+            truncated[doc.row] = covered_tokens(every) < doc.n_tokens
             tokens = None
             if doc.error is None:
-                if not enc.finite[sl].all():
+                if not all(enc.finite[rows[s]].all() for s in strategies):
                     errors[doc.row] = NON_FINITE
                 else:
-                    weights = np.array([w.n_content for w in wins], dtype=np.float64)
-                    vec = aggregate(enc.vectors[sl], weights, self.cfg.pool.aggregate)
-                    if self.cfg.write.out_dtype == "float16" and not np.isfinite(vec.astype(np.float16)).all():
+                    vecs = []
+                    for f, (a, b) in zip(self.features, self.slices):
+                        weights = np.array([w.n_content for w in wins[f.strategy]], dtype=np.float64)
+                        vecs.append(aggregate(enc.vectors[rows[f.strategy], a:b], weights, self.cfg.pool.aggregate))
+                    if self.cfg.write.out_dtype == "float16" and not all(np.isfinite(v.astype(np.float16)).all()
+                                                                         for v in vecs):
                         errors[doc.row] = FP16_OVERFLOW
                     else:
-                        features[doc.row] = vec
+                        for col, vec in zip(features, vecs):
+                            col[doc.row] = vec
                         valid[doc.row] = True
                         if token_level:
-                            tokens = token_features(doc, wins, enc.tokens[sl])
+                            s = strategies[0]
+                            tokens = token_features(doc, wins[s], [enc.tokens[i] for i in rows[s]])
             if token_level:
                 for key, value in zip(token_cols, tokens or (None, None, None, None)):
                     token_cols[key].append(value)
@@ -154,6 +197,8 @@ class Extractor:
         self.stats.documents += n
         self.stats.tokens += sum(d.n_tokens for d in prep.docs)
         self.stats.windows += len(prep.windows)
+        self.stats.windows_requested += prep.plan.requested
+        self.stats.windows_saved += prep.plan.saved
         self.stats.errors += sum(e is not None for e in errors)
         return self._table(prep.block, features, valid, errors, prep.docs, n_windows, truncated,
                            token_cols if token_level else None)
@@ -166,12 +211,27 @@ class Extractor:
         cols["n_tokens"] = pa.array([d.n_tokens for d in docs], type=pa.int32())
         cols["n_windows"] = pa.array(n_windows, type=pa.int32())
         cols["truncated"] = pa.array(truncated, type=pa.bool_())
-        cols["features"] = _fixed_list(features, valid, schema.field("features").type)
+        for (name, _), values in zip(self.columns, features):
+            cols[name] = _fixed_list(values, valid, schema.field(name).type)
         cols["error"] = pa.array(errors, type=pa.string())
         if token_cols is not None:
             for name, items in token_cols.items():
                 cols[name] = _list_array(items, schema.field(name).type)
         return pa.Table.from_pydict(cols, schema=schema)
+
+
+def _doc_slices(windows: list[Window], n_docs: int) -> list[slice]:
+    """Per document row, the slice of ``windows`` (grouped by document, in row order) that is its own."""
+    out = [slice(0, 0)] * n_docs
+    start = 0
+    while start < len(windows):
+        row = windows[start].doc
+        end = start
+        while end < len(windows) and windows[end].doc == row:
+            end += 1
+        out[row] = slice(start, end)
+        start = end
+    return out
 
 
 @functools.cache

@@ -167,12 +167,128 @@ class EncodeConfig:
 
 
 @dataclass(frozen=True)
+class Feature:
+    """One requested feature column: a window strategy and how each window becomes a vector.
+
+    Written ``STRATEGY:POOLING[:LAYERS[:LAYER_AGG]]`` on the command line (``--feature``), e.g.
+    ``chunk:cls:-4..-1:concat``; ``name`` is its output column (README "Several features in one run").
+    """
+
+    strategy: Strategy = "head_tail"
+    pooling: Pooling = "mean"
+    layers: tuple[int, ...] = (-1,)        # hidden-state indices, as PoolConfig.layers
+    layer_agg: Literal["mean", "sum", "concat"] = "mean"
+
+    def __post_init__(self) -> None:
+        _check_choice("strategy", self.strategy, STRATEGIES)
+        _check_choice("pooling", self.pooling, POOLINGS)
+        _check_choice("layer_agg", self.layer_agg, LAYER_AGGS)
+        if not self.layers:
+            raise ConfigError("layers is empty; give e.g. -1 or -4..-1")
+        if len(set(self.layers)) != len(self.layers):
+            raise ConfigError(f"layers {format_layers(self.layers)} repeat a layer; name each once")
+        if self.pooling == "pooler" and self.layers != (-1,):
+            raise ConfigError(f"pooling pooler reads the last layer's [CLS] through the pooler, so layers "
+                              f"{format_layers(self.layers)} have no effect; drop the layers or use cls")
+
+    @property
+    def name(self) -> str:
+        """The output column: ``f_STRATEGY_POOLING``, plus ``_L{layers}`` when the layers are not just -1,
+        plus ``_{layer_agg}`` when more than one layer is combined.
+
+        Layers are written as ``A..B`` when they are ascending and consecutive (two or more), else
+        comma-separated in the order given. Example: chunk, cls, (-4, -3, -2, -1), concat ->
+        ``f_chunk_cls_L-4..-1_concat``; head_tail, mean, (-1,) -> ``f_head_tail_mean``;
+        head, max, (-2,) -> ``f_head_max_L-2``.
+        """
+        name = f"f_{self.strategy}_{self.pooling}"
+        if self.layers != (-1,):
+            name += f"_L{compact_layers(self.layers)}"
+        if len(self.layers) > 1:
+            name += f"_{self.layer_agg}"
+        return name
+
+    @property
+    def spec(self) -> str:
+        """The ``--feature`` text that asks for this feature, e.g. ``chunk:cls:-4..-1:concat``."""
+        text = f"{self.strategy}:{self.pooling}"
+        if self.layers != (-1,) or self.layer_agg != "mean":
+            text += f":{compact_layers(self.layers)}"
+        if self.layer_agg != "mean":
+            text += f":{self.layer_agg}"
+        return text
+
+    def extract_options(self) -> str:
+        """The one-feature shorthand options of ``longbert extract`` for this feature."""
+        text = f"--strategy {self.strategy} --pooling {self.pooling}"
+        if self.layers != (-1,):
+            text += f" --layers={format_layers(self.layers)}"
+        if len(self.layers) > 1:
+            text += f" --layer-agg {self.layer_agg}"
+        return text
+
+
+def compact_layers(layers: tuple[int, ...]) -> str:
+    """(-4, -3, -2, -1) -> '-4..-1'; (-2,) -> '-2'; (-1, -4) -> '-1,-4' (order kept when not a run)."""
+    run = len(layers) > 1 and all(b == a + 1 for a, b in zip(layers, layers[1:]))
+    return f"{layers[0]}..{layers[-1]}" if run else format_layers(layers)
+
+
+def parse_feature(value: str | dict | Feature) -> Feature:
+    """'chunk:cls:-4..-1:concat' (or a YAML mapping of strategy/pooling/layers/layer_agg) -> Feature.
+
+    LAYERS is comma-separated (``-4,-1``) or a range ``A..B`` (both ends included, ascending).
+
+    Raises:
+        ConfigError: naming the spec and what is wrong with it.
+    """
+    if isinstance(value, Feature):
+        return value
+    if isinstance(value, dict):
+        unknown = set(value) - {"strategy", "pooling", "layers", "layer_agg"}
+        if unknown or "strategy" not in value:
+            raise ConfigError(f"feature {value!r}: give strategy and optionally pooling, layers, layer_agg "
+                              f"(unknown keys: {sorted(unknown)})")
+        parts = [value["strategy"], value.get("pooling", "mean"), value.get("layers", -1),
+                 value.get("layer_agg", "mean")]
+        text = repr(value)
+    else:
+        text = str(value)
+        parts = text.split(":")
+        if not 2 <= len(parts) <= 4 or not all(p.strip() for p in parts):
+            raise ConfigError(f"--feature {text!r}: write STRATEGY:POOLING[:LAYERS[:LAYER_AGG]], "
+                              "e.g. chunk:mean or head:cls:-4..-1:concat")
+        parts = [p.strip() for p in parts]
+    try:
+        layers = (-1,) if len(parts) < 3 else _parse_layer_range(parts[2])
+        return Feature(strategy=parts[0], pooling=parts[1], layers=layers,
+                       layer_agg=parts[3] if len(parts) > 3 else "mean")
+    except ConfigError as err:
+        raise ConfigError(f"--feature {text!r}: {err}") from None
+
+
+def _parse_layer_range(value: Any) -> tuple[int, ...]:
+    """'-4..-1' -> (-4, -3, -2, -1); anything else as parse_layers."""
+    if isinstance(value, str) and ".." in value:
+        lo, _, hi = value.partition("..")
+        try:
+            a, b = int(lo), int(hi)
+        except ValueError:
+            raise ConfigError(f"layers {value!r} must be A..B with integers A <= B, e.g. -4..-1") from None
+        if a > b:
+            raise ConfigError(f"layers {value!r} must be A..B with A <= B, e.g. -4..-1")
+        return tuple(range(a, b + 1))
+    return parse_layers(value)
+
+
+@dataclass(frozen=True)
 class PoolConfig:
     pooling: Pooling = "mean"
     layers: tuple[int, ...] = (-1,)        # hidden-state indices: 0 embeddings, 1..L layers, -1 last
     layer_agg: Literal["mean", "sum", "concat"] = "mean"
     aggregate: Literal["mean", "max", "weighted"] = "mean"   # windows -> one document vector
     level: Literal["document", "token"] = "document"
+    features: tuple[Feature, ...] = ()     # two or more --feature specs; () = the one feature above
 
     def __post_init__(self) -> None:
         _check_choice("--pooling", self.pooling, POOLINGS)
@@ -187,10 +303,17 @@ class PoolConfig:
             raise ConfigError(f"--pooling pooler reads the last layer's [CLS] through the pooler, so "
                               f"--layers={format_layers(self.layers)} has no effect; drop --layers or use "
                               "--pooling cls")
+        names = [f.name for f in self.features]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ConfigError(f"--feature asks twice for {', '.join(repeated)}; give each feature once")
+        if len(self.features) > 1 and self.level == "token":
+            raise ConfigError(f"--level token writes the token vectors of one feature, but {len(self.features)} "
+                              "--feature options were given; give one feature with --level token")
 
     def check_layers(self, num_hidden_layers: int) -> None:
         """Raises ConfigError when a layer index is outside [-(L+1), L] for a model of L layers."""
-        for layer in self.layers:
+        for layer in sorted({x for f in self.features for x in f.layers} | set(self.layers)):
             if not -(num_hidden_layers + 1) <= layer <= num_hidden_layers:
                 raise ConfigError(f"--layers contains {layer}, but the model has {num_hidden_layers} layers; "
                                   f"use indices in [-{num_hidden_layers + 1}, {num_hidden_layers}] "
@@ -267,6 +390,7 @@ class PipelineConfig:
         if config_file is not None:
             merged.update(load_yaml(config_file))
         merged.update({k: v for k, v in options.items() if v is not None})
+        _expand_features(merged)
         sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
         for key, value in merged.items():
             key = key.replace("-", "_")
@@ -277,6 +401,18 @@ class PipelineConfig:
             return cls(**{name: _SECTIONS[name](**values) for name, values in sections.items()})
         except TypeError as err:  # a value of the wrong type reached a dataclass
             raise ConfigError(f"bad option value: {err}") from None
+
+    def feature_list(self) -> tuple[Feature, ...]:
+        """Every feature of the run: the --feature list, or the one feature of --strategy/--pooling/
+        --layers/--layer-agg."""
+        if self.pool.features:
+            return self.pool.features
+        return (Feature(self.segment.strategy, self.pool.pooling, self.pool.layers, self.pool.layer_agg),)
+
+    @property
+    def multi_feature(self) -> bool:
+        """True when the run writes one column per feature (two or more --feature)."""
+        return len(self.pool.features) > 1
 
     def to_dict(self) -> dict[str, Any]:
         """The config as nested plain data (JSON-able), as written to the parquet metadata."""
@@ -296,6 +432,36 @@ class PipelineConfig:
 _SECTIONS = {"read": ReadConfig, "model": ModelConfig, "segment": SegmentConfig, "encode": EncodeConfig,
              "pool": PoolConfig, "write": WriteConfig, "ray": RayConfig}
 _OPTION_SECTION = {f.name: section for section, klass in _SECTIONS.items() for f in dataclasses.fields(klass)}
+
+
+_SHORTHAND = ("strategy", "pooling", "layers", "layer_agg")
+
+
+def _expand_features(merged: dict[str, Any]) -> None:
+    """Resolve ``features`` in the merged options, in place: one feature becomes the shorthand options
+    (so its output is exactly a --strategy/--pooling run's), two or more stay a tuple of Feature.
+
+    Raises:
+        ConfigError: a bad spec, or --feature together with the shorthand options.
+    """
+    specs = merged.pop("features", None)
+    if specs is None or specs == () or specs == []:
+        return
+    if isinstance(specs, (str, dict)):
+        specs = [specs]
+    if not isinstance(specs, (list, tuple)):
+        raise ConfigError(f"features must be a list of STRATEGY:POOLING[:LAYERS[:LAYER_AGG]] specs, got {specs!r}")
+    features = tuple(parse_feature(s) for s in specs)
+    both = [k for k in _SHORTHAND if k in merged]
+    if both:
+        flags = ", ".join("--" + k.replace("_", "-") for k in both)
+        raise ConfigError(f"--feature and {flags} were both given; {flags} is the shorthand for one feature: "
+                          "drop it, or add that feature as another --feature")
+    if len(features) == 1:
+        f = features[0]
+        merged.update(strategy=f.strategy, pooling=f.pooling, layers=f.layers, layer_agg=f.layer_agg)
+    else:
+        merged["features"] = features
 
 
 def format_layers(layers: tuple[int, ...]) -> str:

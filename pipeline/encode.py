@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os
 import warnings
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import torch
 
 from .config import DEFAULT_MODEL, ModelConfig, PipelineConfig, PoolConfig
 from .errors import ConfigError, ModelError, RunError
-from .pool import pool_windows, token_states
+from .pool import pool_all, token_states
 from .types import Window
 
 
@@ -274,14 +275,16 @@ class Encoder:
     """
 
     def __init__(self, model, pad_id: int, pool_cfg: PoolConfig, batch_size: int, token_budget: int,
-                 device: torch.device):
+                 device: torch.device, pools: tuple[PoolConfig, ...] | None = None):
         self.model = model
         self.pad_id = pad_id
         self.pool_cfg = pool_cfg
+        # every pooling the run asks for; a window's vector is their concatenation (pool_all)
+        self.pools = pools or (pool_cfg,)
         self.batch_size = batch_size
         self.token_budget = token_budget
         self.device = device
-        self.need_hidden = pool_cfg.layers != (-1,)
+        self.need_hidden = any(p.layers != (-1,) for p in self.pools)
         self.stats = EncodeStats()
         self._fp32 = None
 
@@ -289,9 +292,11 @@ class Encoder:
     def from_config(cls, cfg: PipelineConfig, tokenizer) -> Encoder:
         """Load the model named in ``cfg.model`` and wrap it (see load_model for the errors)."""
         device = resolve_device(cfg.model.device)
-        model = load_model(cfg.model, need_pooler=cfg.pool.pooling == "pooler", device=device)
-        return cls(model, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, cfg.pool,
-                   cfg.encode.batch_size, cfg.encode.token_budget, device)
+        features = cfg.feature_list()
+        model = load_model(cfg.model, need_pooler=any(f.pooling == "pooler" for f in features), device=device)
+        model, pools = stop_early(model, window_pools(cfg))
+        return cls(model, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, pools[0],
+                   cfg.encode.batch_size, cfg.encode.token_budget, device, pools=pools)
 
     def encode(self, windows: list[Window], with_tokens: bool = False) -> Encoded:
         """Run every window through the model and pool it.
@@ -352,7 +357,7 @@ class Encoder:
         with torch.inference_mode():
             out = model(input_ids=ids_t, attention_mask=mask_t, token_type_ids=torch.zeros_like(ids_t),
                         output_hidden_states=self.need_hidden)
-            vec = pool_windows(out, mask_t, self.pool_cfg)                  # (b, D)
+            vec = pool_all(out, mask_t, self.pools)                         # (b, sum of each pool's D)
             tok = token_states(out, self.pool_cfg) if with_tokens else None  # (b, seq, D_tok)
             bad = ~torch.isfinite(vec).all(dim=1)
             if tok is not None:
@@ -380,3 +385,102 @@ class Encoder:
         if self._fp32 is None:
             self._fp32 = copy.deepcopy(self.model).float()
         return self._fp32
+
+
+def window_pools(cfg: PipelineConfig) -> tuple[PoolConfig, ...]:
+    """The distinct (pooling, layers, layer_agg) of the run's features, in first-asked order.
+
+    Features of different strategies with the same pooling read the same pooled vector of a shared
+    window: 5 strategies with mean pooling need one pool. Example: features head:cls, chunk:cls,
+    chunk:mean:-2 -> (cls (-1,), mean (-2,)).
+    """
+    pools: list[PoolConfig] = []
+    for f in cfg.feature_list():
+        p = dataclasses.replace(cfg.pool, pooling=f.pooling, layers=f.layers, layer_agg=f.layer_agg, features=())
+        if p not in pools:
+            pools.append(p)
+    return tuple(pools)
+
+
+def pool_offsets(pools: tuple[PoolConfig, ...], hidden: int) -> list[tuple[int, int]]:
+    """[start, end) of each pool's vector inside the concatenated window vector (see pool_all)."""
+    out, start = [], 0
+    for p in pools:
+        dim = hidden * len(p.layers) if p.pooling != "pooler" and p.layer_agg == "concat" else hidden
+        out.append((start, start + dim))
+        start += dim
+    return out
+
+
+# Where BERT-family encoders keep their list of layers (BERT, RoBERTa, ELECTRA, XLM-R: encoder.layer;
+# DistilBERT: transformer.layer; ModernBERT and others: layers / encoder.layers).
+_LAYER_LISTS = ("encoder.layer", "transformer.layer", "encoder.layers", "layers")
+
+
+def stop_early(model, pools: tuple[PoolConfig, ...]):
+    """A view of ``model`` that runs only the layers the pools read, and the pools re-indexed for it.
+
+    When no pool reads the last layer (e.g. only -2, or 0..3 of 6), the forward pass stops after the
+    deepest layer needed: a shallow copy of the model whose layer list is the model's own first k
+    layers (the same modules and weights, no copy of a tensor, no attention code of ours). Its
+    pooler is dropped (the pooler reads the last layer, so no such pool is asked for). Layer
+    indices become positive (hidden_states[i] of the view equals the full model's for i <= k).
+    Models without a recognised layer list (_LAYER_LISTS) run whole.
+
+    Args:
+        model: a loaded encoder whose config has num_hidden_layers = L.
+        pools: the run's pools; pooling "pooler" counts as reading layer L.
+
+    Returns:
+        (model or its truncated view, pools), the pools unchanged when the whole model runs.
+    """
+    n_layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
+    deepest = 0
+    for p in pools:
+        for layer in (n_layers,) if p.pooling == "pooler" else p.layers:
+            deepest = max(deepest, layer if layer >= 0 else n_layers + 1 + layer)
+    depth = max(deepest, 1)
+    path = _layer_list(model, n_layers)
+    if path is None or depth >= n_layers:
+        return model, pools
+    view = _truncated_view(model, path, depth)
+    positive = tuple(dataclasses.replace(p, layers=tuple(x if x >= 0 else n_layers + 1 + x for x in p.layers))
+                     for p in pools)
+    return view, positive
+
+
+def _layer_list(model, n_layers: int) -> str | None:
+    """The dotted attribute path of the model's nn.ModuleList of its n_layers layers, or None."""
+    for path in _LAYER_LISTS:
+        obj = model
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+        if isinstance(obj, torch.nn.ModuleList) and len(obj) == n_layers:
+            return path
+    return None
+
+
+def _truncated_view(model, path: str, depth: int):
+    """Shallow copies along ``path`` (the model and each parent module), the last holding a ModuleList
+    of the first ``depth`` layers; the original model is left untouched."""
+    parts = path.split(".")
+    view = _shallow(model)
+    view.config = copy.copy(model.config)
+    view.config.num_hidden_layers = depth
+    parent = view
+    for part in parts[:-1]:
+        child = _shallow(getattr(parent, part))
+        setattr(parent, part, child)
+        parent = child
+    layers = getattr(parent, parts[-1])
+    setattr(parent, parts[-1], torch.nn.ModuleList(list(layers)[:depth]))
+    if getattr(view, "pooler", None) is not None:
+        view.pooler = None
+    return view
+
+
+def _shallow(module: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``module`` that shares parameters and child modules but has its own child table."""
+    clone = copy.copy(module)
+    clone._modules = dict(module._modules)
+    return clone

@@ -42,7 +42,9 @@ def _read_file(path: Path) -> pa.Table:
     except (OSError, pa.ArrowInvalid) as err:
         raise InputError(f"{path}: cannot be read as parquet ({err}); pass a file or DIR/ written by "
                          "`longbert extract`") from None
-    if schema.metadata is None or b"longbert" not in schema.metadata or "features" not in schema.names:
+    columns = _feature_columns(json.loads(schema.metadata[b"longbert"])) if schema.metadata and \
+        b"longbert" in schema.metadata else []
+    if not columns or not all(c in schema.names for c in columns):
         raise InputError(f"{path}: not a longbert features file (no 'longbert' schema metadata or no "
                          f"'features' column; columns are {schema.names}); pass the output of `longbert extract`")
     token_cols = {"token_ids", "positions", "offsets", "token_features"}
@@ -79,7 +81,30 @@ def _read_directory(path: Path) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def load_features(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+def _feature_columns(meta: dict[str, Any]) -> list[str]:
+    """The feature columns a file's metadata lists (files written before several features: ``features``)."""
+    return [f["column"] for f in meta.get("features") or [{"column": "features"}]]
+
+
+def feature_names(path: str | Path) -> list[str]:
+    """The feature columns of a .parquet file or DIR/ output: ``["features"]``, or one name per --feature.
+
+    Raises:
+        InputError: as load_features.
+    """
+    path = Path(path)
+    if path.is_dir():
+        manifest = path / MANIFEST
+        if not manifest.exists():
+            return _read_directory(path).column_names  # raises the missing-manifest error
+        return _feature_columns(json.loads(manifest.read_text(encoding="utf-8")).get("longbert", {}))
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory; pass the -o path of `longbert extract`")
+    _read_file(path)
+    return _feature_columns(json.loads(pq.read_schema(path).metadata[b"longbert"]))
+
+
+def load_features(path: str | Path, feature: str | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Load extract's output as a feature matrix for a classifier.
 
     Rows whose ``features`` are null (the row's ``error`` says why, e.g. "empty text") are left out
@@ -88,6 +113,10 @@ def load_features(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict[str, A
     Args:
         path: a .parquet file, or a directory written by ``extract -o DIR/`` (its parts are read in
             the order of manifest.json, i.e. input order).
+        feature: the feature column to load, e.g. ``"f_chunk_mean"``; needed when the run wrote
+            several (``--feature`` given more than once), optional otherwise. Its settings (strategy
+            dict, pooling, layers, layer_agg, feature_dim) replace the top-level ones in ``meta``, and
+            ``meta["column"]`` names it.
 
     Returns:
         (ids, X, meta):
@@ -103,14 +132,26 @@ def load_features(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict[str, A
 
     Raises:
         InputError: the path is missing, not parquet, not a longbert output, or a directory whose run
-            is incomplete (manifest.json "complete": false; the message names ``--resume``) or damaged.
+            is incomplete (manifest.json "complete": false; the message names ``--resume``) or damaged;
+            ``feature`` missing for a several-feature file, or not one of its columns (lists them).
     """
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory; pass the -o path of `longbert extract`")
     table = _read_directory(path) if path.is_dir() else _read_file(path)
     meta: dict[str, Any] = json.loads(table.schema.metadata[b"longbert"])
-    features = table.column("features")
+    columns = _feature_columns(meta)
+    if feature is None and len(columns) > 1:
+        raise InputError(f"{path} holds {len(columns)} feature columns ({', '.join(columns)}); pick one with "
+                         f"load_features(path, feature=NAME), e.g. feature={columns[0]!r}")
+    column = feature if feature is not None else columns[0]
+    if column not in columns:
+        raise InputError(f"{path}: no feature column {column!r}; its feature columns are {', '.join(columns)}")
+    for entry in meta.get("features") or []:
+        if entry["column"] == column:
+            meta.update({k: entry[k] for k in ("strategy", "pooling", "layers", "layer_agg", "feature_dim")})
+    meta["column"] = column
+    features = table.column(column)
     has = features.is_valid()                                   # (n_rows,) bool
     kept_table = table.filter(has)
     left = table.filter(pc.invert(has))
@@ -121,7 +162,7 @@ def load_features(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict[str, A
                     for c in meta.get("keep_cols", []) if c in kept_table.column_names}
     meta["rows"] = {c: kept_table.column(c).to_numpy() for c in _ROW_COLS if c in kept_table.column_names}
     ids = kept_table.column("id").to_numpy(zero_copy_only=False)
-    X = features_matrix(kept_table.column("features"))       # (N, D)
+    X = features_matrix(kept_table.column(column))           # (N, D)
     assert X.shape[0] == ids.shape[0]
     return ids, X, meta
 

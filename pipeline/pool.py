@@ -83,6 +83,16 @@ def pool_windows(outputs, mask: Tensor, cfg: PoolConfig) -> Tensor:
     return combine_layers(pooled, cfg.layer_agg)
 
 
+def pool_all(outputs, mask: Tensor, pools: tuple[PoolConfig, ...]) -> Tensor:
+    """Every pool's window vectors side by side: (n, D_1 + D_2 + ...) float32, in the pools' order.
+
+    One pool gives exactly pool_windows; pipeline.encode.pool_offsets says where each one lies.
+    """
+    if len(pools) == 1:
+        return pool_windows(outputs, mask, pools[0])
+    return torch.cat([pool_windows(outputs, mask, p) for p in pools], dim=1)  # (n, sum D)
+
+
 def token_states(outputs, cfg: PoolConfig) -> Tensor:
     """(n, seq, D) float32 per-position vectors of the chosen layers (for --level token)."""
     return combine_layers(select_layers(outputs, cfg.layers), cfg.layer_agg)

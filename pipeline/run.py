@@ -37,12 +37,15 @@ class Summary:
     resumed_from: int = 0
     oom_splits: int = 0
     fp32_recomputed: int = 0
+    windows_saved: int = 0       # windows not encoded: shared between strategies or identical token ids
 
     def line(self) -> str:
         """documents, tokens, windows, rows with errors, seconds, output path (+ counts that are non-zero)."""
-        text = (f"{self.documents} documents, {self.tokens} tokens, {self.windows} windows, "
+        text = (f"{self.documents} documents, {self.tokens} tokens, {self.windows} windows encoded, "
                 f"{self.errors} rows with errors, {self.seconds:.1f} s -> {self.output}")
         extra = []
+        if self.windows_saved:
+            extra.append(f"{self.windows_saved} windows saved by de-duplication")
         if self.resumed_from:
             extra.append(f"resumed after row {self.resumed_from}")
         if self.skipped_lines:
@@ -138,6 +141,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     stats = extractor.stats
     summary.documents, summary.tokens, summary.windows, summary.errors = (
         stats.documents, stats.tokens, stats.windows, stats.errors)
+    summary.windows_saved = stats.windows_saved
     summary.oom_splits = extractor.encoder.stats.oom_splits
     summary.fp32_recomputed = extractor.encoder.stats.fp32_recomputed
     summary.seconds = time.perf_counter() - started

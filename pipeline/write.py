@@ -34,13 +34,8 @@ def run_metadata(cfg: PipelineConfig, hidden: int, dim: int, token_dim: int) -> 
     from .encode import resolve_model_path
 
     seg = cfg.segment
-    strategy = {"name": seg.strategy, "max_length": seg.max_length, "content_tokens": seg.max_length - 2,
-                "max_tokens_per_doc": seg.max_tokens_per_doc}
-    if seg.strategy == "head_tail":
-        strategy.update(head_tokens=seg.head_tokens, tail_tokens=seg.tail_tokens)
-    if seg.strategy == "sliding":
-        strategy.update(overlap=seg.overlap, step=seg.max_length - 2 - seg.overlap)
-    return {
+    strategy = strategy_metadata(cfg, seg.strategy)
+    meta = {
         "model": cfg.model.model if cfg.model.model != "default" else resolve_model_path("default"),
         "model_name": cfg.model.model,
         "hidden_size": hidden,
@@ -62,13 +57,55 @@ def run_metadata(cfg: PipelineConfig, hidden: int, dim: int, token_dim: int) -> 
         "version": _version("longbert"),
         "libraries": {name: _version(name) for name in ("torch", "transformers", "tokenizers", "pyarrow", "pandas")},
     }
+    meta["features"] = features_metadata(cfg, hidden)
+    if cfg.multi_feature:  # no one strategy/pooling describes the file: see meta["features"]
+        meta.update(strategy=None, pooling=None, layers=None, layer_agg=None, feature_dim=None)
+    return meta
+
+
+def strategy_metadata(cfg: PipelineConfig, name: str) -> dict:
+    """The metadata's strategy dict for ``name``: max_length, content tokens, and its own numbers."""
+    seg = cfg.segment
+    strategy = {"name": name, "max_length": seg.max_length, "content_tokens": seg.max_length - 2,
+                "max_tokens_per_doc": seg.max_tokens_per_doc}
+    if name == "head_tail":
+        strategy.update(head_tokens=seg.head_tokens, tail_tokens=seg.tail_tokens)
+    if name == "sliding":
+        strategy.update(overlap=seg.overlap, step=seg.max_length - 2 - seg.overlap)
+    return strategy
+
+
+def feature_columns(cfg: PipelineConfig, hidden: int) -> list[tuple[str, int]]:
+    """(column name, D) of each feature: ``[("features", D)]`` for one feature, else one per --feature.
+
+    D = hidden for pooler, else hidden x len(layers) with layer_agg concat, else hidden.
+    """
+    def dim(f) -> int:
+        return hidden * len(f.layers) if f.pooling != "pooler" and f.layer_agg == "concat" else hidden
+
+    feats = cfg.feature_list()
+    if not cfg.multi_feature:
+        return [("features", dim(feats[0]))]
+    return [(f.name, dim(f)) for f in feats]
+
+
+def features_metadata(cfg: PipelineConfig, hidden: int) -> list[dict]:
+    """Every feature column with its full settings: column, spec, strategy dict, pooling, layers,
+    layer_agg, aggregate, feature_dim."""
+    out = []
+    for f, (column, dim) in zip(cfg.feature_list(), feature_columns(cfg, hidden)):
+        out.append({"column": column, "spec": f.spec, "strategy": strategy_metadata(cfg, f.strategy),
+                    "pooling": f.pooling, "layers": list(f.layers), "layer_agg": f.layer_agg,
+                    "aggregate": cfg.pool.aggregate, "feature_dim": dim})
+    return out
 
 
 def output_schema(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: int, token_dim: int) -> pa.Schema:
     """The fixed output schema, declared from the config before the first row.
 
     Columns: id, each --keep-col (string), n_tokens int32, n_windows int32, truncated bool,
-    features fixed_size_list<float32|float16>[dim], error string; with --level token also token_ids
+    features fixed_size_list<float32|float16>[dim] (with several --feature: one such column per
+    feature, named as Feature.name, instead), error string; with --level token also token_ids
     list<int32>, positions list<int32>, offsets list<fixed_size_list<int32>[2]>, token_features
     list<fixed_size_list<float>[token_dim]>. Metadata key ``longbert``: run_metadata as JSON.
     """
@@ -76,8 +113,12 @@ def output_schema(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: i
     fields = [pa.field("id", id_type)]
     fields += [pa.field(c, pa.string()) for c in cfg.read.keep_cols]
     fields += [pa.field("n_tokens", pa.int32()), pa.field("n_windows", pa.int32()),
-               pa.field("truncated", pa.bool_()), pa.field("features", pa.list_(value, dim)),
-               pa.field("error", pa.string())]
+               pa.field("truncated", pa.bool_())]
+    if cfg.multi_feature:
+        fields += [pa.field(name, pa.list_(value, d)) for name, d in feature_columns(cfg, hidden)]
+    else:
+        fields += [pa.field("features", pa.list_(value, dim))]
+    fields += [pa.field("error", pa.string())]
     if cfg.pool.level == "token":
         fields += [pa.field("token_ids", pa.list_(pa.int32())), pa.field("positions", pa.list_(pa.int32())),
                    pa.field("offsets", pa.list_(pa.list_(pa.int32(), 2))),

@@ -131,7 +131,7 @@ def test_empty_rows_get_null_features_and_error(runner, tiny_model_dir, tmp_path
     assert df["error"].tolist()[:3] == ["empty text", "empty text", "no tokens after normalisation"]
     assert df["features"].isna().tolist() == [True, True, True, False]
     assert df["n_windows"].tolist() == [0, 0, 0, 1]
-    assert "4 documents, 3 tokens, 1 windows, 3 rows with errors" in result.output
+    assert "4 documents, 3 tokens, 1 windows encoded, 3 rows with errors" in result.output
 
 
 def test_token_level_positions_offsets_and_max_context(runner, tiny_model_dir, tiny_bert, tmp_path):

@@ -1,0 +1,232 @@
+"""Several features in one run (issue 13): --feature specs and column names, window de-duplication,
+the early layer stop, and each column against the single-feature run with the same options (tiny BERT)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from conftest import invoke, read_features, words, write_csv
+
+from pipeline.config import Feature, PipelineConfig, parse_feature
+from pipeline.errors import ConfigError, InputError
+from pipeline.features import feature_names, load_features
+from pipeline.segment import window_spans
+
+ML = 16          # --max-length: C = 14 content tokens
+C = ML - 2
+SEG = ("--max-length", ML, "--head-tokens", 4, "--tail-tokens", 10, "--overlap", 4)
+# documents below, at and above C (0, 5, 14, 15, 40 tokens); the empty one gets null features
+TEXTS = [words(5), words(C, 1), words(C + 1, 2), "", words(40, 3), words(33, 4)]
+
+# every strategy, every pooling, single and combined layers
+FEATURES = ["head:cls", "tail:max", "head_tail:mean", "chunk:mean:-2", "sliding:cls:-3..-1:concat",
+            "chunk:pooler", "sliding:max:0,-1:sum"]
+
+
+def run_extract(runner, model_dir, tmp_path, texts, *extra, name="out.parquet"):
+    src = write_csv(tmp_path / f"{name}.csv", [{"text": t} for t in texts])
+    out = tmp_path / name
+    result = invoke(runner, ["extract", src, "-o", out, "--model", model_dir, "--no-progress", *SEG, *extra])
+    assert result.exit_code == 0, result.output
+    return out, result
+
+
+def summary_count(output: str, what: str) -> int:
+    """The number before ``what`` in the summary line, e.g. 'windows encoded'."""
+    line = [x for x in output.splitlines() if "documents," in x][-1]
+    before = line.split(what)[0].split()
+    return int(before[-1].lstrip("("))
+
+
+# ---------------------------------------------------------------- specs and names
+
+@pytest.mark.parametrize("spec,name", [
+    ("head_tail:mean", "f_head_tail_mean"),
+    ("chunk:cls:-4..-1:concat", "f_chunk_cls_L-4..-1_concat"),
+    ("chunk:cls:-4,-3,-2,-1:concat", "f_chunk_cls_L-4..-1_concat"),
+    ("head:max:-2", "f_head_max_L-2"),
+    ("head:max:-2:concat", "f_head_max_L-2"),           # one layer: nothing to combine, no suffix
+    ("sliding:mean:-1,-4:sum", "f_sliding_mean_L-1,-4_sum"),
+    ("tail:pooler", "f_tail_pooler"),
+])
+def test_feature_names(spec, name):
+    feature = parse_feature(spec)
+    assert feature.name == name
+    assert parse_feature(feature.spec) == feature  # the spec written back parses to the same feature
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"features": ("chunk",)}, "--feature 'chunk': write STRATEGY:POOLING[:LAYERS[:LAYER_AGG]], e.g. chunk:mean "
+                               "or head:cls:-4..-1:concat"),
+    ({"features": ("chunk:avg", "head:cls")}, "--feature 'chunk:avg': pooling='avg'; choose one of cls, pooler, "
+                                              "mean, max"),
+    ({"features": ("chunk:cls:-1..-4", "head:cls")}, "--feature 'chunk:cls:-1..-4': layers '-1..-4' must be "
+                                                     "A..B with A <= B, e.g. -4..-1"),
+    ({"features": ("head:pooler:-2", "chunk:cls")}, "--feature 'head:pooler:-2': pooling pooler reads the last "
+                                                    "layer's [CLS] through the pooler, so layers -2 have no "
+                                                    "effect; drop the layers or use cls"),
+    ({"features": ("head:cls", "chunk:mean"), "strategy": "chunk"},
+     "--feature and --strategy were both given; --strategy is the shorthand for one feature: drop it, or add "
+     "that feature as another --feature"),
+    ({"features": ("head:cls", "head:cls:-1")}, "--feature asks twice for f_head_cls; give each feature once"),
+    ({"features": ("head:cls", "chunk:mean"), "level": "token"},
+     "--level token writes the token vectors of one feature, but 2 --feature options were given; give one "
+     "feature with --level token"),
+])
+def test_bad_feature_options(options, message):
+    with pytest.raises(ConfigError) as err:
+        PipelineConfig.from_options(**options)
+    assert str(err.value) == message
+
+
+def test_one_feature_is_the_shorthand_and_a_config_file_takes_a_list(tmp_path):
+    one = PipelineConfig.from_options(features=("chunk:cls:-2..-1:concat",))
+    short = PipelineConfig.from_options(strategy="chunk", pooling="cls", layers="-2,-1", layer_agg="concat")
+    assert one == short and not one.multi_feature
+    cfg_file = tmp_path / "f.yaml"
+    cfg_file.write_text("features:\n  - head:cls\n  - strategy: chunk\n    pooling: mean\n    layers: -2\n")
+    cfg = PipelineConfig.from_options(config_file=cfg_file)
+    assert cfg.feature_list() == (Feature("head", "cls"), Feature("chunk", "mean", (-2,)))
+    assert cfg.multi_feature
+
+
+def test_cli_errors_exit_2(runner, tiny_model_dir, tmp_path):
+    src = write_csv(tmp_path / "in.csv", [{"text": words(5), "f_head_cls": "x"}])
+    result = invoke(runner, ["extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model_dir,
+                             "--feature", "head:cls", "--feature", "chunk:cls", "--keep-col", "f_head_cls"])
+    assert result.exit_code == 2
+    assert ("Error: --keep-col 'f_head_cls' clashes with the feature column of that name; rename the column in "
+            "the CSV or drop that --feature") in result.output
+    result = invoke(runner, ["extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model_dir,
+                             "--feature", "head:cls", "--feature", "chunk:cls:-4"])
+    assert result.exit_code == 2
+    assert "Error: --layers contains -4, but the model has 2 layers" in result.output
+    result = invoke(runner, ["extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model_dir,
+                             "--max-length", ML, "--overlap", C, "--feature", "head:cls", "--feature", "sliding:cls"])
+    assert result.exit_code == 2 and f"--overlap={C} must be in [0, {C})" in result.output
+
+
+# ---------------------------------------------------------------- same values as single runs
+
+def test_each_column_equals_the_single_feature_run(runner, tiny_model_dir, tmp_path):
+    args = [x for spec in FEATURES for x in ("--feature", spec)]
+    out, result = run_extract(runner, tiny_model_dir, tmp_path, TEXTS, *args, name="multi.parquet")
+    table = pq.read_table(out)
+    names = [parse_feature(s).name for s in FEATURES]
+    assert table.column_names == ["id", "n_tokens", "n_windows", "truncated", *names, "error"]
+    assert feature_names(out) == names
+    meta = json.loads(table.schema.metadata[b"longbert"])
+    assert meta["strategy"] is None and meta["pooling"] is None
+    for spec in FEATURES:
+        f = parse_feature(spec)
+        single, _ = run_extract(runner, tiny_model_dir, tmp_path, TEXTS, "--strategy", f.strategy, "--pooling",
+                                f.pooling, f"--layers={','.join(map(str, f.layers))}", "--layer-agg", f.layer_agg,
+                                name=f"{f.name}.parquet")
+        ref = read_features(single)
+        got = table.column(f.name).to_pylist()
+        assert [g is None for g in got] == [r is None for r in ref["features"]] == [t == "" for t in TEXTS]
+        np.testing.assert_allclose(np.stack([g for g in got if g is not None]),
+                                   np.stack([r for r in ref["features"] if r is not None]), atol=1e-5)
+        # load_features picks the column and describes it as the single run's file does
+        ids, X, m = load_features(out, feature=f.name)
+        ids1, X1, m1 = load_features(single)
+        np.testing.assert_allclose(X, X1, atol=1e-5)
+        assert ids.tolist() == ids1.tolist() and m["column"] == f.name
+        for key in ("strategy", "pooling", "layers", "layer_agg", "feature_dim"):
+            assert m[key] == m1[key], key
+        entry = [e for e in meta["features"] if e["column"] == f.name][0]
+        assert entry["spec"] == f.spec and entry["strategy"] == m1["strategy"]
+    # n_windows of a several-feature row: the distinct windows of the document over all strategies
+    n = [len(t.split()) for t in TEXTS]
+    seg = PipelineConfig.from_options(max_length=ML, head_tokens=4, tail_tokens=10, overlap=4).segment
+    expect = [len({w for s in ("head", "tail", "head_tail", "chunk", "sliding")
+                   for w in window_spans(k, PipelineConfig.from_options(
+                       max_length=ML, head_tokens=4, tail_tokens=10, overlap=4, strategy=s).segment)})
+              for k in n]
+    assert seg.content_tokens == C
+    assert table.column("n_windows").to_pylist() == expect
+    assert table.column("truncated").to_pylist() == [False] * len(TEXTS)  # chunk covers every token
+
+
+def test_load_features_needs_a_feature_name_for_several(runner, tiny_model_dir, tmp_path):
+    out, _ = run_extract(runner, tiny_model_dir, tmp_path, TEXTS[:2], "--feature", "head:cls", "--feature",
+                         "chunk:mean")
+    with pytest.raises(InputError) as err:
+        load_features(out)
+    assert str(err.value) == (f"{out} holds 2 feature columns (f_head_cls, f_chunk_mean); pick one with "
+                              "load_features(path, feature=NAME), e.g. feature='f_head_cls'")
+    with pytest.raises(InputError) as err:
+        load_features(out, feature="f_tail_cls")
+    assert str(err.value) == f"{out}: no feature column 'f_tail_cls'; its feature columns are f_head_cls, f_chunk_mean"
+
+
+# ---------------------------------------------------------------- de-duplication
+
+@pytest.fixture
+def encoded_windows(monkeypatch):
+    """Records the input ids of every window the encoder receives."""
+    from pipeline.encode import Encoder
+    seen: list[list[int]] = []
+    real = Encoder.encode
+
+    def spy(self, windows, with_tokens=False):
+        seen.extend(w.input_ids.tolist() for w in windows)
+        return real(self, windows, with_tokens)
+
+    monkeypatch.setattr(Encoder, "encode", spy)
+    return seen
+
+
+def test_chunk_and_head_encode_exactly_chunks_windows(runner, tiny_model_dir, tiny_bert, tmp_path, encoded_windows):
+    _, tok = tiny_bert
+    texts = [words(5), words(40, 1), words(29, 2)]
+    _, result = run_extract(runner, tiny_model_dir, tmp_path, texts, "--feature", "chunk:mean", "--feature", "head:cls")
+    expect = []
+    for t in texts:  # chunk's windows, built by hand: [kC, (k+1)C)
+        ids = tok(t, add_special_tokens=False)["input_ids"]
+        expect += [[tok.cls_token_id, *ids[s:s + C], tok.sep_token_id] for s in range(0, len(ids), C)]
+    assert sorted(encoded_windows) == sorted(expect)
+    assert summary_count(result.output, "windows encoded") == len(expect) == 1 + 3 + 3
+    assert summary_count(result.output, "windows saved") == 3    # head's window is chunk's first
+
+
+def test_duplicate_documents_share_a_pass(runner, tiny_model_dir, tmp_path, encoded_windows):
+    a, b = words(40, 5), words(9, 7)
+    boiler = words(C, 11)                  # the same 14-token window at the start of two other documents
+    texts = [a, b, a, boiler + " " + words(6, 1), a, boiler + " " + words(3, 2), b]
+    out, result = run_extract(runner, tiny_model_dir, tmp_path, texts, "--strategy", "chunk", "--pooling", "mean")
+    unique = {tuple(w) for w in encoded_windows}
+    assert len(encoded_windows) == len(unique) == 3 + 1 + 3       # a: 3 chunks, b: 1, boiler + 2 tails
+    assert summary_count(result.output, "windows saved") == 6 + 1 + 1
+    dup = np.stack(read_features(out)["features"])
+    # the same documents one per block (each encoded on its own, nothing shared)
+    apart, _ = run_extract(runner, tiny_model_dir, tmp_path, texts, "--strategy", "chunk", "--pooling", "mean",
+                           "--block-rows", 1, name="apart.parquet")
+    np.testing.assert_allclose(dup, np.stack(read_features(apart)["features"]), atol=1e-5)
+    np.testing.assert_array_equal(dup[0], dup[2])
+    assert read_features(out)["n_windows"].tolist() == [3, 1, 3, 2, 3, 2, 1]
+
+
+# ---------------------------------------------------------------- early layer stop
+
+@pytest.mark.parametrize("layers,depth", [("-2", 1), ("0", 1), ("1,-3", 1), ("-1", 2), ("-2,-1", 2)])
+def test_early_layer_stop_equals_the_full_pass(runner, tiny_model_dir, tiny_bert, tmp_path, layers, depth):
+    from pipeline.block import Extractor
+
+    model, tok = tiny_bert
+    text = words(11)
+    cfg = PipelineConfig.from_options(model=str(tiny_model_dir), max_length=ML, pooling="mean", layers=layers)
+    extractor = Extractor(cfg)
+    assert len(extractor.encoder.model.encoder.layer) == depth
+    assert (extractor.encoder.model.pooler is None) == (depth < 2)
+    df = read_features(run_extract(runner, tiny_model_dir, tmp_path, [text], "--pooling", "mean",
+                                   f"--layers={layers}")[0])
+    ids = torch.tensor([[tok.cls_token_id, *tok(text, add_special_tokens=False)["input_ids"], tok.sep_token_id]])
+    with torch.no_grad():
+        hidden = model(input_ids=ids, attention_mask=torch.ones_like(ids), token_type_ids=torch.zeros_like(ids),
+                       output_hidden_states=True).hidden_states
+    ref = torch.stack([hidden[int(i)][0].mean(0) for i in layers.split(",")]).mean(0).numpy()
+    np.testing.assert_allclose(df["features"][0], ref, atol=1e-5)
