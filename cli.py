@@ -188,26 +188,74 @@ def stats(inputs: tuple[str, ...], config_file: Path | None, plot: Path | None,
         _fail(err)
 
 
+def _is_corpus(path: str) -> bool:
+    """probe's inputs: a path ending in .csv (any case) is a corpus; anything else is extract's output."""
+    return path.lower().endswith(".csv")
+
+
 @main.command()
-@click.argument("features", nargs=-1, required=True)
-@click.option("--label-col", required=True, help="Column of the labels (kept with --keep-col at extract).")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--label-col", required=True, help="Column of the labels (kept with --keep-col at extract, or a "
+              "column of the CSV corpus).")
 @click.option("--folds", type=int, default=5, show_default=True, help="Stratified k-fold splits.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fold split.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fold split (and of --sample).")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write a bar chart of accuracy and macro-F1 (mean ± std) to this PNG.")
-def probe(features: tuple[str, ...], label_col: str, folds: int, seed: int, plot: Path | None) -> None:
-    """Logistic-regression probe of each FEATURES parquet (file or DIR/): accuracy and macro-F1.
+              help="Write a chart to this PNG: accuracy and macro-F1 per file, or, for a corpus, accuracy "
+                   "against windows per document.")
+@click.option("--sample", type=int, default=None,
+              help="CSV corpus: documents in the stratified sample.  [default: 500]")
+@click.option("--text-col", default=None, help="CSV corpus: column holding the text.  [default: text]")
+@click.option("--encoding", default=None, help="CSV corpus: encoding.  [default: utf-8]")
+@click.option("--max-length", type=int, default=None, help="CSV corpus: positions per window.  [default: the model's]")
+@click.option("--head-tokens", type=int, default=None, help="CSV corpus: head_tail's first tokens.")
+@click.option("--tail-tokens", type=int, default=None, help="CSV corpus: head_tail's last tokens.")
+@click.option("--overlap", type=int, default=None, help="CSV corpus: sliding's overlap.  [default: 128]")
+@click.option("--batch-size", type=int, default=None, help="CSV corpus: windows per forward pass.  [default: 32]")
+@model_options
+def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: Path | None,
+          sample: int | None, **options: Any) -> None:
+    """Logistic-regression probe: accuracy and macro-F1 (mean ± sd over stratified folds).
+
+    INPUTS are either extract's outputs (.parquet files or DIR/s; each feature column of a
+    several-feature file is probed), or a CSV corpus (a path ending in .csv): then a stratified
+    sample is extracted once with every strategy x {cls, mean, max, pooler where the model has one} x
+    layers {-1, -2, -4..-1 mean}, ranked by accuracy, and the cheapest feature within one sd of the
+    best is named with its extract options.
 
     \b
     Example:
         longbert probe out/head.parquet out/chunk.parquet --label-col label --plot out/probe.png
+        longbert probe examples/labelled.csv --label-col label --sample 300 --plot out/probe.png
     """
-    from pipeline.probe import format_probe, plot_probe, probe_files
+    from pipeline.errors import ConfigError
+    from pipeline.probe import (format_corpus_probe, format_probe, plot_corpus_probe, plot_probe, probe_corpus,
+                                probe_files)
     try:
-        results = probe_files(list(features), label_col=label_col, folds=folds, seed=seed)
-        click.echo(format_probe(results))
+        corpus = [_is_corpus(p) for p in inputs]
+        if any(corpus) and not all(corpus):
+            raise ConfigError("probe takes either CSV corpora (.csv) or extract's outputs (.parquet, DIR/), not "
+                              "both; run it once for each")
+        given = [f"--{k.replace('_', '-')}" for k, v in {"sample": sample, **options}.items() if v is not None]
+        if not all(corpus):
+            if given:
+                verb = "applies" if len(given) == 1 else "apply"
+                raise ConfigError(f"{', '.join(given)} {verb} only to a CSV corpus (a path ending in .csv); "
+                                  "the features files were extracted already: drop them")
+            results = probe_files(list(inputs), label_col=label_col, folds=folds, seed=seed)
+            click.echo(format_probe(results))
+            if plot is not None:
+                plot_probe(results, plot)
+                click.echo(f"chart -> {plot}")
+            return
+        for path in inputs:
+            if not Path(path).is_file():
+                raise ConfigError(f"{path}: no such CSV file; pass a CSV corpus or extract's parquet output")
+        cfg = _build(inputs=inputs, progress=False, **options)
+        report = probe_corpus(cfg, label_col=label_col, sample=500 if sample is None else sample, folds=folds,
+                              seed=seed)
+        click.echo(format_corpus_probe(report, cfg))
         if plot is not None:
-            plot_probe(results, plot)
+            plot_corpus_probe(report, plot)
             click.echo(f"chart -> {plot}")
     except PipelineError as err:
         _fail(err)

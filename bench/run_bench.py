@@ -7,9 +7,15 @@ The parent builds the corpus, counts tokens and windows with longbert's own toke
 stages, runs the contenders one after another, prints one markdown table and writes it, with the
 command, date and machine, to bench/results.md.
 
+Issue 13's rows (``--section multi`` runs only these, into bench/results_multi.md): all five strategies
+with mean pooling in one run against the sum of five separate runs (windows encoded, wall time, time
+per encoded token against a sliding run), and a corpus where 20% of the documents are exact copies of
+others, ``extract --strategy chunk`` against sentence-transformers.
+
 Example:
     .venv/bin/python bench/run_bench.py --docs 300          # about 10 minutes on 2 cores
     .venv/bin/python bench/run_bench.py --docs 60 --quick   # a smoke run, no scale pair
+    .venv/bin/python bench/run_bench.py --section multi --docs 40   # issue 13's rows only
 """
 from __future__ import annotations
 
@@ -115,6 +121,57 @@ def build_corpus(rows: list[tuple[str, str]], n_docs: int, repeat: int, out: Pat
     return texts
 
 
+def build_duplicates_corpus(rows: list[tuple[str, str]], n_docs: int, share: float, out: Path) -> list[str]:
+    """Write ``n_docs`` rows of which ``round(share * n_docs)`` are exact copies (same text, own id) of
+    others, in a seeded shuffled order. Returns the texts in output order.
+
+    Example: n_docs 50, share 0.2 -> 40 distinct documents and 10 copies of some of them.
+    """
+    rng = random.Random(13)
+    n_copies = round(share * n_docs)
+    originals = [rows[i] for i in sorted(rng.sample(range(len(rows)), min(n_docs - n_copies, len(rows))))]
+    docs = originals + [(f"{doc_id}~copy{k}", text) for k, (doc_id, text) in
+                        enumerate(rng.choice(originals) for _ in range(n_copies))]
+    rng.shuffle(docs)
+    with out.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "text"])
+        writer.writerows(docs)
+    return [text for _, text in docs]
+
+
+def multi_facts(csv_path: Path, features: tuple[str, ...]) -> tuple[int, int, int]:
+    """(windows asked, windows encoded, tokens encoded) of a run of ``features`` over the corpus,
+    from longbert's own prepare stage (tokenize, segment, de-duplicate; no model run)."""
+    import dataclasses
+
+    from pipeline.block import check_features, resolve_config
+    from pipeline.config import PipelineConfig
+    from pipeline.dedup import plan_windows
+    from pipeline.read import read_blocks, scan
+    from pipeline.segment import segment
+    from pipeline.tokenize import tokenize_block
+
+    cfg = PipelineConfig.from_options(inputs=(str(csv_path),), id_col="id", features=features, progress=False)
+    cfg, tok, _ = resolve_config(cfg)
+    check_features(cfg, cfg.segment)
+    asked = encoded = tokens = 0
+    strategies = list(dict.fromkeys(f.strategy for f in cfg.feature_list()))
+    for block in read_blocks(cfg.read, scan(cfg.read)):
+        docs = tokenize_block(block.column("text").to_pylist(), tok)
+        per = []
+        for strategy in strategies:
+            seg = cfg.segment if strategy == cfg.segment.strategy else \
+                dataclasses.replace(cfg.segment, strategy=strategy)
+            per.append([w for d in docs if d.error is None
+                        for w in segment(d, seg, tok.cls_token_id, tok.sep_token_id)])
+        plan = plan_windows(per)
+        asked += plan.requested
+        encoded += len(plan.unique)
+        tokens += sum(int(w.input_ids.shape[0]) for w in plan.unique)
+    return asked, encoded, tokens
+
+
 def corpus_facts(csv_path: Path, strategy: str) -> Facts:
     """Tokens and windows of the corpus under ``strategy``, from longbert's own stages."""
     from pipeline.block import resolve_config
@@ -162,8 +219,12 @@ def _threads() -> int:
     return torch.get_num_threads()
 
 
-def _ours_config(csv_path: str, out: str, strategy: str, quantize: str, engine: str = "local"):
+def _ours_config(csv_path: str, out: str, strategy: str, quantize: str, engine: str = "local",
+                 features: tuple[str, ...] = ()):
     from pipeline.config import PipelineConfig
+    if features:  # issue 13: several features in one run (strategy is then given by the specs)
+        return PipelineConfig.from_options(inputs=(csv_path,), output=out, features=features, quantize=quantize,
+                                           id_col="id", progress=False, overwrite=True, engine=engine)
     return PipelineConfig.from_options(inputs=(csv_path,), output=out, strategy=strategy, quantize=quantize,
                                        id_col="id", progress=False, overwrite=True, engine=engine)
 
@@ -198,7 +259,7 @@ def work_ours(args: argparse.Namespace) -> Result:
     import transformers.models.bert.modeling_bert  # noqa: F401
     from transformers import AutoConfig, AutoModel, AutoTokenizer  # noqa: F401
     out = str(Path(args.workdir) / f"{args.tag}.parquet")
-    cfg = _ours_config(args.csv, out, args.strategy, args.quantize, args.engine)
+    cfg = _ours_config(args.csv, out, args.strategy, args.quantize, args.engine, tuple(args.feature or ()))
     c0, t0 = _cpu(), time.perf_counter()
     summary = run(cfg)
     seconds, cpu = time.perf_counter() - t0, _cpu() - c0
@@ -210,7 +271,8 @@ def work_ours(args: argparse.Namespace) -> Result:
         np.save(vec_path, vecs)
     return Result(seconds=seconds, cpu_seconds=cpu, peak_rss_mb=_peak_rss_mb(), documents=summary.documents,
                   windows=summary.windows, window_tokens=-1, threads=_threads(), vectors=vec_path,
-                  extra={"forward_seconds": forward_s[0], "errors": summary.errors})
+                  extra={"forward_seconds": forward_s[0], "errors": summary.errors,
+                         "windows_saved": getattr(summary, "windows_saved", 0)})
 
 
 def work_ceiling(args: argparse.Namespace) -> Result:
@@ -328,6 +390,8 @@ class Contender:
     scale: int = 1         # 1: the main corpus; 0 / SCALE: the scale pair's 1x / 10x corpus
     vectors: bool = False
     engine: str = "local"
+    features: tuple[str, ...] = ()   # issue 13: --feature specs of one several-feature run
+    corpus: str = "main"             # issue 13: "main", or "dups" (20% exact copies)
 
 
 CONTENDERS = (
@@ -345,12 +409,23 @@ CONTENDERS = (
 )
 
 
+ALL_MEAN = tuple(f"{s}:mean" for s in ("head", "tail", "head_tail", "chunk", "sliding"))
+MULTI_CONTENDERS = (
+    Contender("longbert extract, 5 features (every strategy, mean) in one run", "ours", features=ALL_MEAN),
+    *(Contender(f"longbert extract --strategy {s} (mean), alone", "ours", strategy=s)
+      for s in ("head", "tail", "head_tail", "chunk", "sliding")),
+    Contender("duplicates corpus: longbert extract --strategy chunk", "ours", strategy="chunk", corpus="dups"),
+    Contender("duplicates corpus: sentence-transformers encode (max_seq_length 512)", "st", corpus="dups"),
+)
+
+
 def run_worker(c: Contender, csv_path: Path, workdir: Path, tag: str) -> Result:
     """Run one contender in a fresh interpreter; raise RuntimeError with its stderr tail on failure."""
     result = workdir / f"{tag}.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", c.worker, "--csv", str(csv_path),
            "--workdir", str(workdir), "--tag", tag, "--result", str(result), "--strategy", c.strategy,
-           "--quantize", c.quantize, "--engine", c.engine] + (["--save-vectors"] if c.vectors else [])
+           "--quantize", c.quantize, "--engine", c.engine] + (["--save-vectors"] if c.vectors else []) + \
+        [x for spec in c.features for x in ("--feature", spec)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
     if proc.returncode != 0 or not result.exists():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -416,6 +491,68 @@ def table(rows: list[Row], ours_dps: float | None) -> str:
     return "\n".join(lines)
 
 
+def multi_section(rows_in: list[tuple[str, str]], args: argparse.Namespace, work: Path, started: float) -> str:
+    """Issue 13's rows: one run of five features against five runs, and the duplicates corpus."""
+    csv1 = work / "corpus.csv"
+    dups = work / "duplicates.csv"
+    build_duplicates_corpus(rows_in, args.docs, args.dup_share, dups)
+    asked, encoded, tokens = multi_facts(csv1, ALL_MEAN)
+    alone = {s: multi_facts(csv1, (f"{s}:mean",)) for s in ("head", "tail", "head_tail", "chunk", "sliding")}
+    dup_asked, dup_encoded, _ = multi_facts(dups, ("chunk:mean",))
+    got: dict[str, Result] = {}
+    for c in MULTI_CONTENDERS:
+        tag = "multi-" + ("all" if c.features else f"{c.worker}-{c.strategy}-{c.corpus}")
+        print(f"[{time.perf_counter() - started:5.0f} s] {c.name} ...", end=" ", flush=True)
+        try:
+            got[tag] = run_worker(c, dups if c.corpus == "dups" else csv1, work, tag)
+            print(f"{got[tag].seconds:.1f} s", flush=True)
+        except (RuntimeError, subprocess.TimeoutExpired) as err:
+            print(f"FAILED {err}", flush=True)
+    lines = [f"Issue 13 ({args.docs} documents of {args.corpus.name}; mean pooling; each run cold, in its own "
+             "process, model load included):", "",
+             "| run | windows asked | windows encoded | model tokens encoded | wall s | ms per 1,000 encoded tokens |",
+             "|---|---:|---:|---:|---:|---:|"]
+    multi = got.get("multi-all")
+    if multi:
+        lines.append(f"| 5 features in one run | {asked:,} | {encoded:,} | {tokens:,} | {fmt(multi.seconds)} | "
+                     f"{multi.seconds / tokens * 1e6:.2f} |")
+    total_s = 0.0
+    complete = True
+    for s, (a, e, t) in alone.items():
+        r = got.get(f"multi-ours-{s}-main")
+        complete &= r is not None
+        total_s += r.seconds if r else 0.0
+        lines.append(f"| --strategy {s} alone | {a:,} | {e:,} | {t:,} | {fmt(r.seconds) if r else 'failed'} | "
+                     f"{(r.seconds / t * 1e6) if r else float('nan'):.2f} |")
+    sum_e = sum(e for _, e, _ in alone.values())
+    sum_t = sum(t for _, _, t in alone.values())
+    if complete:
+        lines.append(f"| sum of the 5 separate runs | {sum(a for a, _, _ in alone.values()):,} | {sum_e:,} | {sum_t:,} | "
+                     f"{fmt(total_s)} | {total_s / sum_t * 1e6:.2f} |")
+    lines.append("")
+    sliding = got.get("multi-ours-sliding-main")
+    if multi and complete and sliding:
+        per_multi = multi.seconds / tokens
+        per_sliding = sliding.seconds / alone["sliding"][2]
+        lines.append(f"One run encoded {encoded:,} windows against {sum_e:,} for five runs ({sum_e / encoded:.2f}x) "
+                     f"and {alone['sliding'][1]:,} for sliding alone ({encoded / alone['sliding'][1]:.2f}x); wall "
+                     f"time {fmt(multi.seconds)} s against {fmt(total_s)} s ({total_s / multi.seconds:.2f}x). Time per "
+                     f"encoded token: {per_multi / per_sliding:.2f}x a sliding run's (the five separate runs pay "
+                     "five model loads).")
+    ours, st = got.get("multi-ours-chunk-dups"), got.get("multi-st-head-dups")
+    lines += ["", f"Duplicates corpus: {args.docs} documents, {round(args.dup_share * args.docs)} of them exact copies of "
+              "others; chunk asks " f"{dup_asked:,} windows and encodes {dup_encoded:,}.", "",
+              "| contender | documents/s | wall s | windows encoded |", "|---|---:|---:|---:|"]
+    for name, r in (("longbert extract --strategy chunk", ours), ("sentence-transformers encode (head, 512)", st)):
+        lines.append(f"| {name} | {fmt(r.documents / r.seconds, 2) if r else 'failed'} | "
+                     f"{fmt(r.seconds) if r else ''} | {r.windows if r else ''} |")
+    if ours and st:
+        lines.append(f"\nlongbert chunk / sentence-transformers documents per second: "
+                     f"{(ours.documents / ours.seconds) / (st.documents / st.seconds):.2f}x (sentence-transformers "
+                     "truncates each document to its first 510 tokens: one window per document, every copy encoded).")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -426,7 +563,11 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"documents in the scale pair's 1x corpus; its {SCALE}x corpus repeats them (default 150)")
     ap.add_argument("--budget", type=float, default=840.0,
                     help="seconds for the whole run; the 10x row is skipped if its estimate would exceed it")
-    ap.add_argument("--output", type=Path, default=RESULTS, help="markdown file to write (default bench/results.md)")
+    ap.add_argument("--output", type=Path, default=None,
+                    help="markdown file to write (default bench/results.md; --section multi: bench/results_multi.md)")
+    ap.add_argument("--section", choices=("all", "main", "multi"), default="all",
+                    help="main: issue 4's table; multi: issue 13's rows only; all: both (default)")
+    ap.add_argument("--dup-share", type=float, default=0.2, help="multi: share of exact copies (default 0.2)")
     # worker mode (internal)
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     for name in ("--csv", "--workdir", "--tag", "--result"):
@@ -435,12 +576,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quantize", default="none", help=argparse.SUPPRESS)
     ap.add_argument("--engine", default="local", help=argparse.SUPPRESS)
     ap.add_argument("--save-vectors", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--feature", action="append", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         worker_main(args)
         return 0
     if args.docs < 1:
         ap.error(f"--docs={args.docs} must be >= 1")
+    if args.output is None:
+        args.output = RESULTS.with_name("results_multi.md") if args.section == "multi" else RESULTS
 
     started = time.perf_counter()
     exe = Path(sys.executable)
@@ -476,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
         rows: list[Row] = []
         results: dict[str, Result] = {}
         notes: list[str] = []
-        for k, c in enumerate(CONTENDERS):
+        for k, c in enumerate(CONTENDERS if args.section != "multi" else ()):
             csv_path = csv1
             if c.scale != 1:
                 if args.quick:
@@ -524,7 +668,10 @@ def main(argv: list[str] | None = None) -> int:
 
         ours = results.get("ours-head")
         ours_dps = ours.documents / ours.seconds if ours else None
-        md = table(rows, ours_dps)
+        md = table(rows, ours_dps) if rows else ""
+        if args.section != "main":
+            multi_md = multi_section(rows_in, args, work, started)
+            md = (md + "\n\n" if md else "") + multi_md
         ceiling = results.get("ceiling-head-none-1x")
         if ours and ceiling:
             gap = ours.seconds / ceiling.seconds - 1

@@ -174,6 +174,24 @@ def load_model(cfg: ModelConfig, need_pooler: bool, device: torch.device):
     return model
 
 
+def checkpoint_has_pooler(cfg: ModelConfig) -> bool:
+    """True when the local checkpoint's safetensors hold pooler weights (read from the file headers,
+    no tensor loaded); False for a hub name or a pickle-only checkpoint (not inspected).
+
+    Used by ``longbert probe CORPUS`` to add ``pooler`` features only where the model has one.
+    """
+    from safetensors import safe_open
+
+    path = Path(resolve_model_path(cfg.model))
+    if not path.is_dir():
+        return False
+    for file in sorted(path.glob("*.safetensors")):
+        with safe_open(str(file), "pt") as handle:
+            if any("pooler" in key for key in handle.keys()):
+                return True
+    return False
+
+
 class FullRangeDynamicLinear(torch.ao.nn.quantized.dynamic.Linear):
     """PyTorch's dynamic int8 Linear with activations quantized to the full 8-bit range.
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .config import STRATEGIES, Feature, PipelineConfig
 from .errors import ConfigError, InputError
 from .features import load_features
 
@@ -27,52 +28,95 @@ def _strategy_text(strategy: dict[str, Any]) -> str:
     return str(name)
 
 
-def probe_file(path: str | Path, label_col: str, folds: int = 5, seed: int = 0) -> dict[str, Any]:
-    """Cross-validated logistic-regression probe of one features file (see probe_files)."""
+def _labels(y: np.ndarray, folds: int, source: str, label_col: str) -> tuple[np.ndarray, np.ndarray]:
+    """(classes, counts) of the labels, after the checks a stratified k-fold needs.
+
+    Raises:
+        InputError: fewer than 2 classes, or a class with fewer rows than folds (names it and the fix).
+    """
+    classes, counts = np.unique(y.astype(str), return_counts=True)
+    if len(classes) < 2:
+        raise InputError(f"{source}: column {label_col!r} has {len(classes)} distinct value(s) over the {len(y)} rows with features; "
+                         "a probe needs at least 2 classes")
+    if counts.min() < folds:
+        small = ", ".join(f"{str(c)!r}: {int(n)} rows" for c, n in zip(classes, counts) if n < folds)
+        raise InputError(f"{source}: stratified {folds}-fold needs >= {folds} rows per class; {small}; "
+                         f"lower --folds to {max(int(counts.min()), 2)} or add rows of those classes")
+    return classes, counts
+
+
+def cross_validate_probe(X: np.ndarray, y: np.ndarray, folds: int, seed: int) -> dict[str, Any]:
+    """Accuracy and macro-F1 per fold of StandardScaler + LogisticRegression(max_iter=2000) under
+    StratifiedKFold(folds, shuffle=True, random_state=seed); X (N, D) float32, y (N,) str."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold, cross_validate
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    ids, X, meta = load_features(path)
-    kept = meta["kept"]
-    if label_col not in kept:
-        present = ["id", *meta.get("keep_cols", []), "n_tokens", "n_windows", "truncated", "features", "error"]
-        raise InputError(f"{path}: no label column {label_col!r}; columns are {present}; extract again with "
-                         f"--keep-col {label_col}, or pass --label-col with one of the kept columns "
-                         f"{meta.get('keep_cols', [])}")
-    y = np.asarray(kept[label_col], dtype=object)                         # (N,) str
-    classes, counts = np.unique(y.astype(str), return_counts=True)
-    if len(classes) < 2:
-        raise InputError(f"{path}: column {label_col!r} has {len(classes)} distinct value(s) over the "
-                         f"{len(y)} rows with features; a probe needs at least 2 classes")
-    if counts.min() < folds:
-        small = ", ".join(f"{str(c)!r}: {int(n)} rows" for c, n in zip(classes, counts) if n < folds)
-        raise InputError(f"{path}: stratified {folds}-fold needs >= {folds} rows per class; {small}; lower "
-                         f"--folds to {max(int(counts.min()), 2)} or add rows of those classes")
     model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
     cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # ConvergenceWarning on tiny folds must not drown the table
-        scores = cross_validate(model, X, y.astype(str), cv=cv, scoring=("accuracy", "f1_macro"))
+        scores = cross_validate(model, X, y, cv=cv, scoring=("accuracy", "f1_macro"))
     acc, f1 = scores["test_accuracy"], scores["test_f1_macro"]
-    return {
-        "file": str(path),
-        "strategy": _strategy_text(meta.get("strategy", {})),
-        "pooling": meta.get("pooling"),
-        "dimension": int(X.shape[1]),
-        "rows": int(X.shape[0]),
-        "left_out": len(meta["left_out"]),
-        "classes": len(classes),
-        "majority": float(counts.max() / counts.sum()),
-        "folds": folds,
-        "accuracy": acc.tolist(),
-        "accuracy_mean": float(acc.mean()),
-        "accuracy_std": float(acc.std()),
-        "f1_macro": f1.tolist(),
-        "f1_macro_mean": float(f1.mean()),
-        "f1_macro_std": float(f1.std()),
-    }
+    return {"folds": folds, "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),
+            "accuracy_std": float(acc.std()), "f1_macro": f1.tolist(), "f1_macro_mean": float(f1.mean()),
+            "f1_macro_std": float(f1.std())}
+
+
+def windows_per_doc(strategy: dict[str, Any], n_tokens: np.ndarray) -> float:
+    """Mean windows per document the strategy makes alone (window rules on each row's n_tokens).
+
+    Args:
+        strategy: the metadata's strategy dict (name, max_length, max_tokens_per_doc, its numbers).
+        n_tokens: (N,) document tokens.
+    """
+    from .config import SegmentConfig
+    from .segment import window_spans
+
+    if len(n_tokens) == 0:
+        return 0.0
+    seg = SegmentConfig(strategy=strategy["name"], max_length=strategy["max_length"],
+                        head_tokens=strategy.get("head_tokens"), tail_tokens=strategy.get("tail_tokens"),
+                        overlap=strategy.get("overlap", 0))
+    cap = strategy.get("max_tokens_per_doc")
+    kept = [int(n) if cap is None else min(int(n), cap) for n in n_tokens]
+    return float(np.mean([len(window_spans(k, seg)) for k in kept]))
+
+
+def probe_file(path: str | Path, label_col: str, folds: int = 5, seed: int = 0) -> list[dict[str, Any]]:
+    """Cross-validated logistic-regression probe of each feature column of one file (see probe_files)."""
+    from .features import feature_names
+
+    names = feature_names(path)
+    results = []
+    for name in names:
+        ids, X, meta = load_features(path, feature=name)
+        kept = meta["kept"]
+        if label_col not in kept:
+            present = ["id", *meta.get("keep_cols", []), "n_tokens", "n_windows", "truncated", *names, "error"]
+            raise InputError(f"{path}: no label column {label_col!r}; columns are {present}; extract again with "
+                             f"--keep-col {label_col}, or pass --label-col with one of the kept columns "
+                             f"{meta.get('keep_cols', [])}")
+        y = np.asarray(kept[label_col], dtype=object)                         # (N,) str
+        classes, counts = _labels(y, folds, str(path), label_col)
+        strategy = meta.get("strategy") or {}
+        results.append({
+            "file": str(path) if len(names) == 1 else f"{path}:{name}",
+            "feature": name,
+            "strategy": _strategy_text(strategy),
+            "pooling": meta.get("pooling"),
+            "layers": meta.get("layers"),
+            "layer_agg": meta.get("layer_agg"),
+            "dimension": int(X.shape[1]),
+            "rows": int(X.shape[0]),
+            "left_out": len(meta["left_out"]),
+            "classes": len(classes),
+            "majority": float(counts.max() / counts.sum()),
+            "windows_per_doc": windows_per_doc(strategy, meta["rows"]["n_tokens"]) if strategy else None,
+            **cross_validate_probe(X, y.astype(str), folds, seed),
+        })
+    return results
 
 
 def probe_files(paths: list[str | Path], label_col: str, folds: int = 5, seed: int = 0) -> list[dict[str, Any]]:
@@ -89,7 +133,9 @@ def probe_files(paths: list[str | Path], label_col: str, folds: int = 5, seed: i
         folds: k of the stratified k-fold (>= 2). seed: random_state of the fold shuffle.
 
     Returns:
-        One dict per file, in order: file, strategy (e.g. "head_tail 128+382"), pooling, dimension,
+        One dict per feature column of each file, in order (a several-feature file gives one per
+        column, its ``file`` written ``PATH:COLUMN``): file, feature (column), strategy (e.g.
+        "head_tail 128+382"), pooling, layers, layer_agg, windows_per_doc (the strategy alone), dimension,
         rows (used), left_out (rows without features), classes, majority (share of the largest class:
         the accuracy of always guessing it), folds, accuracy / f1_macro (per fold, list of float),
         accuracy_mean, accuracy_std, f1_macro_mean, f1_macro_std (std over folds, ddof 0).
@@ -103,7 +149,7 @@ def probe_files(paths: list[str | Path], label_col: str, folds: int = 5, seed: i
         raise ConfigError(f"--folds={folds} must be >= 2")
     if not paths:
         raise ConfigError("no features file given; pass the -o outputs of `longbert extract`")
-    return [probe_file(p, label_col, folds, seed) for p in paths]
+    return [r for p in paths for r in probe_file(p, label_col, folds, seed)]
 
 
 def format_probe(results: list[dict[str, Any]]) -> str:
@@ -150,6 +196,249 @@ def plot_probe(results: list[dict[str, Any]], path: str | Path) -> None:
     ax.set_ylim(0, 1.2)  # headroom for the legend above the bars
     ax.set_ylabel(f"mean ± std over {results[0]['folds'] if results else '?'} folds")
     ax.legend(loc="upper center", ncol=3, frameon=False)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------------
+# `longbert probe CORPUS`: every feature from one pass over a stratified sample of the corpus
+
+PROBE_POOLINGS = ("cls", "mean", "max")
+
+
+def probe_feature_set(n_layers: int, has_pooler: bool) -> tuple[Feature, ...]:
+    """Every strategy x {cls, mean, max} x layers {-1, -2, last four averaged}, plus pooler (last
+    layer) where the model has one: 45 or 50 features. A model of fewer than 4 layers averages all
+    its layers for the third choice, one of 1 layer has no -2 choice.
+    """
+    last = min(4, n_layers)
+    layer_choices = [(-1,)] + ([(-2,)] if n_layers >= 2 else []) + ([tuple(range(-last, 0))] if last >= 2 else [])
+    out = []
+    for strategy in STRATEGIES:
+        for pooling in PROBE_POOLINGS:
+            out += [Feature(strategy, pooling, layers, "mean") for layers in layer_choices]
+        if has_pooler:
+            out.append(Feature(strategy, "pooler"))
+    return tuple(out)
+
+
+def stratified_sample(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """Row indices (ascending) of a stratified sample of ``n`` rows: each class keeps its share of the
+    rows, rounded by largest remainder, drawn at random (numpy default_rng(seed)) within the class.
+    All rows when n >= len(labels). Example: labels a x 60, b x 40, n 10 -> 6 a rows and 4 b rows."""
+    total = len(labels)
+    if n >= total:
+        return np.arange(total)
+    classes, inverse = np.unique(labels, return_inverse=True)
+    counts = np.bincount(inverse)
+    quota = counts * n / total
+    take = np.floor(quota).astype(int)
+    for c in np.argsort(-(quota - take), kind="stable")[: n - int(take.sum())]:
+        take[c] += 1
+    rng = np.random.default_rng(seed)
+    picked = [rng.choice(np.flatnonzero(inverse == c), size=int(k), replace=False) for c, k in enumerate(take)]
+    return np.sort(np.concatenate(picked))
+
+
+def _read_corpus(cfg: PipelineConfig, label_col: str):
+    """(texts, labels) of every input CSV, in order; rows with an empty label are dropped (and counted).
+
+    Raises:
+        InputError: a file that cannot be read, or a missing text/label column (lists the columns).
+    """
+    import pandas as pd
+
+    texts, labels, dropped = [], [], 0
+    for path in cfg.read.inputs:
+        try:
+            frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding=cfg.read.encoding)
+        except (OSError, ValueError, UnicodeDecodeError) as err:
+            raise InputError(f"{path}: cannot be read as CSV ({err}); pass a CSV corpus or extract's parquet") from None
+        for col, flag in ((cfg.read.text_col, "--text-col"), (label_col, "--label-col")):
+            if col not in frame.columns:
+                raise InputError(f"column {col!r} not in {Path(path).name}; columns are {list(frame.columns)}; "
+                                 f"pass {flag}")
+        has = frame[label_col].str.strip() != ""
+        dropped += int((~has).sum())
+        texts += frame.loc[has, cfg.read.text_col].tolist()
+        labels += frame.loc[has, label_col].tolist()
+    return texts, np.asarray(labels, dtype=object), dropped
+
+
+def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: int = 5, seed: int = 0,
+                 echo=None) -> dict[str, Any]:
+    """Extract every probe feature (probe_feature_set) in one pass over a stratified sample of the
+    corpus, then cross-validate a probe on each (as probe_files).
+
+    Args:
+        cfg: the run's options (inputs = the CSV corpus; model, window and batch options); its
+            strategy/pooling/features are replaced by the probe's feature set.
+        label_col: the CSV column of the labels (strings; rows with an empty label are dropped).
+        sample: documents in the stratified sample (all when the corpus has fewer).
+        folds, seed: the stratified k-fold, as probe_files (the same folds for every feature).
+
+    Returns:
+        {"results": one dict per feature ranked by accuracy_mean (best first) with feature, spec,
+        windows_per_doc (the feature's own windows per document, run alone), dimension and the
+        cross_validate_probe keys; "best", "cheapest" (results entries: the cheapest in windows per
+        document, then dimension, among those within one sd of the best's mean); "documents",
+        "dropped_labels", "left_out", "classes", "majority", "windows_encoded", "windows_requested",
+        "extract_seconds", "probe_seconds"}.
+
+    Raises:
+        ConfigError, ModelError, InputError: as extract, plus the label checks of probe_files.
+    """
+    import dataclasses
+    import time
+
+    import pyarrow as pa
+
+    from .block import Extractor
+    from .encode import checkpoint_has_pooler, load_tokenizer, model_limits
+
+    if folds < 2:
+        raise ConfigError(f"--folds={folds} must be >= 2")
+    if sample < 2:
+        raise ConfigError(f"--sample={sample} must be >= 2")
+    tokenizer = load_tokenizer(cfg.model)
+    _, _, n_layers = model_limits(cfg.model, tokenizer)
+    features = probe_feature_set(n_layers, checkpoint_has_pooler(cfg.model))
+    cfg = dataclasses.replace(cfg, pool=dataclasses.replace(cfg.pool, features=features, level="document"))
+    texts, labels, dropped = _read_corpus(cfg, label_col)
+    picked = stratified_sample(labels.astype(str), sample, seed)
+    texts, labels = [texts[i] for i in picked], labels[picked].astype(str)
+    _labels(labels, folds, ", ".join(cfg.read.inputs), label_col)
+
+    t0 = time.perf_counter()
+    extractor = Extractor(cfg, tokenizer, id_type=pa.int64())
+    columns = {name: [] for name, _ in extractor.columns}
+    n_tokens, errors = [], []
+    rows = cfg.read.block_rows
+    for start in range(0, len(texts), rows):
+        block = pa.table({"id": pa.array(picked[start:start + rows], type=pa.int64()),
+                          "text": pa.array(texts[start:start + rows], type=pa.string())})
+        table = extractor(block)
+        for name in columns:
+            columns[name].append(table.column(name))
+        n_tokens += table.column("n_tokens").to_pylist()
+        errors += table.column("error").to_pylist()
+    extract_seconds = time.perf_counter() - t0
+    if echo:
+        echo(f"one pass: {len(texts)} documents, {extractor.stats.windows} windows encoded for "
+             f"{extractor.stats.windows_requested} asked by {len(features)} features, {extract_seconds:.1f} s")
+
+    ok = np.array([e is None for e in errors])
+    y = labels[ok]
+    classes, counts = _labels(y, folds, ", ".join(cfg.read.inputs), label_col)
+    tokens = np.asarray(n_tokens)[ok]
+    from .features import features_matrix
+    from .write import strategy_metadata
+
+    t1 = time.perf_counter()
+    results = []
+    for f, (name, _) in zip(features, extractor.columns):
+        X = features_matrix(pa.chunked_array(columns[name]).filter(pa.array(ok)))  # (N, D)
+        results.append({"feature": name, "spec": f.spec, "strategy": f.strategy, "pooling": f.pooling,
+                        "layers": list(f.layers), "layer_agg": f.layer_agg, "dimension": int(X.shape[1]),
+                        "windows_per_doc": windows_per_doc(strategy_metadata(extractor.cfg, f.strategy), tokens),
+                        "extract_options": f.extract_options(),
+                        **cross_validate_probe(X, y, folds, seed)})
+    probe_seconds = time.perf_counter() - t1
+    results.sort(key=lambda r: -r["accuracy_mean"])  # stable: ties keep the feature order
+    best = results[0]
+    near = [r for r in results if r["accuracy_mean"] >= best["accuracy_mean"] - best["accuracy_std"]]
+    cheapest = min(near, key=lambda r: (r["windows_per_doc"], r["dimension"], -r["accuracy_mean"]))
+    return {"results": results, "best": best, "cheapest": cheapest, "documents": len(texts),
+            "dropped_labels": dropped, "left_out": int((~ok).sum()), "classes": len(classes),
+            "majority": float(counts.max() / counts.sum()), "folds": folds,
+            "windows_encoded": extractor.stats.windows, "windows_requested": extractor.stats.windows_requested,
+            "extract_seconds": extract_seconds, "probe_seconds": probe_seconds}
+
+
+def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[str, ...]) -> str:
+    """The ``longbert extract`` command line that makes one probed feature on the whole corpus."""
+    import shlex
+
+    from .config import DEFAULT_MODEL
+
+    parts = ["longbert extract", *(shlex.quote(str(i)) for i in inputs)]
+    if cfg.read.text_col != "text":
+        parts.append(f"--text-col {shlex.quote(cfg.read.text_col)}")
+    if cfg.model.model != DEFAULT_MODEL:
+        parts.append(f"--model {shlex.quote(cfg.model.model)}")
+    seg = cfg.segment
+    if seg.max_length is not None:
+        parts.append(f"--max-length {seg.max_length}")
+    if feature["strategy"] == "head_tail" and (seg.head_tokens is not None or seg.tail_tokens is not None):
+        parts += [f"--head-tokens {seg.head_tokens}"] if seg.head_tokens is not None else []
+        parts += [f"--tail-tokens {seg.tail_tokens}"] if seg.tail_tokens is not None else []
+    if feature["strategy"] == "sliding" and seg.overlap != 128:
+        parts.append(f"--overlap {seg.overlap}")
+    if seg.max_tokens_per_doc is not None:
+        parts.append(f"--max-tokens-per-doc {seg.max_tokens_per_doc}")
+    if cfg.pool.aggregate != "mean":
+        parts.append(f"--aggregate {cfg.pool.aggregate}")
+    parts += [feature["extract_options"], "-o features.parquet"]
+    return " ".join(parts)
+
+
+def format_corpus_probe(report: dict[str, Any], cfg: PipelineConfig) -> str:
+    """The ranked table of probe_corpus, the cost of the pass, and the cheapest feature near the best
+    with the extract command that makes it."""
+    head = ("rank", "feature", "windows/doc", "dim", "accuracy", "macro-F1")
+    rows = [head]
+    for i, r in enumerate(report["results"], 1):
+        rows.append((str(i), r["feature"], f"{r['windows_per_doc']:.2f}", str(r["dimension"]),
+                     f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
+                     f"{r['f1_macro_mean']:.3f} ± {r['f1_macro_std']:.3f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(w) if i == 1 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+             for row in rows]
+    best, cheap = report["best"], report["cheapest"]
+    saved = report["windows_requested"] - report["windows_encoded"]
+    lines.append(f"{report['documents']} documents (stratified sample), {len(report['results'])} features from one "
+                 f"pass: {report['windows_encoded']} windows encoded for {report['windows_requested']} asked "
+                 f"({saved} shared), {report['extract_seconds']:.1f} s; probes {report['probe_seconds']:.1f} s")
+    lines.append(f"{report['folds']}-fold stratified CV, StandardScaler + LogisticRegression; {report['classes']} "
+                 f"classes, majority-class accuracy {report['majority']:.3f}")
+    if report["left_out"] or report["dropped_labels"]:
+        lines.append(f"left out: {report['left_out']} documents without features, {report['dropped_labels']} rows "
+                     "with an empty label")
+    lines.append(f"best: {best['feature']} {best['accuracy_mean']:.3f} ± {best['accuracy_std']:.3f}; cheapest within "
+                 f"one sd of it: {cheap['feature']} ({cheap['windows_per_doc']:.2f} windows/doc, "
+                 f"accuracy {cheap['accuracy_mean']:.3f} ± {cheap['accuracy_std']:.3f})")
+    lines.append("  " + extract_command(cfg, cheap, cfg.read.inputs))
+    return "\n".join(lines)
+
+
+def plot_corpus_probe(report: dict[str, Any], path: str | Path) -> None:
+    """Accuracy (mean ± sd over folds) against windows per document, one point per feature, coloured
+    by pooling; the best and the cheapest near it labelled. PNG at ``path``.
+
+    Raises:
+        ConfigError: matplotlib is not installed.
+    """
+    from .stats import _pyplot
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    colours = {"cls": "#4c72b0", "mean": "#dd8452", "max": "#55a868", "pooler": "#c44e52"}
+    for pooling, colour in colours.items():
+        rs = [r for r in report["results"] if r["pooling"] == pooling]
+        if rs:
+            ax.errorbar([r["windows_per_doc"] for r in rs], [r["accuracy_mean"] for r in rs],
+                        yerr=[r["accuracy_std"] for r in rs], fmt="o", ms=4, capsize=2, color=colour,
+                        alpha=0.8, label=pooling)
+    for key in ("best", "cheapest"):
+        r = report[key]
+        ax.annotate(f"{key}: {r['feature']}", (r["windows_per_doc"], r["accuracy_mean"]), fontsize=7,
+                    xytext=(6, 6 if key == "best" else -12), textcoords="offset points")
+    ax.axhline(report["majority"], color="grey", linestyle=":", label="majority class")
+    ax.set_xlabel("windows per document (the feature alone)")
+    ax.set_ylabel(f"accuracy, mean ± sd over {report['folds']} folds")
+    ax.legend(loc="lower right", fontsize=8, frameon=False)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

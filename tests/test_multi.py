@@ -230,3 +230,85 @@ def test_early_layer_stop_equals_the_full_pass(runner, tiny_model_dir, tiny_bert
                        output_hidden_states=True).hidden_states
     ref = torch.stack([hidden[int(i)][0].mean(0) for i in layers.split(",")]).mean(0).numpy()
     np.testing.assert_allclose(df["features"][0], ref, atol=1e-5)
+
+
+# ---------------------------------------------------------------- probe
+
+LABELLED = [{"text": words(6 + (i * 7) % 30, 20 * (i % 2) + i % 5), "label": "ab"[i % 2]} for i in range(24)]
+
+
+def test_stratified_sample_keeps_class_shares():
+    from pipeline.probe import stratified_sample
+
+    labels = np.array(["a"] * 60 + ["b"] * 40)
+    picked = stratified_sample(labels, 10, seed=0)
+    assert sorted(labels[picked].tolist()) == ["a"] * 6 + ["b"] * 4
+    assert picked.tolist() == sorted(set(picked.tolist()))
+    assert stratified_sample(labels, 10, seed=0).tolist() == picked.tolist()
+    assert stratified_sample(labels, 500, seed=0).tolist() == list(range(100))
+
+
+def test_probe_corpus_one_pass_agrees_with_single_feature_files(runner, tiny_model_dir, tmp_path):
+    from pipeline.probe import probe_files
+
+    src = write_csv(tmp_path / "labelled.csv", LABELLED)
+    plot = tmp_path / "probe.png"
+    result = invoke(runner, ["probe", src, "--label-col", "label", "--model", tiny_model_dir, *SEG, "--folds", 3,
+                             "--sample", 1000, "--plot", plot])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].split() == ["rank", "feature", "windows/doc", "dim", "accuracy", "macro-F1"]
+    table = [line.split() for line in lines[1:51]]
+    # 5 strategies x (cls, mean, max) x (-1, -2, -2..-1 mean: the tiny model has 2 layers) + 5 pooler
+    assert len({row[1] for row in table}) == 50 and lines[51].startswith("24 documents (stratified sample), 50 ")
+    assert sum(row[1].endswith("_pooler") for row in table) == 5
+    accuracy = [float(row[4]) for row in table]
+    assert accuracy == sorted(accuracy, reverse=True)
+    n = np.array([len(r["text"].split()) for r in LABELLED])
+    windows = {"head": 1, "tail": 1, "head_tail": 1, "chunk": np.ceil(n / C).mean(),
+               "sliding": np.mean([1 + max(0, int(np.ceil((k - C) / (C - 4)))) for k in n])}
+    for row in table:
+        strategy = next(s for s in ("head_tail", "head", "tail", "chunk", "sliding") if row[1].startswith(f"f_{s}_"))
+        assert float(row[2]) == pytest.approx(windows[strategy], abs=0.005), row
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the named feature and its command; the same feature extracted alone probes the same accuracy
+    best, cheap = [x for x in lines if x.startswith("best: ")][0], lines[lines.index(
+        [x for x in lines if x.startswith("best: ")][0]) + 1]
+    name = best.split("cheapest within one sd of it: ")[1].split()[0]
+    assert cheap.startswith(f"  longbert extract {src} --model {tiny_model_dir} --max-length {ML}")
+    options = cheap.split(f"--max-length {ML}")[1].split(" -o ")[0].split()
+    row = [r for r in table if r[1] == name][0]
+    top = table[0]
+    assert float(row[4]) >= float(top[4]) - float(top[6]) - 1e-9
+    assert float(row[2]) == min(float(r[2]) for r in table if float(r[4]) >= float(top[4]) - float(top[6]) - 1e-9)
+    keep = write_csv(tmp_path / "again.csv", LABELLED)
+    out = tmp_path / "kept.parquet"
+    assert invoke(runner, ["extract", keep, "-o", out, "--model", tiny_model_dir, "--no-progress", *SEG,
+                           "--keep-col", "label", *options]).exit_code == 0
+    (r,) = probe_files([out], label_col="label", folds=3)
+    assert r["feature"] == "features" and abs(r["accuracy_mean"] - float(row[4])) <= 0.02
+
+
+def test_probe_each_column_of_a_several_feature_file(runner, tiny_model_dir, tmp_path):
+    from pipeline.probe import probe_files
+
+    src = write_csv(tmp_path / "labelled.csv", LABELLED)
+    out = tmp_path / "many.parquet"
+    assert invoke(runner, ["extract", src, "-o", out, "--model", tiny_model_dir, "--no-progress", *SEG,
+                           "--keep-col", "label", "--feature", "head:cls", "--feature", "chunk:mean:-2"]).exit_code == 0
+    results = probe_files([out], label_col="label", folds=3)
+    assert [r["file"] for r in results] == [f"{out}:f_head_cls", f"{out}:f_chunk_mean_L-2"]
+    for r, opts in zip(results, (["--strategy", "head", "--pooling", "cls"],
+                                 ["--strategy", "chunk", "--pooling", "mean", "--layers=-2"])):
+        alone = tmp_path / f"{r['feature']}.parquet"
+        assert invoke(runner, ["extract", src, "-o", alone, "--model", tiny_model_dir, "--no-progress", *SEG,
+                               "--keep-col", "label", *opts]).exit_code == 0
+        (a,) = probe_files([alone], label_col="label", folds=3)
+        np.testing.assert_allclose(r["accuracy"], a["accuracy"])
+        assert (r["strategy"], r["pooling"], r["windows_per_doc"]) == (a["strategy"], a["pooling"], a["windows_per_doc"])
+    result = invoke(runner, ["probe", out, src, "--label-col", "label"])
+    assert result.exit_code == 2 and ("Error: probe takes either CSV corpora (.csv) or extract's outputs (.parquet, "
+                                      "DIR/), not both; run it once for each") in result.output
+    result = invoke(runner, ["probe", out, "--label-col", "label", "--sample", 10])
+    assert result.exit_code == 2 and ("Error: --sample applies only to a CSV corpus (a path ending in .csv); the "
+                                      "features files were extracted already: drop them") in result.output
