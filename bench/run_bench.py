@@ -15,7 +15,7 @@ others, ``extract --strategy chunk`` against sentence-transformers.
 Example:
     .venv/bin/python bench/run_bench.py --docs 300          # about 10 minutes on 2 cores
     .venv/bin/python bench/run_bench.py --docs 60 --quick   # a smoke run, no scale pair
-    .venv/bin/python bench/run_bench.py --section multi --docs 40   # issue 13's rows only
+    .venv/bin/python bench/run_bench.py --section multi --multi-docs 40   # issue 13's rows only
 """
 from __future__ import annotations
 
@@ -415,6 +415,7 @@ MULTI_CONTENDERS = (
     *(Contender(f"longbert extract --strategy {s} (mean), alone", "ours", strategy=s)
       for s in ("head", "tail", "head_tail", "chunk", "sliding")),
     Contender("duplicates corpus: longbert extract --strategy chunk", "ours", strategy="chunk", corpus="dups"),
+    Contender("duplicates corpus: longbert extract --strategy head", "ours", strategy="head", corpus="dups"),
     Contender("duplicates corpus: sentence-transformers encode (max_seq_length 512)", "st", corpus="dups"),
 )
 
@@ -493,9 +494,10 @@ def table(rows: list[Row], ours_dps: float | None) -> str:
 
 def multi_section(rows_in: list[tuple[str, str]], args: argparse.Namespace, work: Path, started: float) -> str:
     """Issue 13's rows: one run of five features against five runs, and the duplicates corpus."""
-    csv1 = work / "corpus.csv"
+    csv1 = work / "multi.csv"
+    build_corpus(rows_in, args.multi_docs, 1, csv1)
     dups = work / "duplicates.csv"
-    build_duplicates_corpus(rows_in, args.docs, args.dup_share, dups)
+    build_duplicates_corpus(rows_in, args.multi_docs, args.dup_share, dups)
     asked, encoded, tokens = multi_facts(csv1, ALL_MEAN)
     alone = {s: multi_facts(csv1, (f"{s}:mean",)) for s in ("head", "tail", "head_tail", "chunk", "sliding")}
     dup_asked, dup_encoded, _ = multi_facts(dups, ("chunk:mean",))
@@ -508,48 +510,60 @@ def multi_section(rows_in: list[tuple[str, str]], args: argparse.Namespace, work
             print(f"{got[tag].seconds:.1f} s", flush=True)
         except (RuntimeError, subprocess.TimeoutExpired) as err:
             print(f"FAILED {err}", flush=True)
-    lines = [f"Issue 13 ({args.docs} documents of {args.corpus.name}; mean pooling; each run cold, in its own "
+    lines = [f"Issue 13 ({args.multi_docs} documents of {args.corpus.name}; mean pooling; each run cold, in its own "
              "process, model load included):", "",
-             "| run | windows asked | windows encoded | model tokens encoded | wall s | ms per 1,000 encoded tokens |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "| run | windows asked | windows encoded | model tokens encoded | wall s | CPU s "
+             "| wall ms per 1,000 encoded tokens | CPU ms per 1,000 encoded tokens |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     multi = got.get("multi-all")
     if multi:
         lines.append(f"| 5 features in one run | {asked:,} | {encoded:,} | {tokens:,} | {fmt(multi.seconds)} | "
-                     f"{multi.seconds / tokens * 1e6:.2f} |")
-    total_s = 0.0
+                     f"{fmt(multi.cpu_seconds)} | {multi.seconds / tokens * 1e6:.2f} | "
+                     f"{multi.cpu_seconds / tokens * 1e6:.2f} |")
+    total_s = total_cpu = 0.0
     complete = True
     for s, (a, e, t) in alone.items():
         r = got.get(f"multi-ours-{s}-main")
         complete &= r is not None
         total_s += r.seconds if r else 0.0
+        total_cpu += r.cpu_seconds if r else 0.0
         lines.append(f"| --strategy {s} alone | {a:,} | {e:,} | {t:,} | {fmt(r.seconds) if r else 'failed'} | "
-                     f"{(r.seconds / t * 1e6) if r else float('nan'):.2f} |")
+                     f"{fmt(r.cpu_seconds) if r else ''} | {(r.seconds / t * 1e6) if r else float('nan'):.2f} | "
+                     f"{(r.cpu_seconds / t * 1e6) if r else float('nan'):.2f} |")
     sum_e = sum(e for _, e, _ in alone.values())
     sum_t = sum(t for _, _, t in alone.values())
     if complete:
         lines.append(f"| sum of the 5 separate runs | {sum(a for a, _, _ in alone.values()):,} | {sum_e:,} | {sum_t:,} | "
-                     f"{fmt(total_s)} | {total_s / sum_t * 1e6:.2f} |")
+                     f"{fmt(total_s)} | {fmt(total_cpu)} | {total_s / sum_t * 1e6:.2f} | {total_cpu / sum_t * 1e6:.2f} |")
     lines.append("")
     sliding = got.get("multi-ours-sliding-main")
     if multi and complete and sliding:
         per_multi = multi.seconds / tokens
         per_sliding = sliding.seconds / alone["sliding"][2]
+        cpu_ratio = (multi.cpu_seconds / tokens) / (sliding.cpu_seconds / alone["sliding"][2])
         lines.append(f"One run encoded {encoded:,} windows against {sum_e:,} for five runs ({sum_e / encoded:.2f}x) "
                      f"and {alone['sliding'][1]:,} for sliding alone ({encoded / alone['sliding'][1]:.2f}x); wall "
-                     f"time {fmt(multi.seconds)} s against {fmt(total_s)} s ({total_s / multi.seconds:.2f}x). Time per "
-                     f"encoded token: {per_multi / per_sliding:.2f}x a sliding run's (the five separate runs pay "
-                     "five model loads).")
+                     f"time {fmt(multi.seconds)} s against {fmt(total_s)} s ({total_s / multi.seconds:.2f}x), CPU "
+                     f"{fmt(multi.cpu_seconds)} s against {fmt(total_cpu)} s ({total_cpu / multi.cpu_seconds:.2f}x). "
+                     f"Time per encoded token against a sliding run's: {per_multi / per_sliding:.2f}x wall, "
+                     f"{cpu_ratio:.2f}x CPU (the five separate runs pay five model loads).")
     ours, st = got.get("multi-ours-chunk-dups"), got.get("multi-st-head-dups")
-    lines += ["", f"Duplicates corpus: {args.docs} documents, {round(args.dup_share * args.docs)} of them exact copies of "
+    lines += ["", f"Duplicates corpus: {args.multi_docs} documents, {round(args.dup_share * args.multi_docs)} of them exact copies of "
               "others; chunk asks " f"{dup_asked:,} windows and encodes {dup_encoded:,}.", "",
-              "| contender | documents/s | wall s | windows encoded |", "|---|---:|---:|---:|"]
-    for name, r in (("longbert extract --strategy chunk", ours), ("sentence-transformers encode (head, 512)", st)):
+              "| contender | documents/s | wall s | CPU s | windows encoded |", "|---|---:|---:|---:|---:|"]
+    head = got.get("multi-ours-head-dups")
+    for name, r in (("longbert extract --strategy chunk", ours), ("longbert extract --strategy head", head),
+                    ("sentence-transformers encode (head, 512)", st)):
         lines.append(f"| {name} | {fmt(r.documents / r.seconds, 2) if r else 'failed'} | "
-                     f"{fmt(r.seconds) if r else ''} | {r.windows if r else ''} |")
-    if ours and st:
-        lines.append(f"\nlongbert chunk / sentence-transformers documents per second: "
-                     f"{(ours.documents / ours.seconds) / (st.documents / st.seconds):.2f}x (sentence-transformers "
-                     "truncates each document to its first 510 tokens: one window per document, every copy encoded).")
+                     f"{fmt(r.seconds) if r else ''} | {fmt(r.cpu_seconds) if r else ''} | {r.windows if r else ''} |")
+    for label, r in (("chunk", ours), ("head", head)):
+        if r and st:
+            lines.append(f"\nlongbert {label} / sentence-transformers documents per second: "
+                         f"{(r.documents / r.seconds) / (st.documents / st.seconds):.2f}x wall, "
+                         f"{(r.documents / r.cpu_seconds) / (st.documents / st.cpu_seconds):.2f}x per CPU second.")
+    lines.append("\nsentence-transformers truncates each document to its first 510 tokens (one window per document, "
+                 "the same windows as --strategy head) and encodes every copy; its clock starts with the texts in "
+                 "memory, ours with the CSV unread.")
     return "\n".join(lines)
 
 
@@ -568,6 +582,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--section", choices=("all", "main", "multi"), default="all",
                     help="main: issue 4's table; multi: issue 13's rows only; all: both (default)")
     ap.add_argument("--dup-share", type=float, default=0.2, help="multi: share of exact copies (default 0.2)")
+    ap.add_argument("--multi-docs", type=int, default=60,
+                    help="multi: documents in issue 13's corpora (default 60; about 2,300 windows in all)")
     # worker mode (internal)
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     for name in ("--csv", "--workdir", "--tag", "--result"):
@@ -723,7 +739,8 @@ def main(argv: list[str] | None = None) -> int:
         "(sentence-transformers normalizes; the pipeline's token vectors are mean-pooled after the clock stops).\n"
         "- Each contender runs once, cold, in a fresh process, one after another. Timings are noisy: "
         "other jobs may share the machine (see the load averages).")
-    text = (f"# Benchmark results\n\nCommand: `{command}` (what `make bench` runs)  \n"
+    what = " (what `make bench` runs)" if args.section == "all" else ""
+    text = (f"# Benchmark results\n\nCommand: `{command}`{what}  \n"
             f"Date: {when}  \nMachine: {host}  \nTotal wall time: {total:.0f} s\n\n{corpus_line}\n\n"
             f"{md}{scale_md}\n\n" + "".join(f"{n}\n" for n in notes) + f"\n{legend}\n")
     args.output.parent.mkdir(parents=True, exist_ok=True)

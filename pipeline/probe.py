@@ -1,9 +1,10 @@
 """``longbert probe``: how well a linear classifier reads the labels off extracted features.
 
-Called by cli.py. For each features file (pipeline.features.load_features), a scikit-learn
-``make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))`` is cross-validated with
-``StratifiedKFold(folds, shuffle=True, random_state=seed)``; the same folds for every file, so
-strategies and poolings are compared on equal terms.
+Called by cli.py. For each features column (pipeline.features.load_features) of each file, or for
+each feature extracted in one pass over a stratified sample of a CSV corpus (``probe_corpus``), a
+scikit-learn ``make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))`` is
+cross-validated with ``StratifiedKFold(folds, shuffle=True, random_state=seed)``; the same folds for
+every feature, so strategies, poolings and layers are compared on equal terms.
 """
 from __future__ import annotations
 
@@ -337,14 +338,19 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     from .write import strategy_metadata
 
     t1 = time.perf_counter()
+    matrices = [features_matrix(pa.chunked_array(columns[name]).filter(pa.array(ok))) for name, _ in extractor.columns]
+    del columns, extractor.encoder  # the model is done: free it before the classifiers run
+    # one feature per process (joblib's default loky backend): the fits are single-threaded, so the
+    # cores share the features; the scores are those of cross_validate_probe run one by one.
+    from joblib import Parallel, delayed
+    scores = Parallel(n_jobs=_probe_jobs(len(features)))(
+        delayed(cross_validate_probe)(X, y, folds, seed) for X in matrices)
     results = []
-    for f, (name, _) in zip(features, extractor.columns):
-        X = features_matrix(pa.chunked_array(columns[name]).filter(pa.array(ok)))  # (N, D)
+    for f, (name, _), X, score in zip(features, extractor.columns, matrices, scores):
         results.append({"feature": name, "spec": f.spec, "strategy": f.strategy, "pooling": f.pooling,
                         "layers": list(f.layers), "layer_agg": f.layer_agg, "dimension": int(X.shape[1]),
                         "windows_per_doc": windows_per_doc(strategy_metadata(extractor.cfg, f.strategy), tokens),
-                        "extract_options": f.extract_options(),
-                        **cross_validate_probe(X, y, folds, seed)})
+                        "extract_options": f.extract_options(), **score})
     probe_seconds = time.perf_counter() - t1
     results.sort(key=lambda r: -r["accuracy_mean"])  # stable: ties keep the feature order
     best = results[0]
@@ -355,6 +361,14 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
             "majority": float(counts.max() / counts.sum()), "folds": folds,
             "windows_encoded": extractor.stats.windows, "windows_requested": extractor.stats.windows_requested,
             "extract_seconds": extract_seconds, "probe_seconds": probe_seconds}
+
+
+def _probe_jobs(n_features: int) -> int:
+    """Processes for the probes: the CPUs this process may use (os.sched_getaffinity), at most one per feature."""
+    import os
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cpus, n_features))
 
 
 def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[str, ...]) -> str:
@@ -431,7 +445,7 @@ def plot_corpus_probe(report: dict[str, Any], path: str | Path) -> None:
             ax.errorbar([r["windows_per_doc"] for r in rs], [r["accuracy_mean"] for r in rs],
                         yerr=[r["accuracy_std"] for r in rs], fmt="o", ms=4, capsize=2, color=colour,
                         alpha=0.8, label=pooling)
-    for key in ("best", "cheapest"):
+    for key in ("best", "cheapest") if report["best"] is not report["cheapest"] else ("best",):
         r = report[key]
         ax.annotate(f"{key}: {r['feature']}", (r["windows_per_doc"], r["accuracy_mean"]), fontsize=7,
                     xytext=(6, 6 if key == "best" else -12), textcoords="offset points")

@@ -312,3 +312,11 @@ def test_probe_each_column_of_a_several_feature_file(runner, tiny_model_dir, tmp
     result = invoke(runner, ["probe", out, "--label-col", "label", "--sample", 10])
     assert result.exit_code == 2 and ("Error: --sample applies only to a CSV corpus (a path ending in .csv); the "
                                       "features files were extracted already: drop them") in result.output
+
+
+def test_features_preset_names_its_columns():
+    from pathlib import Path
+
+    cfg = PipelineConfig.from_options(config_file=Path(__file__).resolve().parent.parent / "configs" / "features.yaml")
+    assert [f.name for f in cfg.feature_list()] == ["f_head_mean", "f_head_mean_L-2", "f_head_tail_mean",
+                                                    "f_chunk_mean", "f_chunk_cls_L-4..-1_concat"]
