@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import CASES, invoke, words, write_csv
+from test_formats import INPUTS, corpus  # noqa: F401 - the corpus fixture, written in every format
 
 os.environ["RAY_AUTH_MODE"] = "disabled"
 import ray  # noqa: E402 - make test installs the ray extra; a missing one fails here, not silently skips
@@ -131,6 +132,22 @@ def test_ray_reads_every_shared_case_like_local(ray_address, tiny_model_dir, tmp
              for engine in ([], ["--engine", "ray"])]
     assert [r.exit_code for r in twice] == [2, 2] and twice[0].output == twice[1].output
     assert "B27.csv: the header names column 'text' 2 times" in twice[0].output
+
+
+def test_ray_reads_every_format_like_local(ray_address, tiny_model_dir, corpus, tmp_path, runner):
+    """One run over the same corpus as CSV, ;-CSV, TSV, JSON Lines, .jsonl.gz, .csv.zst, parquet (row
+    groups of 3) and a folder of .txt files: both engines give the same output."""
+    root, rows = corpus
+    inputs = [root / INPUTS[f] for f in INPUTS if f != "semicolon"]
+    common = [*inputs, "--model", tiny_model_dir, "--no-progress", "--strategy", "chunk", "--block-rows", "4",
+              "--with-source"]
+    local = invoke(runner, ["extract", *common, "-o", tmp_path / "local.parquet"])
+    ray_run = invoke(runner, ["extract", *common, "--engine", "ray", "-o", f"{tmp_path}/ray/"])
+    assert local.exit_code == 0 and ray_run.exit_code == 0, (local.output, ray_run.output)
+    ours, theirs = read_output(tmp_path / "local.parquet"), read_output(tmp_path / "ray")
+    assert_same_output(ours, theirs)
+    assert theirs.num_rows == len(rows) * len(inputs)
+    assert sorted(set(theirs.column("source").to_pylist()))[:2] == ["csv/c.csv", "gz/c.jsonl.gz"]
 
 
 def test_ray_three_mib_field_and_skipped_lines_equal_local(ray_address, tiny_model_dir, tmp_path, runner):
