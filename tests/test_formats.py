@@ -330,4 +330,4 @@ def test_inputs_are_checked_before_the_model(runner, tmp_path, monkeypatch):
     src.write_bytes(b"id,text\n1,caf\xe9\n")
     result = invoke(runner, ["extract", src, "--model", tmp_path / "no-such-model", "-o", tmp_path / "o.parquet"])
     assert result.exit_code == 2
-    assert f"Error: {src}: byte offset 12 (line 2) is not valid utf-8" in result.output
+    assert f"Error: {src}: byte offset 13 (line 2) is not valid utf-8" in result.output
