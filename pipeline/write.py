@@ -96,15 +96,19 @@ def output_schema(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: i
 
 
 def check_same_run(old: dict, new: dict, path: Path | str) -> None:
-    """--resume may only continue a run of the same options and input bytes (fingerprints as
-    ``{"config": ..., "inputs": ...}``).
+    """--resume may only continue a run of the same options, input bytes and plan of blocks
+    (fingerprints as ``{"config": ..., "inputs": ..., "plan": ...}``; a run written before plans had no
+    "plan", and is compared on the other two).
 
     Raises:
         ConfigError: naming what differs from the run that wrote ``path``.
     """
     changed = [k for k in ("config", "inputs") if old.get(k) != new[k]]
+    if not changed and "plan" in old and old["plan"] != new.get("plan"):
+        changed = ["plan"]
     if changed:
-        what = " and ".join({"config": "the options", "inputs": "the input files"}[k] for k in changed)
+        names = {"config": "the options", "inputs": "the input files", "plan": "the blocks the inputs are cut into"}
+        what = " and ".join(names[k] for k in changed)
         raise ConfigError(f"--resume: {what} differ from the run that wrote {path}; run with the same options "
                           "and inputs, or pass --overwrite to start again")
 
