@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from pipeline.config import (AGGREGATES, DTYPES, ENGINES, LAYER_AGGS, LEVELS, ON_BAD_LINES, OUT_DTYPES,
+from pipeline.config import (AGGREGATES, DTYPES, ENGINES, FORMATS, LAYER_AGGS, LEVELS, ON_BAD_LINES, OUT_DTYPES,
                              POOLINGS, QUANTIZE, STRATEGIES, PipelineConfig)
 from pipeline.errors import PipelineError
 
@@ -61,9 +61,16 @@ def read_options(func):
     """Input options shared by extract and stats."""
     options = [
         click.option("--text-col", default=None, help="Column holding the text.  [default: text]"),
-        click.option("--id-col", default=None, help="Column holding the id.  [default: the 0-based row number]"),
+        click.option("--id-col", default=None, help="Column holding the id.  [default: the column 'id' if every "
+                     "input has one, else the 0-based row number (output column 'row')]"),
         click.option("--keep-col", "keep_cols", multiple=True, help="Column copied to the output (repeatable)."),
-        click.option("--encoding", default=None, help="Encoding of the CSV files.  [default: utf-8]"),
+        click.option("--format", "format", type=click.Choice(FORMATS), default=None,
+                     help="Input format for every input.  [default: from each extension: .csv, .tsv, .jsonl/.ndjson, "
+                          ".parquet, .txt/.md and folders of them (text); .gz/.zst read as streams]"),
+        click.option("--delimiter", default=None, help="CSV field separator, one character.  [default: ',' (tab for .tsv)]"),
+        click.option("--with-source", is_flag=True, default=None,
+                     help="Add a 'source' column: each row's file, relative to the inputs' common folder."),
+        click.option("--encoding", default=None, help="Encoding of the input files.  [default: utf-8]"),
         click.option("--on-bad-lines", type=click.Choice(ON_BAD_LINES), default=None,
                      help="A malformed CSV line: stop with its file and line, or skip it and count it.  "
                           "[default: error]"),
@@ -90,7 +97,8 @@ def main() -> None:
 
 @main.command()
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("-o", "--output", default=None, help="Output .parquet file, or DIR/ for numbered parts + manifest.")
+@click.option("-o", "--output", default=None,
+              help="Output .parquet file, or DIR/ for numbered parts + _manifest.json.  [default: out/features.parquet]")
 @read_options
 @segment_options
 @model_options
@@ -114,10 +122,9 @@ def main() -> None:
               help="Storage dtype of the vectors.  [default: float32]")
 @click.option("--overwrite", is_flag=True, default=None, help="Replace an existing output.")
 @click.option("--resume", is_flag=True, default=None,
-              help="Continue a DIR/ output after its last finished part (--engine ray: needs a unique --id-col).")
+              help="Continue a DIR/ output: only the blocks without a finished part are run.")
 @click.option("--strict", is_flag=True, default=None,
-              help="Exit 1 at the first row that cannot be embedded (--engine ray: checked before the output is "
-                   "written).")
+              help="Exit 1 at the first row that cannot be embedded.")
 @click.option("--progress/--no-progress", default=None, help="Show the progress bar.  [default: on]")
 @click.option("--engine", type=click.Choice(ENGINES), default=None, help="local or ray.  [default: local]")
 @click.option("--ray-address", default=None, help="ray: 'auto' or an address to join; default starts a local Ray.")
@@ -125,7 +132,7 @@ def main() -> None:
 @click.option("--gpus-per-worker", type=float, default=None, help="ray: GPUs per actor.  [default: 0]")
 @click.option("--cpus-per-worker", type=float, default=None, help="ray: CPUs per actor (its torch threads).  [default: a local Ray's cores / workers; 1 on a cluster]")
 def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -> None:
-    """Embed each row of the CSV INPUTS (paths or globs) and write one vector per document.
+    """Embed each row of the INPUTS (files, folders of .txt/.md, or globs) and write one vector per document.
 
     Exit codes: 0 done (the summary counts rows with errors), 1 failed part-way or --strict with a
     row error, 2 nothing started (bad option, missing column, unreadable input, existing output),
@@ -147,12 +154,7 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
     except PipelineError as err:
         _fail(err)
     except KeyboardInterrupt:
-        if options.get("engine") == "ray":
-            kept = ("the rows already written stay in the hidden .NAME.ray/ beside the output for the next "
-                    "--resume run" if options.get("resume") else "rerun the same command; add --resume "
-                    "(with --id-col) to keep finished rows next time")
-        else:
-            kept = "a DIR/ output keeps its finished parts for --resume"
+        kept = "a DIR/ output keeps its finished parts for --resume"
         click.echo(f"Interrupted: no output was completed ({kept}).", err=True)
         sys.exit(130)
     click.echo(summary.line())
@@ -188,9 +190,27 @@ def stats(inputs: tuple[str, ...], config_file: Path | None, plot: Path | None,
         _fail(err)
 
 
-def _is_corpus(path: str) -> bool:
-    """probe's inputs: a path ending in .csv (any case) is a corpus; anything else is extract's output."""
-    return path.lower().endswith(".csv")
+def _is_features_output(path: str) -> bool:
+    """probe's inputs: extract's output is a directory holding extract's manifest or a .parquet file with
+    the ``longbert`` schema metadata; anything else (CSV, TSV, JSON Lines, a plain parquet table...)
+    is a corpus to extract from."""
+    import pyarrow.parquet as pq
+
+    from pipeline.write import read_manifest
+
+    p = Path(path)
+    if p.is_dir():
+        try:
+            return read_manifest(p) is not None
+        except (OSError, ValueError, KeyError):
+            return True  # a damaged manifest: load_features names the problem
+    if p.suffix.lower() != ".parquet" or not p.is_file():
+        return False
+    try:
+        meta = pq.read_schema(p).metadata or {}
+    except Exception:  # noqa: BLE001 - not readable as parquet: load_features names the problem
+        return True
+    return b"longbert" in meta
 
 
 @main.command()
@@ -203,21 +223,24 @@ def _is_corpus(path: str) -> bool:
               help="Write a chart to this PNG: accuracy and macro-F1 per file, or, for a corpus, accuracy "
                    "against windows per document.")
 @click.option("--sample", type=int, default=None,
-              help="CSV corpus: documents in the stratified sample.  [default: 500]")
-@click.option("--text-col", default=None, help="CSV corpus: column holding the text.  [default: text]")
-@click.option("--encoding", default=None, help="CSV corpus: encoding.  [default: utf-8]")
-@click.option("--max-length", type=int, default=None, help="CSV corpus: positions per window.  [default: the model's]")
-@click.option("--head-tokens", type=int, default=None, help="CSV corpus: head_tail's first tokens.")
-@click.option("--tail-tokens", type=int, default=None, help="CSV corpus: head_tail's last tokens.")
-@click.option("--overlap", type=int, default=None, help="CSV corpus: sliding's overlap.  [default: 128]")
-@click.option("--batch-size", type=int, default=None, help="CSV corpus: windows per forward pass.  [default: 32]")
+              help="Corpus: documents in the stratified sample.  [default: 500]")
+@click.option("--text-col", default=None, help="Corpus: column holding the text.  [default: text]")
+@click.option("--format", "format", type=click.Choice(FORMATS), default=None,
+              help="Corpus: input format.  [default: from each extension]")
+@click.option("--encoding", default=None, help="Corpus: encoding.  [default: utf-8]")
+@click.option("--max-length", type=int, default=None, help="Corpus: positions per window.  [default: the model's]")
+@click.option("--head-tokens", type=int, default=None, help="Corpus: head_tail's first tokens.")
+@click.option("--tail-tokens", type=int, default=None, help="Corpus: head_tail's last tokens.")
+@click.option("--overlap", type=int, default=None, help="Corpus: sliding's overlap.  [default: 128]")
+@click.option("--batch-size", type=int, default=None, help="Corpus: windows per forward pass.  [default: 32]")
 @model_options
 def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: Path | None,
           sample: int | None, **options: Any) -> None:
     """Logistic-regression probe: accuracy and macro-F1 (mean ± sd over stratified folds).
 
-    INPUTS are either extract's outputs (.parquet files or DIR/s; each feature column of a
-    several-feature file is probed), or a CSV corpus (a path ending in .csv): then a stratified
+    INPUTS are either extract's outputs (.parquet files with longbert metadata or DIR/s; each feature
+    column of a several-feature file is probed), or a corpus (CSV, TSV, JSON Lines, a parquet table
+    without longbert metadata...): then a stratified
     sample is extracted once with every strategy x {cls, mean, max, pooler where the model has one} x
     layers {-1, -2, -4..-1 mean}, ranked by accuracy, and the cheapest feature within one sd of the
     best is named with its extract options.
@@ -231,15 +254,15 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
     from pipeline.probe import (format_corpus_probe, format_probe, plot_corpus_probe, plot_probe, probe_corpus,
                                 probe_files)
     try:
-        corpus = [_is_corpus(p) for p in inputs]
+        corpus = [not _is_features_output(p) for p in inputs]
         if any(corpus) and not all(corpus):
-            raise ConfigError("probe takes either CSV corpora (.csv) or extract's outputs (.parquet, DIR/), not "
-                              "both; run it once for each")
+            raise ConfigError("probe takes either a corpus (CSV, TSV, JSON Lines, parquet table...) or extract's "
+                              "outputs (parquet with longbert metadata, DIR/), not both; run it once for each")
         given = [f"--{k.replace('_', '-')}" for k, v in {"sample": sample, **options}.items() if v is not None]
         if not all(corpus):
             if given:
                 verb = "applies" if len(given) == 1 else "apply"
-                raise ConfigError(f"{', '.join(given)} {verb} only to a CSV corpus (a path ending in .csv); "
+                raise ConfigError(f"{', '.join(given)} {verb} only to a corpus, not to extract's outputs; "
                                   "the features files were extracted already: drop them")
             results = probe_files(list(inputs), label_col=label_col, folds=folds, seed=seed)
             click.echo(format_probe(results))
@@ -247,9 +270,6 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
                 plot_probe(results, plot)
                 click.echo(f"chart -> {plot}")
             return
-        for path in inputs:
-            if not Path(path).is_file():
-                raise ConfigError(f"{path}: no such CSV file; pass a CSV corpus or extract's parquet output")
         cfg = _build(inputs=inputs, progress=False, **options)
         report = probe_corpus(cfg, label_col=label_col, sample=500 if sample is None else sample, folds=folds,
                               seed=seed)

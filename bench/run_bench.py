@@ -148,7 +148,7 @@ def multi_facts(csv_path: Path, features: tuple[str, ...]) -> tuple[int, int, in
     from pipeline.block import check_features, resolve_config
     from pipeline.config import PipelineConfig
     from pipeline.dedup import plan_windows
-    from pipeline.read import read_blocks, scan
+    from pipeline.read import read_block, scan
     from pipeline.segment import segment
     from pipeline.tokenize import tokenize_block
 
@@ -157,7 +157,7 @@ def multi_facts(csv_path: Path, features: tuple[str, ...]) -> tuple[int, int, in
     check_features(cfg, cfg.segment)
     asked = encoded = tokens = 0
     strategies = list(dict.fromkeys(f.strategy for f in cfg.feature_list()))
-    for block in read_blocks(cfg.read, scan(cfg.read)):
+    for block in map(read_block, scan(cfg.read).blocks):
         docs = tokenize_block(block.column("text").to_pylist(), tok)
         per = []
         for strategy in strategies:
@@ -176,7 +176,7 @@ def corpus_facts(csv_path: Path, strategy: str) -> Facts:
     """Tokens and windows of the corpus under ``strategy``, from longbert's own stages."""
     from pipeline.block import resolve_config
     from pipeline.config import PipelineConfig
-    from pipeline.read import read_blocks, scan
+    from pipeline.read import read_block, scan
     from pipeline.segment import segment
     from pipeline.tokenize import tokenize_block
 
@@ -184,7 +184,7 @@ def corpus_facts(csv_path: Path, strategy: str) -> Facts:
     cfg, tok, _ = resolve_config(cfg)
     c = cfg.segment.content_tokens
     facts = Facts(0, 0, 0, 0, 0)
-    for block in read_blocks(cfg.read, scan(cfg.read)):
+    for block in map(read_block, scan(cfg.read).blocks):
         for doc in tokenize_block(block.column("text").to_pylist(), tok):
             wins = segment(doc, cfg.segment, tok.cls_token_id, tok.sep_token_id)
             facts.documents += 1
@@ -285,14 +285,14 @@ def work_ceiling(args: argparse.Namespace) -> Result:
 
     from pipeline.block import Extractor
     from pipeline.encode import plan_batches
-    from pipeline.read import read_blocks, scan
+    from pipeline.read import read_block, scan
 
     cfg = _ours_config(args.csv, str(Path(args.workdir) / "unused.parquet"), "head", "none")
     ext = Extractor(cfg)
     model, pad = ext.encoder.model, ext.encoder.pad_id
     batches: list[tuple[torch.Tensor, torch.Tensor]] = []
     n_docs = n_windows = n_tokens = 0
-    for block in read_blocks(ext.cfg.read, scan(ext.cfg.read)):
+    for block in map(read_block, scan(ext.cfg.read).blocks):
         prep = ext.prepare(block)
         n_docs += len(prep.docs)
         lengths = [int(w.input_ids.shape[0]) for w in prep.windows]

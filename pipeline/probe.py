@@ -244,27 +244,28 @@ def stratified_sample(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
 
 
 def _read_corpus(cfg: PipelineConfig, label_col: str):
-    """(texts, labels) of every input CSV, in order; rows with an empty label are dropped (and counted).
+    """(texts, labels) of every input row, in input order (pipeline.read: any input format extract
+    takes); rows with an empty or null label are dropped (and counted).
 
     Raises:
-        InputError: a file that cannot be read, or a missing text/label column (lists the columns).
+        InputError: an unreadable input, or a missing text/label column (as extract's messages).
     """
-    import pandas as pd
+    import dataclasses
 
+    from .read import read_block, scan
+
+    if label_col == cfg.read.text_col:
+        raise ConfigError(f"--label-col {label_col!r} is the text column; pass the column of the labels")
+    read_cfg = dataclasses.replace(cfg.read, keep_cols=(label_col,))
     texts, labels, dropped = [], [], 0
-    for path in cfg.read.inputs:
-        try:
-            frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding=cfg.read.encoding)
-        except (OSError, ValueError, UnicodeDecodeError) as err:
-            raise InputError(f"{path}: cannot be read as CSV ({err}); pass a CSV corpus or extract's parquet") from None
-        for col, flag in ((cfg.read.text_col, "--text-col"), (label_col, "--label-col")):
-            if col not in frame.columns:
-                raise InputError(f"column {col!r} not in {Path(path).name}; columns are {list(frame.columns)}; "
-                                 f"pass {flag}")
-        has = frame[label_col].str.strip() != ""
-        dropped += int((~has).sum())
-        texts += frame.loc[has, cfg.read.text_col].tolist()
-        labels += frame.loc[has, label_col].tolist()
+    for spec in scan(read_cfg).blocks:
+        block = read_block(spec)
+        for text, label in zip(block.column("text").to_pylist(), block.column(label_col).to_pylist()):
+            if label is None or not str(label).strip():
+                dropped += 1
+                continue
+            texts.append(text)
+            labels.append(str(label))
     return texts, np.asarray(labels, dtype=object), dropped
 
 
@@ -274,9 +275,9 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     corpus, then cross-validate a probe on each (as probe_files).
 
     Args:
-        cfg: the run's options (inputs = the CSV corpus; model, window and batch options); its
+        cfg: the run's options (inputs = the corpus, any format extract reads; model, window and batch options); its
             strategy/pooling/features are replaced by the probe's feature set.
-        label_col: the CSV column of the labels (strings; rows with an empty label are dropped).
+        label_col: the input column of the labels (strings; rows with an empty label are dropped).
         sample: documents in the stratified sample (all when the corpus has fewer).
         folds, seed: the stratified k-fold, as probe_files (the same folds for every feature).
 
@@ -378,6 +379,8 @@ def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[
     from .config import DEFAULT_MODEL
 
     parts = ["longbert extract", *(shlex.quote(str(i)) for i in inputs)]
+    if cfg.read.format is not None:
+        parts.append(f"--format {cfg.read.format}")
     if cfg.read.text_col != "text":
         parts.append(f"--text-col {shlex.quote(cfg.read.text_col)}")
     if cfg.model.model != DEFAULT_MODEL:

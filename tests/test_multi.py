@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -116,7 +117,7 @@ def test_each_column_equals_the_single_feature_run(runner, tiny_model_dir, tmp_p
     out, result = run_extract(runner, tiny_model_dir, tmp_path, TEXTS, *args, name="multi.parquet")
     table = pq.read_table(out)
     names = [parse_feature(s).name for s in FEATURES]
-    assert table.column_names == ["id", "n_tokens", "n_windows", "truncated", *names, "error"]
+    assert table.column_names == ["row", "n_tokens", "n_windows", "truncated", *names, "error"]
     assert feature_names(out) == names
     meta = json.loads(table.schema.metadata[b"longbert"])
     assert meta["strategy"] is None and meta["pooling"] is None
@@ -307,11 +308,24 @@ def test_probe_each_column_of_a_several_feature_file(runner, tiny_model_dir, tmp
         np.testing.assert_allclose(r["accuracy"], a["accuracy"])
         assert (r["strategy"], r["pooling"], r["windows_per_doc"]) == (a["strategy"], a["pooling"], a["windows_per_doc"])
     result = invoke(runner, ["probe", out, src, "--label-col", "label"])
-    assert result.exit_code == 2 and ("Error: probe takes either CSV corpora (.csv) or extract's outputs (.parquet, "
-                                      "DIR/), not both; run it once for each") in result.output
+    assert result.exit_code == 2 and ("Error: probe takes either a corpus (CSV, TSV, JSON Lines, parquet table...) "
+                                      "or extract's outputs (parquet with longbert metadata, DIR/), not both; run it "
+                                      "once for each") in result.output
     result = invoke(runner, ["probe", out, "--label-col", "label", "--sample", 10])
-    assert result.exit_code == 2 and ("Error: --sample applies only to a CSV corpus (a path ending in .csv); the "
+    assert result.exit_code == 2 and ("Error: --sample applies only to a corpus, not to extract's outputs; the "
                                       "features files were extracted already: drop them") in result.output
+    # how probe tells them apart: longbert metadata (or a manifest) means extract's output
+    from cli import _is_features_output
+    plain = tmp_path / "table.parquet"
+    pq.write_table(pq.read_table(out).select(["label"]).append_column("text", pa.array(["x"] * len(LABELLED))).replace_schema_metadata(None), plain)
+    parts = tmp_path / "parts"
+    assert invoke(runner, ["extract", src, "-o", f"{parts}/", "--model", tiny_model_dir, "--no-progress", *SEG,
+                           "--keep-col", "label", "--feature", "head:cls", "--feature", "chunk:mean:-2",
+                           "--block-rows", 10]).exit_code == 0
+    assert [_is_features_output(str(p)) for p in (out, parts, plain, src)] == [True, True, False, False]
+    assert feature_names(parts) == ["f_head_cls", "f_chunk_mean_L-2"]
+    for r, d in zip(probe_files([parts], label_col="label", folds=3), results):  # a DIR/ of parts: the same
+        np.testing.assert_allclose(r["accuracy"], d["accuracy"])
 
 
 def test_features_preset_names_its_columns():
