@@ -583,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="main: issue 4's table; multi: issue 13's rows only; all: both (default)")
     ap.add_argument("--dup-share", type=float, default=0.2, help="multi: share of exact copies (default 0.2)")
     ap.add_argument("--multi-docs", type=int, default=60,
-                    help="multi: documents in issue 13's corpora (default 60; about 2,300 windows in all)")
+                    help="multi: documents in issue 13's corpora (default 60; about 1,500 windows in all)")
     # worker mode (internal)
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     for name in ("--csv", "--workdir", "--tag", "--result"):
