@@ -454,7 +454,7 @@ def load_model(cfg: ModelConfig, need_pooler: bool, device: torch.device):
             try:
                 model, info = AutoModel.from_pretrained(path, attn_implementation="sdpa", **kwargs)
             except ValueError as err:  # a family without an SDPA path (transformers says so): its default
-                if "sdpa" not in str(err).lower():
+                if not any(s in str(err).lower() for s in ("sdpa", "scaled_dot_product_attention")):
                     raise
                 model, info = AutoModel.from_pretrained(path, **kwargs)
     except (OSError, ValueError) as err:
