@@ -361,3 +361,42 @@ def test_transformers_load_report_is_silenced(runner, tmp_path, family_dir):
     finally:
         logging.getLogger("transformers").removeHandler(handler)
     assert not [r.getMessage()[:80] for r in records if r.levelno >= logging.WARNING]
+
+
+# ---------------------------------------------------------------- unknown tokens, --normalize
+
+def test_unknown_tokens_counted_all_unknown_row_refused_and_warned(runner, tiny_model_dir, tmp_path):
+    texts = ["w1 zz w2 qq", "zz qq", words(20)]        # zz and qq are not in the tiny vocabulary
+    result, out = run_extract(runner, tmp_path, tiny_model_dir, texts, "--max-length", 16)
+    rows = pq.read_table(out).to_pylist()
+    assert [r["n_unknown"] for r in rows] == [2, 2, 0] and [r["n_tokens"] for r in rows] == [4, 2, 20]
+    assert [r["error"] for r in rows] == [None, "only unknown tokens", None]
+    assert [r["features"] is None for r in rows] == [False, True, False] and rows[1]["n_windows"] == 0
+    assert pq.read_schema(out).field("n_unknown").type == "int32"
+    assert ("(warning: 15.4% of tokens (4 of 26) are unknown to the model's vocabulary, which does not cover "
+            "this text; pass --model with one that does (README, Models))") in result.output
+    result, _ = run_extract(runner, tmp_path, tiny_model_dir, ["w1 zz", words(38)], "--max-length", 16)
+    assert "warning" not in result.output                # 1 of 40 tokens: 2.5%, under 5%
+
+    src = write_csv(tmp_path / "s.csv", [{"text": t} for t in texts])
+    result = invoke(runner, ["stats", src, "--model", tiny_model_dir, "--windows-per-second", 10])
+    shares = np.array([2 / 4, 2 / 2, 0 / 20])
+    q = [100 * np.median(shares), *(100 * np.percentile(shares, p) for p in (90, 99)), 100.0]
+    assert (f"unknown      4 tokens (15.4%) unknown to the vocabulary; per document median {q[0]:.1f}%, "
+            f"p90 {q[1]:.1f}%, p99 {q[2]:.1f}%, max {q[3]:.1f}%") in result.output
+    assert "warning: 15.4% of tokens (4 of 26) are unknown to the model's vocabulary" in result.output
+
+
+def test_normalize_scales_each_document_vector_to_unit_length(runner, tiny_model_dir, tmp_path):
+    texts = [words(40), words(3)]
+    _, plain = run_extract(runner, tmp_path, tiny_model_dir, texts, "--max-length", 16, "--strategy", "chunk")
+    raw = np.stack(pq.read_table(plain).column("features").to_pylist())              # (2, 32)
+    _, out = run_extract(runner, tmp_path, tiny_model_dir, texts, "--max-length", 16, "--strategy", "chunk",
+                         "--normalize")
+    got = np.stack(pq.read_table(out).column("features").to_pylist())
+    np.testing.assert_allclose(got, raw / np.linalg.norm(raw, axis=1, keepdims=True), atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-6)
+    assert json.loads(pq.read_schema(out).metadata[b"longbert"])["normalize"] is True
+    from pipeline.vectorizer import LongBertVectorizer
+    vec = LongBertVectorizer(model=str(tiny_model_dir), max_length=16, strategy="chunk", normalize=True)
+    np.testing.assert_allclose(vec.transform(texts), got, atol=1e-6)
