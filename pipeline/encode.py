@@ -485,24 +485,21 @@ class FullRangeDynamicLinear(torch.ao.nn.quantized.dynamic.Linear):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., in_features) float -> (..., out_features) in x's dtype.
-
-        A (batch, seq, in) input is quantized one window (row) at a time: the activation scale is
-        then each window's own, not the batch's, so a vector does not depend on its batch neighbours
-        (the Encoder also batches int8 windows only with windows of the same length: no padding).
-        """
-        packed = self._packed_params._packed_params
-        if x.dim() == 3 and x.shape[0] > 1:
-            rows = [torch.ops.quantized.linear_dynamic(row, packed, reduce_range=False) for row in x]
-            return torch.stack(rows).to(x.dtype)                                # (batch, seq, out)
-        return torch.ops.quantized.linear_dynamic(x, packed, reduce_range=False).to(x.dtype)
+        """x (..., in_features) float -> (..., out_features) in x's dtype."""
+        y = torch.ops.quantized.linear_dynamic(x, self._packed_params._packed_params, reduce_range=False)
+        return y.to(x.dtype)
 
 
 def quantize_int8(model):
     """PyTorch dynamic quantization of every nn.Linear to int8: weights per output channel,
     activations quantized per batch at run time to the full 8-bit range (FullRangeDynamicLinear).
-    Embeddings and LayerNorms stay float32. The activation scale is per window (see
-    FullRangeDynamicLinear.forward), so a window's vector is the same whatever its batch.
+    Embeddings and LayerNorms stay float32.
+
+    The activation scale is one per forward batch, so an int8 vector depends on the other windows of
+    its batch (cosine >= 0.99 between --batch-size 1 and 32 on the example corpus; README, Speed).
+    A per-window scale (one kernel call per window) cost 2x the time on 2 CPU cores, so it was
+    not taken; ``--batch-size 1`` gives each window its own scale, and vectors that do not depend
+    on their neighbours, at that cost.
 
     Source: ``torch.ao.quantization.quantize_dynamic`` with ``per_channel_dynamic_qconfig`` (PyTorch's
     "dynamic quantization on BERT" tutorial). Per-channel weights: mean cosine 0.978 against 0.904
@@ -522,8 +519,7 @@ EARLY_CLOSE_TOKENS = 2048
 EARLY_CLOSE_SHORTER = 0.10
 
 
-def plan_batches(lengths: list[int], batch_size: int, token_budget: int,
-                 same_length: bool = False) -> list[list[int]]:
+def plan_batches(lengths: list[int], batch_size: int, token_budget: int) -> list[list[int]]:
     """Group window indices into batches: longest first, each batch within both limits.
 
     A batch holds at most ``batch_size`` windows and at most ``token_budget`` padded tokens
@@ -533,12 +529,8 @@ def plan_batches(lengths: list[int], batch_size: int, token_budget: int,
     this cut padding from 6.3% to 2.1% of the real tokens, at 17 batches instead of 10; batches of
     short windows (under 2,048 tokens in all) are never split by it.
 
-    With ``same_length`` (``--quantize int8``) a batch holds windows of one length only, so no window
-    is padded and int8's per-window activation scale sees only the window's own tokens.
-
     Example: lengths [3, 512, 10, 500], batch_size 8, budget 1024 -> [[1, 3], [2, 0]];
-    lengths [512] * 4 + [400] * 4, batch_size 8, budget 8192 -> [[0, 1, 2, 3], [4, 5, 6, 7]];
-    lengths [5, 7, 5], same_length -> [[1], [0, 2]].
+    lengths [512] * 4 + [400] * 4, batch_size 8, budget 8192 -> [[0, 1, 2, 3], [4, 5, 6, 7]].
 
     Returns:
         Lists of indices into ``lengths``; every index exactly once.
@@ -551,8 +543,7 @@ def plan_batches(lengths: list[int], batch_size: int, token_budget: int,
         full = len(current) + 1 > batch_size or (len(current) + 1) * longest > token_budget
         wasteful = (len(current) * longest >= EARLY_CLOSE_TOKENS
                     and lengths[i] < longest * (1 - EARLY_CLOSE_SHORTER))
-        other_length = same_length and lengths[i] != longest
-        if current and (full or wasteful or other_length):
+        if current and (full or wasteful):
             batches.append(current)
             current = []
         current.append(i)
@@ -600,7 +591,6 @@ class Encoder:
         self.need_hidden = pool_cfg.layers != (-1,)
         # token_type_ids go only to models whose forward takes them (not DistilBERT, MPNet, ModernBERT)
         self.token_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
-        self.same_length = any(isinstance(m, FullRangeDynamicLinear) for m in model.modules())  # int8
         self.stats = EncodeStats()
         self._fp32 = None
 
@@ -630,7 +620,7 @@ class Encoder:
         lengths = [int(w.input_ids.shape[0]) for w in windows]
         vectors: np.ndarray | None = None
         tokens: list[np.ndarray | None] = [None] * n
-        for batch in plan_batches(lengths, self.batch_size, self.token_budget, self.same_length):
+        for batch in plan_batches(lengths, self.batch_size, self.token_budget):
             for idx, vec, tok in self._run(windows, batch, with_tokens):
                 if vectors is None:
                     vectors = np.zeros((n, vec.shape[1]), dtype=np.float32)
