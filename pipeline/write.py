@@ -19,7 +19,10 @@ from .config import PipelineConfig
 from .errors import ConfigError
 from .types import ModelFacts
 
-MANIFEST = "manifest.json"
+MANIFEST = "_manifest.json"          # while the run goes on (pandas and pyarrow skip a leading _)
+DONE_MANIFEST = "_manifest.parquet"  # once complete: 0 rows of the output schema, the manifest in its metadata
+OLD_MANIFEST = "manifest.json"       # the name before 0.2; still read by --resume and load_features
+MANIFEST_KEY = b"longbert_manifest"
 MANIFEST_FORMAT = "longbert-parts/1"
 
 
@@ -70,18 +73,25 @@ def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: in
     }
 
 
+def passthrough_columns(cfg: PipelineConfig) -> list[str]:
+    """Input columns copied to the output as they are: each --keep-col, then ``source`` (--with-source)."""
+    return [*cfg.read.keep_cols, *(["source"] if cfg.read.with_source else [])]
+
+
 def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, dim: int,
                   token_dim: int) -> pa.Schema:
     """The fixed output schema, declared from the config and the model's facts before the first row.
 
-    Columns: id, each --keep-col (string), n_tokens int32, n_unknown int32, n_windows int32, truncated bool,
+    Columns: id (string: the id column's values or text files' paths), or row (int64: the 0-based row
+    number, when the inputs have no id column), each --keep-col (string), source (--with-source),
+    n_tokens int32, n_unknown int32, n_windows int32, truncated bool,
     features fixed_size_list<float32|float16>[dim], error string; with --level token also token_ids
     list<int32>, positions list<int32>, offsets list<fixed_size_list<int32>[2]>, token_features
     list<fixed_size_list<float>[token_dim]>. Metadata key ``longbert``: run_metadata as JSON.
     """
     value = pa.float16() if cfg.write.out_dtype == "float16" else pa.float32()
-    fields = [pa.field("id", id_type)]
-    fields += [pa.field(c, pa.string()) for c in cfg.read.keep_cols]
+    fields = [pa.field("row" if pa.types.is_integer(id_type) else "id", id_type)]
+    fields += [pa.field(c, pa.string()) for c in passthrough_columns(cfg)]
     fields += [pa.field("n_tokens", pa.int32()), pa.field("n_unknown", pa.int32()), pa.field("n_windows", pa.int32()),
                pa.field("truncated", pa.bool_()), pa.field("features", pa.list_(value, dim)),
                pa.field("error", pa.string())]
@@ -94,15 +104,19 @@ def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, 
 
 
 def check_same_run(old: dict, new: dict, path: Path | str) -> None:
-    """--resume may only continue a run of the same options and input bytes (fingerprints as
-    ``{"config": ..., "inputs": ...}``).
+    """--resume may only continue a run of the same options, input bytes and plan of blocks
+    (fingerprints as ``{"config": ..., "inputs": ..., "plan": ...}``; a run written before plans had no
+    "plan", and is compared on the other two).
 
     Raises:
         ConfigError: naming what differs from the run that wrote ``path``.
     """
     changed = [k for k in ("config", "inputs") if old.get(k) != new[k]]
+    if not changed and "plan" in old and old["plan"] != new.get("plan"):
+        changed = ["plan"]
     if changed:
-        what = " and ".join({"config": "the options", "inputs": "the input files"}[k] for k in changed)
+        names = {"config": "the options", "inputs": "the input files", "plan": "the blocks the inputs are cut into"}
+        what = " and ".join(names[k] for k in changed)
         raise ConfigError(f"--resume: {what} differ from the run that wrote {path}; run with the same options "
                           "and inputs, or pass --overwrite to start again")
 
@@ -133,30 +147,31 @@ def _alive(pid: int) -> bool:
 
 @dataclass
 class FileSink:
-    """One parquet file, written row group by row group to a hidden temporary sibling
-    (``.NAME.PID.partial``) and renamed onto ``path`` by ``commit``; removed on any failure.
-
-    A kill at any point leaves the previous complete file (or none) at ``path``.
+    """One parquet file, written row group by row group (one per block, in block order) to a hidden
+    temporary sibling (``.NAME.PID.partial``) and renamed onto ``path`` by ``commit``; removed on any
+    failure. A kill at any point leaves the previous complete file (or none) at ``path``.
     """
 
     path: Path
     schema: pa.Schema
     _tmp: Path | None = None
     _writer: pq.ParquetWriter | None = None
+    _next: int = 0
     rows: int = 0
 
-    def open(self) -> int:
-        """Create the temporary file; returns the row to start from (always 0 for a file)."""
+    def open(self, blocks: list | None = None) -> set[int]:
+        """Create the temporary file; returns the block indices already done (none for a file)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_partials(self.path)
         self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.partial")
         self._writer = pq.ParquetWriter(self._tmp, self.schema)
-        return 0
+        return set()
 
-    def write(self, table: pa.Table) -> None:
-        """Append one row group."""
-        assert self._writer is not None
+    def write(self, spec, table: pa.Table) -> None:
+        """Append the block of ``spec`` (a BlockSpec) as one row group; blocks come in order 0, 1, 2, ..."""
+        assert self._writer is not None and spec.index == self._next, (spec.index, self._next)
         self._writer.write_table(table)
+        self._next += 1
         self.rows += table.num_rows
 
     def commit(self) -> int:
@@ -181,59 +196,107 @@ class FileSink:
         self._tmp = None
 
 
+def read_manifest(path: Path) -> dict | None:
+    """The manifest of a DIR/ output: ``_manifest.parquet`` (complete), ``_manifest.json`` (running or
+    killed) or an older run's ``manifest.json``; None when there is none.
+
+    Raises:
+        OSError, ValueError: a manifest that cannot be read.
+    """
+    path = Path(path)
+    if (path / DONE_MANIFEST).exists():
+        return json.loads(pq.read_schema(path / DONE_MANIFEST).metadata[MANIFEST_KEY])
+    for name in (MANIFEST, OLD_MANIFEST):
+        if (path / name).exists():
+            return json.loads((path / name).read_text(encoding="utf-8"))
+    return None
+
+
+def part_name(index: int, done: bool) -> str:
+    """'_part-00003.parquet' while the run goes on (hidden from parquet readers), 'part-00003.parquet' once
+    it is complete."""
+    return f"{'' if done else '_'}part-{index:05d}.parquet"
+
+
 @dataclass
 class PartsSink:
-    """A directory of numbered parts (part-00000.parquet, one per block) and a manifest.json.
+    """A directory of parts, one per block (``part-00000.parquet`` ...), and a manifest.
 
-    Each part is written to a temporary name and renamed; the manifest (rewritten atomically after
-    each part) lists the finished parts and says ``"complete": true`` only at the end, so --resume
-    continues after the last finished part.
+    While the run goes on, parts are ``_part-NNNNN.parquet`` and the manifest is ``_manifest.json``:
+    pandas and pyarrow skip names starting with ``_`` and read no rows; polars and duckdb's
+    ``read_parquet('DIR/**')``, which skip nothing, fail on the JSON file. So no reader takes an
+    unfinished directory for a complete one. ``commit`` renames the parts to ``part-NNNNN.parquet`` and
+    replaces the JSON by ``_manifest.parquet``: 0 rows of the output schema, the manifest in its schema
+    metadata. The finished directory then holds only parquet files of one schema, which every reader
+    reads whole. Each part is written under a temporary name and renamed; the manifest (rewritten
+    atomically after each part) lists the finished blocks, so --resume redoes only the blocks without
+    a part. A directory of an older run, with ``manifest.json``, is resumed the same way.
     """
 
     path: Path
     schema: pa.Schema
     fingerprint: dict
     resume: bool = False
-    parts: list[dict] = field(default_factory=list)
-    rows: int = 0
+    parts: dict[int, dict] = field(default_factory=dict)     # block index -> {file, block, first_row, rows}
+    n_blocks: int = 0
 
-    def open(self) -> int:
-        """Create the directory or pick up a previous run; returns the first row still to do.
+    def open(self, blocks: list) -> set[int]:
+        """Create the directory or pick up a previous run; returns the indices of the blocks already done.
+
+        Args:
+            blocks: the plan's BlockSpecs (index, first_row, n_rows).
 
         Raises:
             ConfigError: --resume over a run with other options or inputs (names what changed).
         """
         self.path.mkdir(parents=True, exist_ok=True)
-        manifest = self.path / MANIFEST
-        if self.resume and manifest.exists():
-            old = json.loads(manifest.read_text())
+        self.n_blocks = len(blocks)
+        old = read_manifest(self.path) if self.resume else None
+        was_complete = False
+        if old is not None:
             check_same_run(old.get("fingerprint", {}), self.fingerprint, self.path)
-            self.parts = [p for p in old["parts"] if (self.path / p["file"]).exists()]
-            self.rows = sum(p["rows"] for p in self.parts)
-            if old.get("complete") and len(self.parts) == len(old["parts"]):
-                return self.rows  # already complete: nothing to redo, the manifest stays complete
+            by_rows = {(p["first_row"], p["rows"]): p for p in old["parts"] if (self.path / p["file"]).exists()}
+            for spec in blocks:
+                part = by_rows.get((spec.first_row, spec.n_rows))
+                if part is not None:
+                    self.parts[spec.index] = {**part, "block": spec.index}
+            was_complete = bool(old.get("complete")) and len(self.parts) == len(blocks)
         else:
-            for old_part in self.path.glob("part-*.parquet"):
+            for old_part in [*self.path.glob("part-*.parquet"), *self.path.glob("_part-*.parquet")]:
                 old_part.unlink()
         for stale in self.path.glob(".part-*.partial"):
             stale.unlink()
-        self._save(complete=False)
-        return self.rows
+        if not was_complete:  # a finished run stays as it is: nothing is redone
+            self._save(complete=False)
+        (self.path / OLD_MANIFEST).unlink(missing_ok=True)
+        return set(self.parts)
 
-    def write(self, table: pa.Table) -> None:
-        """Write one block as the next part, then record it in the manifest."""
-        name = f"part-{len(self.parts):05d}.parquet"
-        tmp = self.path / f".{name}.partial"
+    @property
+    def rows(self) -> int:
+        """Rows in the finished parts."""
+        return sum(p["rows"] for p in self.parts.values())
+
+    def write(self, spec, table: pa.Table) -> None:
+        """Write the block of ``spec`` (a BlockSpec: index, first_row) as its part, then record it in the
+        manifest; blocks may come in any order."""
+        index = spec.index
+        name = part_name(index, done=False)
+        tmp = self.path / f".part-{index:05d}.partial"
         pq.write_table(table, tmp)
         os.replace(tmp, self.path / name)
-        self.parts.append({"file": name, "first_row": self.rows, "rows": table.num_rows})
-        self.rows += table.num_rows
+        self.parts[index] = {"file": name, "block": index, "first_row": spec.first_row, "rows": table.num_rows}
         self._save(complete=False)
 
     def commit(self) -> int:
-        """Mark the manifest complete; returns the parts' total size in bytes."""
+        """Give every part its final name, mark the manifest complete; returns the parts' size in bytes."""
+        assert len(self.parts) == self.n_blocks, (len(self.parts), self.n_blocks)
+        for index, part in sorted(self.parts.items()):
+            final = part_name(index, done=True)
+            if part["file"] != final:
+                os.replace(self.path / part["file"], self.path / final)
+                part["file"] = final
         self._save(complete=True)
-        return sum((self.path / p["file"]).stat().st_size for p in self.parts)
+        return sum((self.path / p["file"]).stat().st_size for p in self.parts.values())
 
     def abort(self) -> None:
         """Keep finished parts for --resume; drop a half-written one."""
@@ -241,9 +304,18 @@ class PartsSink:
             stale.unlink()
 
     def _save(self, complete: bool) -> None:
+        parts = [self.parts[i] for i in sorted(self.parts)]
         data = {"format": MANIFEST_FORMAT, "complete": complete, "fingerprint": self.fingerprint,
-                "rows": self.rows, "parts": self.parts,
+                "rows": sum(p["rows"] for p in parts), "parts": parts,
                 "longbert": json.loads(self.schema.metadata[b"longbert"])}
+        if complete:
+            tmp = self.path / f".{DONE_MANIFEST}.partial"
+            meta = {**self.schema.metadata, MANIFEST_KEY: json.dumps(data).encode()}
+            pq.write_table(self.schema.with_metadata(meta).empty_table(), tmp)
+            os.replace(tmp, self.path / DONE_MANIFEST)
+            (self.path / MANIFEST).unlink(missing_ok=True)
+            return
+        (self.path / DONE_MANIFEST).unlink(missing_ok=True)
         tmp = self.path / f".{MANIFEST}.partial"
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, self.path / MANIFEST)
@@ -257,7 +329,8 @@ def open_sink(cfg: PipelineConfig, schema: pa.Schema, fingerprint: dict) -> File
     """
     out = Path(cfg.write.output)
     if cfg.write.is_directory:
-        has_run = (out / MANIFEST).exists() or any(out.glob("part-*.parquet")) if out.exists() else False
+        has_run = out.is_dir() and (any((out / m).exists() for m in (MANIFEST, DONE_MANIFEST, OLD_MANIFEST))
+                                    or any(out.glob("part-*.parquet")) or any(out.glob("_part-*.parquet")))
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--output {str(out)!r} exists and is not a directory; pick another path")
         if has_run and not (cfg.write.overwrite or cfg.write.resume):
