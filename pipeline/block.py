@@ -17,30 +17,35 @@ import pyarrow as pa
 
 from .config import PipelineConfig
 from .dedup import WindowPlan, plan_windows
-from .encode import Encoder, load_tokenizer, model_limits, pool_offsets, window_pools
+from .encode import (Encoder, check_pooler, checkpoint_folder, model_facts, model_sha256, pool_offsets,
+                     resolve_model_path, window_pools)
 from .errors import ConfigError
-from .pool import aggregate
+from .pool import aggregate, normalize
 from .segment import covered_tokens, segment
 from .tokenize import tokenize_block
-from .types import TokenizedDoc, Window
+from .types import ModelFacts, TokenizedDoc, Window
 from .write import feature_columns, output_schema, passthrough_columns
 
 NON_FINITE = "non-finite features (overflow in half precision, also in the float32 recompute)"
 FP16_OVERFLOW = "features overflow float16 (|x| > 65504); use --out-dtype float32"
 
 
-def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig, object, int]:
+def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig, object, ModelFacts]:
     """Fill what depends on the model (max_length) and check the options that need it; no weights load.
 
     Returns:
-        (config with segment.max_length set, the fast tokenizer, the model's hidden size).
+        (config with segment.max_length set, the fast tokenizer, the model's facts: family, hidden
+        size, the positions it serves, special tokens, hash...).
 
     Raises:
         ConfigError: --max-length above the model's positions, overlap/head+tail too large for the
-            window, a layer index the model lacks. ModelError: the tokenizer/config cannot be loaded.
+            window, a layer index the model lacks. ModelError: a family that cannot be served, the
+            tokenizer/config cannot be loaded, --pooling pooler without pooler weights.
     """
-    tok = tokenizer if tokenizer is not None else load_tokenizer(cfg.model)
-    model_max, hidden, n_layers = model_limits(cfg.model, tok)
+    facts, tok = model_facts(cfg.model, tokenizer)
+    model_max, n_layers = facts.max_length, facts.num_hidden_layers
+    if any(f.pooling == "pooler" for f in cfg.feature_list()):
+        check_pooler(facts, cfg.model.model)
     seg = cfg.segment
     if seg.max_length is not None and seg.max_length > model_max:
         raise ConfigError(f"--max-length={seg.max_length} exceeds the model's {model_max} positions; "
@@ -49,7 +54,7 @@ def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig,
         seg = dataclasses.replace(seg, max_length=model_max)
     check_features(cfg, seg)
     cfg.pool.check_layers(n_layers)
-    return dataclasses.replace(cfg, segment=seg), tok, hidden
+    return dataclasses.replace(cfg, segment=seg), tok, facts
 
 
 def check_features(cfg: PipelineConfig, seg) -> None:
@@ -83,9 +88,9 @@ def output_for(cfg: PipelineConfig, tokenizer, id_type: pa.DataType) -> tuple[Pi
     Raises:
         As resolve_config.
     """
-    cfg, _, hidden = resolve_config(cfg, tokenizer)
-    dim, token_dim = feature_dim(cfg, hidden)
-    return cfg, output_schema(cfg, id_type, hidden, dim, token_dim)
+    cfg, _, facts = resolve_config(cfg, tokenizer)
+    dim, token_dim = feature_dim(cfg, facts.hidden_size)
+    return cfg, output_schema(cfg, id_type, facts, dim, token_dim)
 
 
 @dataclass
@@ -109,6 +114,7 @@ class BlockStats:
 
     documents: int = 0
     tokens: int = 0
+    unknown: int = 0             # tokens the tokenizer mapped to its unknown token
     windows: int = 0             # windows encoded (unique)
     errors: int = 0
     windows_requested: int = 0   # windows all features asked for, before de-duplication
@@ -129,18 +135,23 @@ class Extractor:
     """
 
     def __init__(self, cfg: PipelineConfig, tokenizer=None, id_type: pa.DataType | None = None):
-        self.cfg, self.tokenizer, self.hidden = resolve_config(cfg, tokenizer)
+        self.cfg, self.tokenizer, self.facts = resolve_config(cfg, tokenizer)
+        self.hidden = self.facts.hidden_size
         self.dim, self.token_dim = feature_dim(self.cfg, self.hidden)
         self.features = self.cfg.feature_list()
         self.columns = feature_columns(self.cfg, self.hidden)   # [(name, D)], one per feature
         if id_type is None:
             id_type = pa.int64() if cfg.read.id_col is None else pa.string()
-        self.schema = output_schema(self.cfg, id_type, self.hidden, self.dim, self.token_dim)
         self.encoder = Encoder.from_config(self.cfg, self.tokenizer)
         # where each feature's vector lies in the encoder's concatenated window vector
         offsets = pool_offsets(self.encoder.pools, self.hidden)
         pool_keys = [(p.pooling, p.layers, p.layer_agg) for p in window_pools(self.cfg)]  # before stop_early
         self.slices = [offsets[pool_keys.index((f.pooling, f.layers, f.layer_agg))] for f in self.features]
+        if self.facts.sha256 is None:  # a hub model's weights are in the cache only now
+            folder = checkpoint_folder(resolve_model_path(cfg.model.model))
+            if folder is not None:
+                self.facts = dataclasses.replace(self.facts, sha256=model_sha256(folder))
+        self.schema = output_schema(self.cfg, id_type, self.facts, self.dim, self.token_dim)
         self.stats = BlockStats()
 
     def __call__(self, block: pa.Table) -> pa.Table:
@@ -159,7 +170,7 @@ class Extractor:
             windows: list[Window] = []
             for doc in docs:
                 if doc.error is None:
-                    windows.extend(segment(doc, seg, self.tokenizer.cls_token_id, self.tokenizer.sep_token_id))
+                    windows.extend(segment(doc, seg, self.facts.cls_id, self.facts.sep_id))
             strategy_windows[strategy] = windows
         plan = plan_windows(list(strategy_windows.values()))
         return Prepared(block, docs, plan.unique, strategy_windows, plan)
@@ -192,7 +203,8 @@ class Extractor:
                     vecs = []
                     for f, (a, b) in zip(self.features, self.slices):
                         weights = np.array([w.n_content for w in wins[f.strategy]], dtype=np.float64)
-                        vecs.append(aggregate(enc.vectors[rows[f.strategy], a:b], weights, self.cfg.pool.aggregate))
+                        vec = aggregate(enc.vectors[rows[f.strategy], a:b], weights, self.cfg.pool.aggregate)
+                        vecs.append(normalize(vec) if self.cfg.pool.normalize else vec)
                     if self.cfg.write.out_dtype == "float16" and not all(np.isfinite(v.astype(np.float16)).all()
                                                                          for v in vecs):
                         errors[doc.row] = FP16_OVERFLOW
@@ -209,6 +221,7 @@ class Extractor:
         release_free_heap()
         self.stats.documents += n
         self.stats.tokens += sum(d.n_tokens for d in prep.docs)
+        self.stats.unknown += sum(d.n_unknown for d in prep.docs)
         self.stats.windows += len(prep.windows)
         self.stats.windows_requested += prep.plan.requested
         self.stats.windows_saved += prep.plan.saved
@@ -223,6 +236,7 @@ class Extractor:
         for name in passthrough_columns(self.cfg):
             cols[name] = block.column(name).combine_chunks()
         cols["n_tokens"] = pa.array([d.n_tokens for d in docs], type=pa.int32())
+        cols["n_unknown"] = pa.array([d.n_unknown for d in docs], type=pa.int32())
         cols["n_windows"] = pa.array(n_windows, type=pa.int32())
         cols["truncated"] = pa.array(truncated, type=pa.bool_())
         for (name, _), values in zip(self.columns, features):

@@ -309,6 +309,7 @@ class PoolConfig:
     layer_agg: Literal["mean", "sum", "concat"] = "mean"
     aggregate: Literal["mean", "max", "weighted"] = "mean"   # windows -> one document vector
     level: Literal["document", "token"] = "document"
+    normalize: bool = False                # scale each document vector to unit L2 norm (after aggregate)
     features: tuple[Feature, ...] = ()     # two or more --feature specs; () = the one feature above
 
     def __post_init__(self) -> None:

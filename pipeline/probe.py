@@ -95,7 +95,8 @@ def probe_file(path: str | Path, label_col: str, folds: int = 5, seed: int = 0) 
         ids, X, meta = load_features(path, feature=name)
         kept = meta["kept"]
         if label_col not in kept:
-            present = ["id", *meta.get("keep_cols", []), "n_tokens", "n_windows", "truncated", *names, "error"]
+            present = ["id", *meta.get("keep_cols", []), "n_tokens", "n_unknown", "n_windows", "truncated", *names,
+                       "error"]
             raise InputError(f"{path}: no label column {label_col!r}; columns are {present}; extract again with "
                              f"--keep-col {label_col}, or pass --label-col with one of the kept columns "
                              f"{meta.get('keep_cols', [])}")
@@ -298,15 +299,14 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     import pyarrow as pa
 
     from .block import Extractor
-    from .encode import checkpoint_has_pooler, load_tokenizer, model_limits
+    from .encode import model_facts
 
     if folds < 2:
         raise ConfigError(f"--folds={folds} must be >= 2")
     if sample < 2:
         raise ConfigError(f"--sample={sample} must be >= 2")
-    tokenizer = load_tokenizer(cfg.model)
-    _, _, n_layers = model_limits(cfg.model, tokenizer)
-    features = probe_feature_set(n_layers, checkpoint_has_pooler(cfg.model))
+    facts, tokenizer = model_facts(cfg.model)
+    features = probe_feature_set(facts.num_hidden_layers, bool(facts.has_pooler))
     cfg = dataclasses.replace(cfg, pool=dataclasses.replace(cfg.pool, features=features, level="document"))
     texts, labels, dropped = _read_corpus(cfg, label_col)
     picked = stratified_sample(labels.astype(str), sample, seed)

@@ -46,6 +46,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         layer_agg: mean | sum | concat.  aggregate: mean | max | weighted (windows -> document).
         batch_size: windows per forward pass.  device: auto | cpu | cuda | cuda:N | mps.
         quantize: none | int8 (CPU dynamic quantization).
+        normalize: scale each vector to unit L2 norm (sentence-transformers' normalize_embeddings).
 
     Example:
         >>> clf = make_pipeline(LongBertVectorizer(strategy="chunk"), LogisticRegression(max_iter=1000))
@@ -55,7 +56,8 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
     def __init__(self, model: str = "default", strategy: str = "head_tail", pooling: str = "mean",
                  max_length: int | None = None, head_tokens: int | None = None, tail_tokens: int | None = None,
                  overlap: int = 128, layers: tuple[int, ...] = (-1,), layer_agg: str = "mean",
-                 aggregate: str = "mean", batch_size: int = 32, device: str = "auto", quantize: str = "none"):
+                 aggregate: str = "mean", batch_size: int = 32, device: str = "auto", quantize: str = "none",
+                 normalize: bool = False):
         self.model = model
         self.strategy = strategy
         self.pooling = pooling
@@ -69,6 +71,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         self.batch_size = batch_size
         self.device = device
         self.quantize = quantize
+        self.normalize = normalize
 
     def config(self) -> PipelineConfig:
         """The PipelineConfig these parameters stand for (validated; loads nothing).
@@ -80,7 +83,8 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             model=str(self.model), strategy=self.strategy, pooling=self.pooling, max_length=self.max_length,
             head_tokens=self.head_tokens, tail_tokens=self.tail_tokens, overlap=self.overlap,
             layers=self.layers, layer_agg=self.layer_agg, aggregate=self.aggregate,
-            batch_size=self.batch_size, device=self.device, quantize=self.quantize, progress=False)
+            batch_size=self.batch_size, device=self.device, quantize=self.quantize, normalize=bool(self.normalize),
+            progress=False)
 
     def fit(self, X: Iterable[str] | None = None, y: Any = None) -> LongBertVectorizer:
         """No learning (the encoder is frozen); checks the parameters and returns self.

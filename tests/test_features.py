@@ -22,6 +22,7 @@ from pipeline.features import features_matrix, load_features
 from pipeline.probe import format_probe, probe_files
 from pipeline.stats import corpus_stats, format_stats
 from pipeline.vectorizer import LongBertVectorizer
+from pipeline.types import ModelFacts
 from pipeline.write import output_schema, read_manifest
 
 ML = 16          # --max-length: C = 14 content tokens
@@ -227,12 +228,15 @@ def write_features(path, X, labels, null_rows=()):
     """A features parquet with extract's schema (synthetic vectors), for probe-only tests."""
     cfg = PipelineConfig.from_options(model="synthetic", keep_cols=("label",), max_length=ML, strategy="chunk")
     n, dim = X.shape
-    schema = output_schema(cfg, pa.string(), dim, dim, dim)
+    facts = ModelFacts(name="synthetic", sha256=None, family="bert", hidden_size=dim, num_hidden_layers=1,
+                       max_length=ML, cls_id=2, sep_id=3, unk_id=1, token_type_ids=True, has_pooler=None)
+    schema = output_schema(cfg, pa.string(), facts, dim, dim)
     valid = np.array([i not in null_rows for i in range(n)])
     features = pa.FixedSizeListArray.from_arrays(pa.array(X.astype(np.float32).reshape(-1)), list_size=dim,
                                                  mask=pa.array(~valid))
     table = pa.Table.from_pydict({
         "id": [f"r{i}" for i in range(n)], "label": list(labels), "n_tokens": pa.array([5] * n, pa.int32()),
+        "n_unknown": pa.array([0] * n, pa.int32()),
         "n_windows": pa.array([1] * n, pa.int32()), "truncated": [False] * n, "features": features,
         "error": [None if v else "empty text" for v in valid]}, schema=schema)
     pq.write_table(table, path)

@@ -3,6 +3,7 @@ the early layer stop, and each column against the single-feature run with the sa
 from __future__ import annotations
 
 import json
+from operator import attrgetter
 
 import numpy as np
 import pyarrow as pa
@@ -117,7 +118,7 @@ def test_each_column_equals_the_single_feature_run(runner, tiny_model_dir, tmp_p
     out, result = run_extract(runner, tiny_model_dir, tmp_path, TEXTS, *args, name="multi.parquet")
     table = pq.read_table(out)
     names = [parse_feature(s).name for s in FEATURES]
-    assert table.column_names == ["row", "n_tokens", "n_windows", "truncated", *names, "error"]
+    assert table.column_names == ["row", "n_tokens", "n_unknown", "n_windows", "truncated", *names, "error"]
     assert feature_names(out) == names
     meta = json.loads(table.schema.metadata[b"longbert"])
     assert meta["strategy"] is None and meta["pooling"] is None
@@ -334,3 +335,32 @@ def test_features_preset_names_its_columns():
     cfg = PipelineConfig.from_options(config_file=Path(__file__).resolve().parent.parent / "configs" / "features.yaml")
     assert [f.name for f in cfg.feature_list()] == ["f_head_mean", "f_head_mean_L-2", "f_head_tail_mean",
                                                     "f_chunk_mean", "f_chunk_cls_L-4..-1_concat"]
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra", "albert",
+                                    "mpnet", "deberta", "deberta-v2", "modernbert"])
+def test_early_layer_stop_on_every_family(tmp_path, family):
+    """The truncated view's hidden state 1 equals the full pass's. ModernBERT normalises its last
+    layer's output, so it keeps one layer more; ALBERT (one shared layer, no list of layers) runs whole."""
+    from families import build_family
+    from transformers import AutoModel
+
+    from pipeline.config import PoolConfig
+    from pipeline.encode import _layer_list, stop_early
+
+    path = build_family(family, tmp_path / family)
+    model = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+    n_layers = model.config.num_hidden_layers
+    view, pools = stop_early(model, (PoolConfig(pooling="mean", layers=(1,)),))
+    torch.manual_seed(1)
+    ids = torch.randint(5, 40, (2, 12))
+    mask = torch.ones_like(ids)
+    mask[1, 9:] = 0
+    with torch.no_grad():
+        full = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        short = view(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    kept = {"albert": n_layers, "modernbert": 2}.get(family, 1)
+    assert len(full) == n_layers + 1 and len(short) == kept + 1
+    if family != "albert":
+        assert len(attrgetter(_layer_list(view, kept))(view)) == kept  # the view's own layer list
+    torch.testing.assert_close(short[1], full[1], atol=1e-5, rtol=0)
