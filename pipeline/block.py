@@ -82,18 +82,19 @@ class Extractor:
         cfg: the run's config (max_length may be None: taken from the model).
         tokenizer: an already loaded fast tokenizer (optional; loaded from cfg.model otherwise).
         id_type: pa.int64() (row numbers) or pa.string() (--id-col values).
+        model: an already loaded model for cfg.model (pipeline.vectorizer's per-process cache); None: load it.
 
     Raises:
         ConfigError / ModelError as resolve_config and pipeline.encode.load_model.
     """
 
-    def __init__(self, cfg: PipelineConfig, tokenizer=None, id_type: pa.DataType | None = None):
+    def __init__(self, cfg: PipelineConfig, tokenizer=None, id_type: pa.DataType | None = None, model=None):
         self.cfg, self.tokenizer, self.hidden = resolve_config(cfg, tokenizer)
         self.dim, self.token_dim = feature_dim(self.cfg, self.hidden)
         if id_type is None:
             id_type = pa.int64() if cfg.read.id_col is None else pa.string()
         self.schema = output_schema(self.cfg, id_type, self.hidden, self.dim, self.token_dim)
-        self.encoder = Encoder.from_config(self.cfg, self.tokenizer)
+        self.encoder = Encoder.from_config(self.cfg, self.tokenizer, model=model)
         self.stats = BlockStats()
 
     def __call__(self, block: pa.Table) -> pa.Table:

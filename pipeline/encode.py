@@ -286,10 +286,14 @@ class Encoder:
         self._fp32 = None
 
     @classmethod
-    def from_config(cls, cfg: PipelineConfig, tokenizer) -> Encoder:
-        """Load the model named in ``cfg.model`` and wrap it (see load_model for the errors)."""
+    def from_config(cls, cfg: PipelineConfig, tokenizer, model=None) -> Encoder:
+        """Load the model named in ``cfg.model`` and wrap it (see load_model for the errors).
+
+        ``model``: an already loaded model for the same ``cfg.model`` (pipeline.vectorizer's cache); not loaded again.
+        """
         device = resolve_device(cfg.model.device)
-        model = load_model(cfg.model, need_pooler=cfg.pool.pooling == "pooler", device=device)
+        if model is None:
+            model = load_model(cfg.model, need_pooler=cfg.pool.pooling == "pooler", device=device)
         return cls(model, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, cfg.pool,
                    cfg.encode.batch_size, cfg.encode.token_budget, device)
 
