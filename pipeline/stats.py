@@ -257,7 +257,7 @@ def plot_stats(result: dict[str, Any], path: str | Path):
     empty = f", {result['empty']} empty not shown" if result["empty"] else ""
     ax_len.set_title(f"Lengths: {result['documents']:,} documents, {100 * result['over_window_share']:.0f}% "
                      f"over C{empty}")
-    ax_len.legend(loc="upper right", frameon=False)
+    ax_len.legend(loc="best", frameon=False)
     # 2 and 3. per strategy
     names = list(result["strategies"])
     usable = [n for n in names if not result["strategies"][n].get("error")]
