@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from pipeline.config import (AGGREGATES, DTYPES, ENGINES, LAYER_AGGS, LEVELS, ON_BAD_LINES, OUT_DTYPES,
+from pipeline.config import (AGGREGATES, DTYPES, ENGINES, FORMATS, LAYER_AGGS, LEVELS, ON_BAD_LINES, OUT_DTYPES,
                              POOLINGS, QUANTIZE, STRATEGIES, PipelineConfig)
 from pipeline.errors import PipelineError
 
@@ -59,9 +59,17 @@ def segment_options(func):
 
 _READ_OPTIONS = [  # (option, used by stats too)
     (click.option("--text-col", default=None, help="Column holding the text.  [default: text]"), True),
-    (click.option("--id-col", default=None, help="Column holding the id.  [default: the 0-based row number]"), False),
+    (click.option("--id-col", default=None, help="Column holding the id.  [default: the column 'id' if every "
+                  "input has one, else the 0-based row number (output column 'row')]"), False),
     (click.option("--keep-col", "keep_cols", multiple=True, help="Column copied to the output (repeatable)."), False),
-    (click.option("--encoding", default=None, help="Encoding of the CSV files.  [default: utf-8]"), True),
+    (click.option("--format", "format", type=click.Choice(FORMATS), default=None,
+                  help="Input format for every input.  [default: from each extension: .csv, .tsv, .jsonl/.ndjson, "
+                       ".parquet, .txt/.md and folders of them (text); .gz/.zst read as streams]"), True),
+    (click.option("--delimiter", default=None, help="CSV field separator, one character.  [default: ',' (tab for "
+                  ".tsv)]"), True),
+    (click.option("--with-source", is_flag=True, default=None,
+                  help="Add a 'source' column: each row's file, relative to the inputs' common folder."), False),
+    (click.option("--encoding", default=None, help="Encoding of the input files.  [default: utf-8]"), True),
     (click.option("--on-bad-lines", type=click.Choice(ON_BAD_LINES), default=None,
                   help="A malformed CSV line: stop with its file and line, or skip it and count it.  "
                        "[default: error]"), True),
@@ -80,7 +88,8 @@ def read_options(func):
 
 
 def stats_read_options(func):
-    """The input options that change what ``stats`` reports (not --id-col, --keep-col, --block-rows)."""
+    """The input options that change what ``stats`` reports (not --id-col, --keep-col, --with-source,
+    --block-rows)."""
     for option, for_stats in reversed(_READ_OPTIONS):
         if for_stats:
             func = option(func)
@@ -135,7 +144,8 @@ def main() -> None:
 
 @main.command()
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("-o", "--output", default=None, help="Output .parquet file, or DIR/ for numbered parts + manifest.")
+@click.option("-o", "--output", default=None,
+              help="Output .parquet file, or DIR/ for numbered parts + _manifest.json.  [default: out/features.parquet]")
 @read_options
 @segment_options
 @model_options
@@ -155,10 +165,9 @@ def main() -> None:
               help="Storage dtype of the vectors.  [default: float32]")
 @click.option("--overwrite", is_flag=True, default=None, help="Replace an existing output.")
 @click.option("--resume", is_flag=True, default=None,
-              help="Continue a DIR/ output after its last finished part (--engine ray: needs a unique --id-col).")
+              help="Continue a DIR/ output: only the blocks without a finished part are run.")
 @click.option("--strict", is_flag=True, default=None,
-              help="Exit 1 at the first row that cannot be embedded (--engine ray: checked before the output is "
-                   "written).")
+              help="Exit 1 at the first row that cannot be embedded.")
 @click.option("--progress/--no-progress", default=None, help="Show the progress bar.  [default: on]")
 @click.option("--engine", type=click.Choice(ENGINES), default=None, help="local or ray.  [default: local]")
 @click.option("--ray-address", default=None, help="ray: 'auto' or an address to join; default starts a local Ray.")
@@ -166,7 +175,7 @@ def main() -> None:
 @click.option("--gpus-per-worker", type=float, default=None, help="ray: GPUs per actor.  [default: 0]")
 @click.option("--cpus-per-worker", type=float, default=None, help="ray: CPUs per actor (its torch threads).  [default: a local Ray's cores / workers; 1 on a cluster]")
 def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -> None:
-    """Embed each row of the CSV INPUTS (paths or globs) and write one vector per document.
+    """Embed each row of the INPUTS (files, folders of .txt/.md, or globs) and write one vector per document.
 
     Exit codes: 0 done (the summary counts rows with errors), 1 failed part-way or --strict with a
     row error, 2 nothing started (bad option, missing column, unreadable input, existing output),
@@ -188,12 +197,7 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
     except PipelineError as err:
         _fail(err)
     except KeyboardInterrupt:
-        if options.get("engine") == "ray":
-            kept = ("the rows already written stay in the hidden .NAME.ray/ beside the output for the next "
-                    "--resume run" if options.get("resume") else "rerun the same command; add --resume "
-                    "(with --id-col) to keep finished rows next time")
-        else:
-            kept = "a DIR/ output keeps its finished parts for --resume"
+        kept = "a DIR/ output keeps its finished parts for --resume"
         click.echo(f"Interrupted: no output was completed ({kept}).", err=True)
         sys.exit(130)
     click.echo(summary.line())

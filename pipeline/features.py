@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import InputError
-from .write import MANIFEST
+from .write import MANIFEST, OLD_MANIFEST
 
 # Per-row counts returned in meta["rows"]; the token-level columns (--level token) are never loaded.
 _ROW_COLS = ("n_tokens", "n_windows", "truncated")
@@ -51,6 +51,8 @@ def _read_file(path: Path) -> pa.Table:
 
 def _read_directory(path: Path) -> pa.Table:
     manifest_path = path / MANIFEST
+    if not manifest_path.exists() and (path / OLD_MANIFEST).exists():
+        manifest_path = path / OLD_MANIFEST  # written before 0.2
     if not manifest_path.exists():
         raise InputError(f"{path}: no {MANIFEST}, so not a directory output of `longbert extract`; pass a "
                          ".parquet file or the DIR/ that extract -o DIR/ wrote")
@@ -91,8 +93,8 @@ def load_features(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict[str, A
 
     Returns:
         (ids, X, meta):
-          - ids: (N,) the ``id`` column of the rows with features: int64 (row numbers) or object (str,
-            --id-col values).
+          - ids: (N,) the ``id`` column of the rows with features (object, str), or the ``row``
+            column (int64 row numbers) of a run whose inputs had no id column.
           - X: (N, D) float32 (float16 storage is upcast), D = meta["feature_dim"].
           - meta: the parsed ``longbert`` schema metadata (model, strategy dict with name, pooling,
             layers, keep_cols, ...), plus
@@ -114,13 +116,14 @@ def load_features(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict[str, A
     has = features.is_valid()                                   # (n_rows,) bool
     kept_table = table.filter(has)
     left = table.filter(pc.invert(has))
+    id_col = table.column_names[0]                              # "id", or "row" (row numbers)
     meta["left_out"] = [{"id": i, "error": e} for i, e in
-                        zip(left.column("id").to_pylist(), left.column("error").to_pylist())]
+                        zip(left.column(id_col).to_pylist(), left.column("error").to_pylist())]
     meta["n_rows"] = table.num_rows
     meta["kept"] = {c: kept_table.column(c).to_numpy(zero_copy_only=False)
                     for c in meta.get("keep_cols", []) if c in kept_table.column_names}
     meta["rows"] = {c: kept_table.column(c).to_numpy() for c in _ROW_COLS if c in kept_table.column_names}
-    ids = kept_table.column("id").to_numpy(zero_copy_only=False)
+    ids = kept_table.column(id_col).to_numpy(zero_copy_only=False)
     X = features_matrix(kept_table.column("features"))       # (N, D)
     assert X.shape[0] == ids.shape[0]
     return ids, X, meta

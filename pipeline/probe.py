@@ -33,14 +33,16 @@ _COMPUTED = ("n_tokens", "n_windows", "truncated", "features", "error", "token_i
 
 
 def _labels(path: str | Path, label_col: str, ids: np.ndarray, meta: dict[str, Any]) -> np.ndarray:
-    """The label of each row with features, as str: the ``id`` column or a --keep-col column.
+    """The label of each row with features, as str: the id column (``id``, or ``row`` for row
+    numbers) or a --keep-col column.
 
     Raises:
         InputError: the column is one longbert computes, or is not in the file (lists the usable ones).
     """
     keep_cols = list(meta.get("keep_cols", []))
-    usable = ["id", *keep_cols]
-    if label_col == "id":
+    id_name = "row" if ids.dtype.kind in "iu" else "id"   # load_features: int64 row numbers, or str ids
+    usable = [id_name, *keep_cols]
+    if label_col == id_name:
         return ids.astype(str)
     if label_col in meta["kept"]:
         return np.asarray(meta["kept"][label_col], dtype=object).astype(str)
@@ -48,7 +50,7 @@ def _labels(path: str | Path, label_col: str, ids: np.ndarray, meta: dict[str, A
         raise InputError(f"{path}: --label-col {label_col!r} is a column longbert computes, not a label; pass one "
                          f"of {usable}, or extract again with --keep-col LABEL")
     raise InputError(f"{path}: no column {label_col!r} to label with; the columns that can be labels are {usable} "
-                     f"(id and the --keep-col columns); extract again with --keep-col {label_col}, or pass "
+                     f"({id_name} and the --keep-col columns); extract again with --keep-col {label_col}, or pass "
                      "--label-col with one of them")
 
 

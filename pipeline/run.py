@@ -1,4 +1,5 @@
-"""The local engine: scan inputs, then read -> block function -> write, block by block; called by cli.py.
+"""The local engine: scan the inputs into a plan of blocks, then read_block -> block function -> sink, block by
+block; called by cli.py.
 
 The next block is read, tokenized and segmented in a background thread while the model runs on the
 current one (the fast tokenizer and pandas' parser release the GIL), so at most two blocks are in
@@ -6,6 +7,7 @@ memory at once.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +19,7 @@ from tqdm import tqdm
 from .block import Extractor, Prepared, resolve_config
 from .config import PipelineConfig
 from .errors import InputError, PipelineError, RunError
-from .read import CorpusScan, read_blocks, scan
+from .read import BlockSpec, Plan, read_block, row_location, scan
 from .write import open_sink
 
 
@@ -37,16 +39,19 @@ class Summary:
     resumed_from: int = 0
     oom_splits: int = 0
     fp32_recomputed: int = 0
+    id_note: str | None = None
 
     def line(self) -> str:
         """documents, tokens, windows, rows with errors, seconds, output path (+ counts that are non-zero)."""
         text = (f"{self.documents} documents, {self.tokens} tokens, {self.windows} windows, "
                 f"{self.errors} rows with errors, {self.seconds:.1f} s -> {self.output}")
         extra = []
+        if self.id_note:
+            extra.append(self.id_note)
         if self.resumed_from:
-            extra.append(f"resumed after row {self.resumed_from}")
+            extra.append(f"resumed: {self.resumed_from} rows were done")
         if self.skipped_lines:
-            extra.append(f"{self.skipped_lines} bad CSV lines skipped")
+            extra.append(f"{self.skipped_lines} bad lines skipped")
         if self.duplicate_ids:
             extra.append(f"warning: {self.duplicate_ids} duplicate ids (all rows kept)")
         if self.oom_splits:
@@ -56,39 +61,51 @@ class Summary:
         return text + ("" if not extra else " (" + "; ".join(extra) + ")")
 
 
-def _prefetch(blocks: Iterator[pa.Table], prepare: Callable[[pa.Table], Prepared]) -> Iterator[Prepared]:
-    """Yield prepare(block) for each block, preparing the next one in a thread meanwhile."""
-    def step():
-        block = next(blocks, None)
-        return None if block is None else prepare(block)
+def _prefetch(specs: list[BlockSpec], prepare: Callable[[pa.Table], Prepared]) -> Iterator[tuple[BlockSpec, Prepared]]:
+    """Yield (spec, prepare(read_block(spec))) for each spec, reading and preparing the next one in a
+    thread meanwhile."""
+    def step(spec: BlockSpec) -> Prepared:
+        return prepare(read_block(spec))
 
+    if not specs:
+        return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="longbert-read") as pool:
-        future = pool.submit(step)
-        while True:
+        future = pool.submit(step, specs[0])
+        for k, spec in enumerate(specs):
             prepared = future.result()
-            if prepared is None:
-                return
-            future = pool.submit(step)
-            yield prepared
+            if k + 1 < len(specs):
+                future = pool.submit(step, specs[k + 1])
+            yield spec, prepared
 
 
-def check(cfg: PipelineConfig) -> tuple[PipelineConfig, object, CorpusScan]:
-    """Everything that can fail before the run starts, in order: options that need the model's
-    config, then the inputs. Loads no weights and writes nothing.
+def check(cfg: PipelineConfig) -> tuple[PipelineConfig, object, Plan]:
+    """Everything that can fail before the run starts, in order: the inputs (scan: no model file is
+    read), then the options that need the model's config and tokenizer. Loads no weights, writes nothing.
+
+    Returns:
+        (config with max_length resolved and --id-col set to the id column found, tokenizer, plan).
 
     Raises:
         ConfigError, ModelError, InputError (all exit 2).
     """
-    cfg, tokenizer, _ = resolve_config(cfg)
-    corpus = scan(cfg.read)
-    if corpus.n_rows == 0:
-        raise InputError(f"the inputs hold no rows ({', '.join(str(f.path) for f in corpus.files)}); "
+    plan = scan(cfg.read)
+    if plan.n_rows == 0:
+        raise InputError(f"the inputs hold no rows ({', '.join(str(f.path) for f in plan.files)}); "
                          "nothing to extract")
-    return cfg, tokenizer, corpus
+    if plan.columns.id_col != cfg.read.id_col:
+        cfg = dataclasses.replace(cfg, read=dataclasses.replace(cfg.read, id_col=plan.columns.id_col))
+    cfg, tokenizer, _ = resolve_config(cfg)
+    return cfg, tokenizer, plan
+
+
+def run_fingerprint(cfg: PipelineConfig, plan: Plan) -> dict:
+    """What --resume compares: the options, the inputs' bytes, the rows and the plan of blocks."""
+    return {"config": cfg.fingerprint(), "inputs": plan.fingerprint(), "rows": plan.n_rows,
+            "plan": plan.plan_fingerprint()}
 
 
 def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summary:
-    """Run the whole job on the local engine: CSV in, parquet out.
+    """Run the whole job on the local engine: inputs in, parquet out.
 
     Args:
         cfg: the validated config (cli.py builds it).
@@ -102,26 +119,26 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
         RunError (exit 1): part-way; the output path then holds no file that looks complete.
     """
     started = time.perf_counter()
-    cfg, tokenizer, corpus = check(cfg)
-    extractor = Extractor(cfg, tokenizer)
-    fingerprint = {"config": cfg.fingerprint(), "inputs": corpus.fingerprint(), "rows": corpus.n_rows}
-    sink = open_sink(extractor.cfg, extractor.schema, fingerprint)
-    summary = Summary(output=str(cfg.write.output), skipped_lines=corpus.n_bad_lines,
-                      duplicate_ids=corpus.duplicate_ids)
-    start_row = sink.open()
-    summary.resumed_from = start_row
-    if start_row and echo:
-        echo(f"resuming {cfg.write.output} after row {start_row} of {corpus.n_rows}")
-    bar = tqdm(total=corpus.n_rows, initial=start_row, unit="doc", disable=not cfg.write.progress,
+    cfg, tokenizer, plan = check(cfg)
+    extractor = Extractor(cfg, tokenizer, id_type=plan.id_type)
+    sink = open_sink(extractor.cfg, extractor.schema, run_fingerprint(extractor.cfg, plan))
+    summary = Summary(output=str(cfg.write.output), skipped_lines=plan.n_bad_lines,
+                      duplicate_ids=plan.duplicate_ids, id_note=plan.id_note)
+    done = sink.open(plan.blocks)
+    todo = [spec for spec in plan.blocks if spec.index not in done]
+    summary.resumed_from = sum(spec.n_rows for spec in plan.blocks if spec.index in done)
+    if done and echo:
+        echo(f"resuming {cfg.write.output}: {len(done)} of {len(plan.blocks)} blocks "
+             f"({summary.resumed_from} of {plan.n_rows} rows) are done")
+    bar = tqdm(total=plan.n_rows, initial=summary.resumed_from, unit="doc", disable=not cfg.write.progress,
                dynamic_ncols=True)
     t0 = time.perf_counter()
     try:
-        blocks = read_blocks(cfg.read, corpus, start_row=start_row) if start_row < corpus.n_rows else iter(())
-        for prepared in _prefetch(blocks, extractor.prepare):
+        for spec, prepared in _prefetch(todo, extractor.prepare):
             table = extractor.finish(prepared)
             if cfg.write.strict:
-                _fail_on_row_error(table)
-            sink.write(table)
+                fail_on_row_error(table, spec)
+            sink.write(spec, table)
             bar.update(table.num_rows)
             bar.set_postfix(tokens_s=f"{extractor.stats.tokens / max(time.perf_counter() - t0, 1e-9):.0f}")
         summary.n_bytes = sink.commit()
@@ -144,11 +161,13 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     return summary
 
 
-def _fail_on_row_error(table: pa.Table) -> None:
-    """--strict: raise RunError at the first row with an error (the run then leaves no output)."""
+def fail_on_row_error(table: pa.Table, spec: BlockSpec) -> None:
+    """--strict: raise RunError at the first row with an error, naming its id and its file and line
+    (the run then leaves no output)."""
     errors = table.column("error").to_pylist()
     for i, error in enumerate(errors):
         if error is not None:
-            row_id = table.column("id")[i].as_py()
-            raise RunError(f"row with id {row_id!r}: {error}; --strict stops at the first row that cannot be "
-                           "embedded (drop --strict to keep such rows with null features)")
+            row_id = table.column(0)[i].as_py()
+            what = f"row with id {row_id!r}" if table.column_names[0] == "id" else f"row {row_id}"
+            raise RunError(f"{what} ({row_location(spec, i)}): {error}; --strict stops at the first row that "
+                           "cannot be embedded (drop --strict to keep such rows with null features)")

@@ -18,7 +18,8 @@ import pyarrow.parquet as pq
 from .config import PipelineConfig
 from .errors import ConfigError
 
-MANIFEST = "manifest.json"
+MANIFEST = "_manifest.json"        # a leading _: Hive-style readers (pandas, pyarrow, polars, duckdb) skip it
+OLD_MANIFEST = "manifest.json"     # the name before 0.2; still read by --resume and load_features
 MANIFEST_FORMAT = "longbert-parts/1"
 
 
@@ -64,17 +65,23 @@ def run_metadata(cfg: PipelineConfig, hidden: int, dim: int, token_dim: int) -> 
     }
 
 
+def passthrough_columns(cfg: PipelineConfig) -> list[str]:
+    """Input columns copied to the output as they are: each --keep-col, then ``source`` (--with-source)."""
+    return [*cfg.read.keep_cols, *(["source"] if cfg.read.with_source else [])]
+
+
 def output_schema(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: int, token_dim: int) -> pa.Schema:
     """The fixed output schema, declared from the config before the first row.
 
-    Columns: id, each --keep-col (string), n_tokens int32, n_windows int32, truncated bool,
+    Columns: id (string: the id column's values or text files' paths), or row (int64: the 0-based row
+    number, when the inputs have no id column), each --keep-col (string), source (--with-source), n_tokens int32, n_windows int32, truncated bool,
     features fixed_size_list<float32|float16>[dim], error string; with --level token also token_ids
     list<int32>, positions list<int32>, offsets list<fixed_size_list<int32>[2]>, token_features
     list<fixed_size_list<float>[token_dim]>. Metadata key ``longbert``: run_metadata as JSON.
     """
     value = pa.float16() if cfg.write.out_dtype == "float16" else pa.float32()
-    fields = [pa.field("id", id_type)]
-    fields += [pa.field(c, pa.string()) for c in cfg.read.keep_cols]
+    fields = [pa.field("row" if pa.types.is_integer(id_type) else "id", id_type)]
+    fields += [pa.field(c, pa.string()) for c in passthrough_columns(cfg)]
     fields += [pa.field("n_tokens", pa.int32()), pa.field("n_windows", pa.int32()),
                pa.field("truncated", pa.bool_()), pa.field("features", pa.list_(value, dim)),
                pa.field("error", pa.string())]
@@ -126,30 +133,31 @@ def _alive(pid: int) -> bool:
 
 @dataclass
 class FileSink:
-    """One parquet file, written row group by row group to a hidden temporary sibling
-    (``.NAME.PID.partial``) and renamed onto ``path`` by ``commit``; removed on any failure.
-
-    A kill at any point leaves the previous complete file (or none) at ``path``.
+    """One parquet file, written row group by row group (one per block, in block order) to a hidden
+    temporary sibling (``.NAME.PID.partial``) and renamed onto ``path`` by ``commit``; removed on any
+    failure. A kill at any point leaves the previous complete file (or none) at ``path``.
     """
 
     path: Path
     schema: pa.Schema
     _tmp: Path | None = None
     _writer: pq.ParquetWriter | None = None
+    _next: int = 0
     rows: int = 0
 
-    def open(self) -> int:
-        """Create the temporary file; returns the row to start from (always 0 for a file)."""
+    def open(self, blocks: list | None = None) -> set[int]:
+        """Create the temporary file; returns the block indices already done (none for a file)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_partials(self.path)
         self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.partial")
         self._writer = pq.ParquetWriter(self._tmp, self.schema)
-        return 0
+        return set()
 
-    def write(self, table: pa.Table) -> None:
-        """Append one row group."""
-        assert self._writer is not None
+    def write(self, spec, table: pa.Table) -> None:
+        """Append the block of ``spec`` (a BlockSpec) as one row group; blocks come in order 0, 1, 2, ..."""
+        assert self._writer is not None and spec.index == self._next, (spec.index, self._next)
         self._writer.write_table(table)
+        self._next += 1
         self.rows += table.num_rows
 
     def commit(self) -> int:
@@ -174,59 +182,89 @@ class FileSink:
         self._tmp = None
 
 
+def part_name(index: int, done: bool) -> str:
+    """'_part-00003.parquet' while the run goes on (hidden from parquet readers), 'part-00003.parquet' once
+    it is complete."""
+    return f"{'' if done else '_'}part-{index:05d}.parquet"
+
+
 @dataclass
 class PartsSink:
-    """A directory of numbered parts (part-00000.parquet, one per block) and a manifest.json.
+    """A directory of parts, one per block (``part-00000.parquet`` ...), and ``_manifest.json``.
 
-    Each part is written to a temporary name and renamed; the manifest (rewritten atomically after
-    each part) lists the finished parts and says ``"complete": true`` only at the end, so --resume
-    continues after the last finished part.
+    Parts are named ``_part-NNNNN.parquet`` until the run completes, so pandas, pyarrow, polars and
+    duckdb (which skip names starting with ``_`` or ``.``) read an unfinished directory as holding no
+    rows, never as a complete one; ``commit`` renames them. Each part is written under a temporary name
+    and renamed; the manifest (rewritten atomically after each part) lists the finished blocks, so
+    --resume redoes only the blocks without a part. A directory of an older run, with ``manifest.json``,
+    is read the same way.
     """
 
     path: Path
     schema: pa.Schema
     fingerprint: dict
     resume: bool = False
-    parts: list[dict] = field(default_factory=list)
-    rows: int = 0
+    parts: dict[int, dict] = field(default_factory=dict)     # block index -> {file, block, first_row, rows}
+    n_blocks: int = 0
 
-    def open(self) -> int:
-        """Create the directory or pick up a previous run; returns the first row still to do.
+    def open(self, blocks: list) -> set[int]:
+        """Create the directory or pick up a previous run; returns the indices of the blocks already done.
+
+        Args:
+            blocks: the plan's BlockSpecs (index, first_row, n_rows).
 
         Raises:
             ConfigError: --resume over a run with other options or inputs (names what changed).
         """
         self.path.mkdir(parents=True, exist_ok=True)
-        manifest = self.path / MANIFEST
-        if self.resume and manifest.exists():
+        self.n_blocks = len(blocks)
+        manifest = next((self.path / m for m in (MANIFEST, OLD_MANIFEST) if (self.path / m).exists()), None)
+        was_complete = False
+        if self.resume and manifest is not None:
             old = json.loads(manifest.read_text())
             check_same_run(old.get("fingerprint", {}), self.fingerprint, self.path)
-            self.parts = [p for p in old["parts"] if (self.path / p["file"]).exists()]
-            self.rows = sum(p["rows"] for p in self.parts)
-            if old.get("complete") and len(self.parts) == len(old["parts"]):
-                return self.rows  # already complete: nothing to redo, the manifest stays complete
+            by_rows = {(p["first_row"], p["rows"]): p for p in old["parts"] if (self.path / p["file"]).exists()}
+            for spec in blocks:
+                part = by_rows.get((spec.first_row, spec.n_rows))
+                if part is not None:
+                    self.parts[spec.index] = {**part, "block": spec.index}
+            was_complete = bool(old.get("complete")) and len(self.parts) == len(blocks)
         else:
-            for old_part in self.path.glob("part-*.parquet"):
+            for old_part in [*self.path.glob("part-*.parquet"), *self.path.glob("_part-*.parquet")]:
                 old_part.unlink()
         for stale in self.path.glob(".part-*.partial"):
             stale.unlink()
-        self._save(complete=False)
-        return self.rows
+        self._save(complete=was_complete)  # a finished run stays complete: nothing is redone
+        if manifest is not None and manifest.name == OLD_MANIFEST:
+            manifest.unlink()
+        return set(self.parts)
 
-    def write(self, table: pa.Table) -> None:
-        """Write one block as the next part, then record it in the manifest."""
-        name = f"part-{len(self.parts):05d}.parquet"
-        tmp = self.path / f".{name}.partial"
+    @property
+    def rows(self) -> int:
+        """Rows in the finished parts."""
+        return sum(p["rows"] for p in self.parts.values())
+
+    def write(self, spec, table: pa.Table) -> None:
+        """Write the block of ``spec`` (a BlockSpec: index, first_row) as its part, then record it in the
+        manifest; blocks may come in any order."""
+        index = spec.index
+        name = part_name(index, done=False)
+        tmp = self.path / f".part-{index:05d}.partial"
         pq.write_table(table, tmp)
         os.replace(tmp, self.path / name)
-        self.parts.append({"file": name, "first_row": self.rows, "rows": table.num_rows})
-        self.rows += table.num_rows
+        self.parts[index] = {"file": name, "block": index, "first_row": spec.first_row, "rows": table.num_rows}
         self._save(complete=False)
 
     def commit(self) -> int:
-        """Mark the manifest complete; returns the parts' total size in bytes."""
+        """Give every part its final name, mark the manifest complete; returns the parts' size in bytes."""
+        assert len(self.parts) == self.n_blocks, (len(self.parts), self.n_blocks)
+        for index, part in sorted(self.parts.items()):
+            final = part_name(index, done=True)
+            if part["file"] != final:
+                os.replace(self.path / part["file"], self.path / final)
+                part["file"] = final
         self._save(complete=True)
-        return sum((self.path / p["file"]).stat().st_size for p in self.parts)
+        return sum((self.path / p["file"]).stat().st_size for p in self.parts.values())
 
     def abort(self) -> None:
         """Keep finished parts for --resume; drop a half-written one."""
@@ -234,8 +272,9 @@ class PartsSink:
             stale.unlink()
 
     def _save(self, complete: bool) -> None:
+        parts = [self.parts[i] for i in sorted(self.parts)]
         data = {"format": MANIFEST_FORMAT, "complete": complete, "fingerprint": self.fingerprint,
-                "rows": self.rows, "parts": self.parts,
+                "rows": sum(p["rows"] for p in parts), "parts": parts,
                 "longbert": json.loads(self.schema.metadata[b"longbert"])}
         tmp = self.path / f".{MANIFEST}.partial"
         tmp.write_text(json.dumps(data, indent=1))
@@ -250,7 +289,8 @@ def open_sink(cfg: PipelineConfig, schema: pa.Schema, fingerprint: dict) -> File
     """
     out = Path(cfg.write.output)
     if cfg.write.is_directory:
-        has_run = (out / MANIFEST).exists() or any(out.glob("part-*.parquet")) if out.exists() else False
+        has_run = out.is_dir() and ((out / MANIFEST).exists() or (out / OLD_MANIFEST).exists()
+                                    or any(out.glob("part-*.parquet")) or any(out.glob("_part-*.parquet")))
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--output {str(out)!r} exists and is not a directory; pick another path")
         if has_run and not (cfg.write.overwrite or cfg.write.resume):

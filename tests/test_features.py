@@ -83,7 +83,7 @@ def test_float16_storage_is_upcast_to_float32(runner, tiny_model_dir, tmp_path):
     ids32, X32, _ = load_features(out32)
     ids16, X16, meta = load_features(out16)
     assert meta["out_dtype"] == "float16" and X16.dtype == np.float32
-    assert ids16.dtype == np.int64 and ids16.tolist() == ids32.tolist() == [0, 2, 3, 4]
+    assert ids16.tolist() == ids32.tolist() == ["d0", "d2", "d3", "d4"]   # the input column 'id', found
     np.testing.assert_array_equal(X16, X32.astype(np.float16).astype(np.float32))
 
 
@@ -97,7 +97,7 @@ def test_directory_of_parts_equals_single_file_and_incomplete_is_refused(runner,
     common = ["--id-col", "id", "--keep-col", "label", "--max-length", ML, "--block-rows", 2]
     single = extract(runner, tiny_model_dir, tmp_path, ROWS, *common)
     parts = extract(runner, tiny_model_dir, tmp_path, ROWS, *common, name="parts/")
-    manifest = json.loads((parts / "manifest.json").read_text())
+    manifest = json.loads((parts / "_manifest.json").read_text())
     assert [p["rows"] for p in manifest["parts"]] == [2, 2, 1]
     ids1, X1, meta1 = load_features(single)
     ids2, X2, meta2 = load_features(parts)
@@ -106,7 +106,7 @@ def test_directory_of_parts_equals_single_file_and_incomplete_is_refused(runner,
     assert meta2["left_out"] == meta1["left_out"] and meta2["kept"]["label"].tolist() == ["a", "a", "b", "b"]
 
     manifest["complete"] = False
-    (parts / "manifest.json").write_text(json.dumps(manifest))
+    (parts / "_manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(InputError, match=r"incomplete .* --resume"):
         load_features(parts)
 
@@ -119,7 +119,7 @@ def test_load_features_refuses_what_is_not_ours(tmp_path):
     with pytest.raises(InputError, match="no such file or directory"):
         load_features(tmp_path / "missing.parquet")
     (tmp_path / "empty_dir").mkdir()
-    with pytest.raises(InputError, match="no manifest.json"):
+    with pytest.raises(InputError, match="no _manifest.json"):
         load_features(tmp_path / "empty_dir")
 
 
@@ -268,9 +268,9 @@ def test_stats_asks_for_no_offsets_and_help_lists_its_options(runner, tiny_model
     assert "tokens       total 73;" in result.output          # whole documents, exactly
     help_text = invoke(runner, ["stats", "--help"]).output
     options = sorted(set(re.findall(r"^  (?:-\w, )?(--[\w-]+)", help_text, flags=re.M)))
-    assert options == ["--config", "--encoding", "--head-tokens", "--help", "--max-length", "--max-tokens-per-doc",
-                       "--model", "--on-bad-lines", "--overlap", "--plot", "--strategy", "--tail-tokens",
-                       "--text-col", "--windows-per-second"]
+    assert options == ["--config", "--delimiter", "--encoding", "--format", "--head-tokens", "--help", "--max-length",
+                       "--max-tokens-per-doc", "--model", "--on-bad-lines", "--overlap", "--plot", "--strategy",
+                       "--tail-tokens", "--text-col", "--windows-per-second"]
     result = invoke(runner, ["stats", src, "--keep-col", "label"])
     assert result.exit_code == 2 and "No such option '--keep-col'" in result.output
 

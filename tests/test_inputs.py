@@ -96,7 +96,7 @@ def test_stray_quote_skipped_and_counted(runner, tiny_model_dir, tmp_path):
     result = run_ok(runner, tiny_model_dir, src, "--id-col", "id", "-o", out, "--on-bad-lines", "skip")
     df = pd.read_parquet(out)
     assert df["id"].tolist() == ["1", "2", "4", "5"]
-    assert "1 bad CSV lines skipped" in result.output
+    assert "1 bad lines skipped" in result.output
     cfg = PipelineConfig.from_options(inputs=(str(src),), id_col="id", on_bad_lines="skip")
     (block,) = read_blocks(cfg.read, scan(cfg.read))
     assert block.column("text").to_pylist()[:2] == ['He said "hi" and left', "multi\nline, with comma"]
@@ -169,7 +169,7 @@ def test_many_small_files_and_globs(runner, tiny_model_dir, tmp_path):
     out = tmp_path / "o.parquet"
     run_ok(runner, tiny_model_dir, str(tmp_path / "part*.csv"), "-o", out, "--block-rows", "5")
     df = pd.read_parquet(out)
-    assert df["id"].tolist() == list(range(24))
+    assert df["row"].tolist() == list(range(24))   # no id column in the inputs: row numbers, named row
     assert df["n_tokens"].tolist() == [x for i in range(12) for x in (i + 1, 2)]
     result = invoke(runner, ["extract", str(tmp_path / "nothing*.csv"), "--model", tiny_model_dir])
     assert result.exit_code == 2 and "matches no file" in result.output
@@ -203,7 +203,7 @@ def test_strict_exits_1_and_leaves_no_output(runner, tiny_model_dir, tmp_path):
     out = tmp_path / "o.parquet"
     result = invoke(runner, ["extract", src, "--id-col", "id", "-o", out, "--model", tiny_model_dir, "--strict"])
     assert result.exit_code == 1
-    assert "Error: row with id 'y': empty text; --strict stops" in result.output
+    assert f"Error: row with id 'y' ({src} line 3): empty text; --strict stops" in result.output
     assert list(tmp_path.iterdir()) == [src]
 
 

@@ -46,7 +46,7 @@ def read_output(path: Path) -> pa.Table:
     """A .parquet file, or a DIR/ whose manifest says complete, in manifest order."""
     if path.is_file():
         return pq.read_table(path)
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest = json.loads((path / "_manifest.json").read_text())
     assert manifest["complete"] is True
     return pa.concat_tables([pq.read_table(path / p["file"]) for p in manifest["parts"]])
 
@@ -229,7 +229,7 @@ def test_kill_and_resume_equals_uninterrupted(ray_address, tmp_path, runner):
     assert proc.poll() is None, f"the run ended before it could be killed: {proc.communicate()[1][-2000:]}"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
-    assert not (out / "manifest.json").exists()                 # nothing that looks complete
+    assert not (out / "_manifest.json").exists()                 # nothing that looks complete
     done_before = _ray_parts(work)
     assert done_before >= 3
 

@@ -29,7 +29,7 @@ def cli(*args, **popen) -> subprocess.Popen:
 
 
 def read_parts(path: Path) -> pa.Table:
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest = json.loads((path / "_manifest.json").read_text())
     assert manifest["complete"] is True
     return pa.concat_tables([pq.read_table(path / p["file"]) for p in manifest["parts"]])
 
@@ -37,7 +37,7 @@ def read_parts(path: Path) -> pa.Table:
 def _listed_parts(path: Path) -> int:
     """Parts the manifest lists as finished (0 before it exists or while it is being replaced)."""
     try:
-        return len(json.loads((path / "manifest.json").read_text())["parts"])
+        return len(json.loads((path / "_manifest.json").read_text())["parts"])
     except (OSError, ValueError, KeyError):
         return 0
 
@@ -66,9 +66,9 @@ def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert reached, "the run ended before it could be killed"
-    manifest = json.loads((killed_dir / "manifest.json").read_text())
+    manifest = json.loads((killed_dir / "_manifest.json").read_text())
     assert manifest["complete"] is False and 3 <= len(manifest["parts"]) < len(json.loads(
-        (tmp_path / "full" / "manifest.json").read_text())["parts"])
+        (tmp_path / "full" / "_manifest.json").read_text())["parts"])
 
     resumed = cli(*args, "-o", f"{killed_dir}/", "--resume")
     assert resumed.wait(timeout=600) == 0, resumed.stderr.read()
