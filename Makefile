@@ -35,6 +35,7 @@ test: install-test
 bench: install
 	$(BIN)/python -c "import sentence_transformers, ray.data" 2>/dev/null || $(PIP) install -e '.[bench,ray]'
 	$(BIN)/python bench/run_bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/read_speed.py
 
 clean:
 	rm -rf out .pytest_cache .hypothesis

@@ -31,7 +31,7 @@ from .block import Extractor, output_for
 from .config import PipelineConfig
 from .errors import ConfigError, PipelineError, RunError
 from .read import BlockSpec, read_block
-from .run import Summary, check, fail_on_row_error, run_fingerprint
+from .run import Summary, check, fail_on_row_error, resume_note, run_fingerprint
 from .write import open_sink
 
 SPEC = "spec"                   # the input column: one BlockSpec as JSON
@@ -216,8 +216,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     todo = [spec for spec in plan.blocks if spec.index not in done]
     summary.resumed_from = sum(spec.n_rows for spec in plan.blocks if spec.index in done)
     if done and echo:
-        echo(f"resuming {cfg.write.output}: {len(done)} of {len(plan.blocks)} blocks "
-             f"({summary.resumed_from} of {plan.n_rows} rows) are done")
+        echo(resume_note(cfg, plan, done))
     logging.getLogger("ray.data").setLevel(logging.WARNING if cfg.write.progress else logging.ERROR)
     bar = tqdm(total=plan.n_rows, initial=summary.resumed_from, unit="doc", disable=not cfg.write.progress,
                dynamic_ncols=True)

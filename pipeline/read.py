@@ -283,7 +283,7 @@ def _magic_check(src: Source, path: Path) -> None:
         if what == "a parquet file" and src.format != "parquet":
             raise InputError(f"{path}: this is a parquet file (it starts with PAR1) but was {_how(src)}; "
                              "name it .parquet or pass --format parquet")
-        if what.endswith("compressed") and src.compression != what[:4].replace("zstd", "zst"):
+        if what.endswith("compressed") and src.compression != ("gz" if what.startswith("gzip") else "zst"):
             ext = ".gz" if what.startswith("gzip") else ".zst"
             raise InputError(f"{path}: the file is {what} but was {_how(src)} as plain text; name it "
                              f"{path.name}{ext} so it is decompressed")
@@ -556,18 +556,17 @@ def _check_columns(src: Source, columns: list[str], cols: Columns, id_flag: str)
                 return  # the first line is not an object: the record check reports it with its line
             continue    # a later line may have the key; each line is checked (a bad line if it lacks it)
         msg = f"{src.path}: column {col!r} not found; columns are {columns}; pass {flag} with one of them"
-        if src.format in ("csv", "tsv") and len(columns) == 1:
+        if src.format in ("csv", "tsv") and columns and columns[0].lstrip().startswith("{"):
+            msg += f" (the first line looks like JSON; {_how(src)}: pass --format jsonl or name it .jsonl)"
+        elif src.format in ("csv", "tsv") and len(columns) == 1:
             head = columns[0]
             delim = cols.delimiter or ("\t" if src.format == "tsv" else ",")
-            if head.lstrip().startswith("{"):
-                msg += f" (the first line looks like JSON; {_how(src)}: pass --format jsonl)"
-            else:
-                for char, name, fix in (("\t", "a tab", "--format tsv or --delimiter $'\\t'"),
-                                        (";", "a semicolon", "--delimiter ';'"),
-                                        (",", "a comma", "--delimiter ','"), ("|", "a '|'", "--delimiter '|'")):
-                    if char != delim and char in head:
-                        msg += f" (the header has no {delim!r} but has {name}: pass {fix})"
-                        break
+            for char, name, fix in (("\t", "a tab", "--format tsv or --delimiter $'\\t'"),
+                                    (";", "a semicolon", "--delimiter ';'"),
+                                    (",", "a comma", "--delimiter ','"), ("|", "a '|'", "--delimiter '|'")):
+                if char != delim and char in head:
+                    msg += f" (the header has no {delim!r} but has {name}: pass {fix})"
+                    break
         raise InputError(msg)
 
 
@@ -633,7 +632,7 @@ def scan(cfg: ReadConfig) -> Plan:
 
 
 def _common_parent(sources: list[Source]) -> Path:
-    folders = [str((s.path if s.format == "text" else s.path.parent).resolve()) for s in sources]
+    folders = [str(s.path.resolve().parent) for s in sources]  # a text folder's own name stays in "source"
     return Path(os.path.commonpath(folders)) if folders else Path(".")
 
 

@@ -128,8 +128,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     todo = [spec for spec in plan.blocks if spec.index not in done]
     summary.resumed_from = sum(spec.n_rows for spec in plan.blocks if spec.index in done)
     if done and echo:
-        echo(f"resuming {cfg.write.output}: {len(done)} of {len(plan.blocks)} blocks "
-             f"({summary.resumed_from} of {plan.n_rows} rows) are done")
+        echo(resume_note(cfg, plan, done))
     bar = tqdm(total=plan.n_rows, initial=summary.resumed_from, unit="doc", disable=not cfg.write.progress,
                dynamic_ncols=True)
     t0 = time.perf_counter()
@@ -159,6 +158,15 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     summary.fp32_recomputed = extractor.encoder.stats.fp32_recomputed
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def resume_note(cfg: PipelineConfig, plan: Plan, done: set[int]) -> str:
+    """The note a --resume run prints: how many blocks were done, or that nothing is left."""
+    if len(done) == len(plan.blocks):
+        return f"{cfg.write.output} is already complete ({plan.n_rows} rows); nothing to do"
+    rows = sum(spec.n_rows for spec in plan.blocks if spec.index in done)
+    return (f"resuming {cfg.write.output}: {len(done)} of {len(plan.blocks)} blocks ({rows} of {plan.n_rows} "
+            "rows) are done")
 
 
 def fail_on_row_error(table: pa.Table, spec: BlockSpec) -> None:

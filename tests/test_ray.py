@@ -1,5 +1,6 @@
-"""--engine ray (issue 6): same rows, order and vectors as --engine local; kill and resume; bad options
-fail before Ray starts.
+"""--engine ray: the local engine's plan of blocks on Ray actors, so the same rows, order and vectors as
+--engine local (every shared case, a 3 MiB field, skipped bad lines, every input format); kill and
+resume without --id-col; bad options fail before Ray starts.
 
 A local Ray (4 logical CPUs on 2 cores, so the read task is never starved by the actors, a 150 MB
 object store and a temp dir of its own) is started once for the module; runs in this process use it
@@ -22,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import CASES, invoke, words, write_csv
+from test_formats import INPUTS, corpus  # noqa: F401 - the corpus fixture, written in every format
 
 os.environ["RAY_AUTH_MODE"] = "disabled"
 import ray  # noqa: E402 - make test installs the ray extra; a missing one fails here, not silently skips
@@ -101,39 +103,78 @@ def test_ray_equals_local(ray_address, tiny_model_dir, tricky_csv, tmp_path, run
     assert ray_run.exit_code == 0, ray_run.output
     ours, theirs = read_output(tmp_path / "local.parquet"), read_output(tmp_path / "ray")
     assert_same_output(ours, theirs)
-    expected_ids = [r["doc"] for r in rows] if "--id-col" in options else list(range(len(rows)))
-    assert theirs.column("id").to_pylist() == expected_ids          # "000123" keeps its zeros
+    if "--id-col" in options:
+        assert theirs.column("id").to_pylist() == [r["doc"] for r in rows]   # "000123" keeps its zeros
+    else:
+        assert theirs.column("row").to_pylist() == list(range(len(rows)))
     if "--keep-col" in options:
         assert theirs.column("tag").to_pylist() == [r["tag"] for r in rows]   # "0042", "NA", "" stay text
     assert theirs.column("n_tokens").to_pylist()[8] == 2000          # 2,000 one-token words
     assert theirs.column("error").to_pylist()[2] == "empty text"
-    assert not (tmp_path / ".ray.ray").exists()                      # the work directory is gone
     assert ray_run.output.splitlines()[-1].startswith("10 documents,")
 
 
 def test_ray_reads_every_shared_case_like_local(ray_address, tiny_model_dir, tmp_path, runner):
-    """All of ../shared/cases' CSVs in one run (BOM + CRLF, quotes, newlines, numeric-looking and empty
-    texts), except B14, whose stray quote both engines refuse with exit 2."""
-    inputs = sorted(p for p in CASES.glob("*.csv") if p.name != "B14.csv")
-    assert len(inputs) >= 10
-    common = [*inputs, "--id-col", "id", "--model", tiny_model_dir, "--no-progress", "--block-rows", "5"]
-    assert invoke(runner, ["extract", *common, "-o", tmp_path / "local.parquet"]).exit_code == 0
-    result = invoke(runner, ["extract", *common, "--engine", "ray", "-o", tmp_path / "ray.parquet"])
-    assert result.exit_code == 0, result.output
-    assert_same_output(read_output(tmp_path / "local.parquet"), read_output(tmp_path / "ray.parquet"))
-    stray = invoke(runner, ["extract", CASES / "B14.csv", "--model", tiny_model_dir, "--engine", "ray",
-                            "-o", tmp_path / "b14.parquet"])
-    assert stray.exit_code == 2 and "B14.csv: line 5: a quoted field" in stray.output
+    """Every CSV of ../shared/cases in one run (BOM + CRLF, quotes, newlines, numeric-looking and empty
+    texts, B14's stray quote skipped by --on-bad-lines skip); B31 (cp1252, CR-only lines) on its own;
+    B27 (a header naming 'text' twice) refused by both engines with the same message."""
+    inputs = sorted(p for p in CASES.glob("*.csv") if p.name not in ("B27.csv", "B31_cp1252.csv"))
+    assert len(inputs) >= 13
+    for extra, files in ((["--on-bad-lines", "skip"], inputs), (["--encoding", "cp1252"], [CASES / "B31_cp1252.csv"])):
+        common = [*files, "--id-col", "id", "--model", tiny_model_dir, "--no-progress", "--block-rows", "5", *extra]
+        local = invoke(runner, ["extract", *common, "-o", tmp_path / "local.parquet", "--overwrite"])
+        assert local.exit_code == 0, local.output
+        result = invoke(runner, ["extract", *common, "--engine", "ray", "-o", tmp_path / "ray.parquet", "--overwrite"])
+        assert result.exit_code == 0, result.output
+        assert_same_output(read_output(tmp_path / "local.parquet"), read_output(tmp_path / "ray.parquet"))
+        assert result.output.splitlines()[-1].split(",")[0] == local.output.splitlines()[-1].split(",")[0]
+    twice = [invoke(runner, ["extract", CASES / "B27.csv", "--model", tiny_model_dir, *engine, "-o", tmp_path / "b27.parquet"])
+             for engine in ([], ["--engine", "ray"])]
+    assert [r.exit_code for r in twice] == [2, 2] and twice[0].output == twice[1].output
+    assert "B27.csv: the header names column 'text' 2 times" in twice[0].output
+
+
+def test_ray_reads_every_format_like_local(ray_address, tiny_model_dir, corpus, tmp_path, runner):
+    """One run over the same corpus as CSV, ;-CSV, TSV, JSON Lines, .jsonl.gz, .csv.zst, parquet (row
+    groups of 3) and a folder of .txt files: both engines give the same output."""
+    root, rows = corpus
+    inputs = [root / INPUTS[f] for f in INPUTS if f != "semicolon"]
+    common = [*inputs, "--model", tiny_model_dir, "--no-progress", "--strategy", "chunk", "--block-rows", "4",
+              "--with-source"]
+    local = invoke(runner, ["extract", *common, "-o", tmp_path / "local.parquet"])
+    ray_run = invoke(runner, ["extract", *common, "--engine", "ray", "-o", f"{tmp_path}/ray/"])
+    assert local.exit_code == 0 and ray_run.exit_code == 0, (local.output, ray_run.output)
+    ours, theirs = read_output(tmp_path / "local.parquet"), read_output(tmp_path / "ray")
+    assert_same_output(ours, theirs)
+    assert theirs.num_rows == len(rows) * len(inputs)
+    assert sorted(set(theirs.column("source").to_pylist()))[:2] == ["csv/c.csv", "gz/c.jsonl.gz"]
+
+
+def test_ray_three_mib_field_and_skipped_lines_equal_local(ray_address, tiny_model_dir, tmp_path, runner):
+    """A 3 MiB field (over pyarrow's CSV block size, which broke the old Ray reader) and lines that
+    --on-bad-lines skip drops: same output on both engines."""
+    path = tmp_path / "big.csv"
+    big = words(900_000)                                   # ~3.4 MB of one-token words
+    path.write_text(f'id,text\n1,"{big}"\n2,w1 w2,extra\n3,"w3\nw4"\n4,"unclosed\n5,w5\n')
+    assert path.stat().st_size > 3 * 1024 * 1024
+    common = [path, "--id-col", "id", "--model", tiny_model_dir, "--no-progress", "--on-bad-lines", "skip",
+              "--strategy", "head", "--block-rows", "2"]
+    local = invoke(runner, ["extract", *common, "-o", tmp_path / "local.parquet"])
+    ray_run = invoke(runner, ["extract", *common, "--engine", "ray", "-o", f"{tmp_path}/ray/"])
+    assert local.exit_code == 0 and ray_run.exit_code == 0, (local.output, ray_run.output)
+    ours, theirs = read_output(tmp_path / "local.parquet"), read_output(tmp_path / "ray")
+    assert_same_output(ours, theirs)
+    assert theirs.column("id").to_pylist() == ["1", "3", "5"] and theirs.column("n_tokens").to_pylist() == [900_000, 2, 1]
+    assert "2 bad lines skipped" in ray_run.output
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--resume"], "pass --id-col"),
-    (["--resume", "--id-col", "dup"], "unique --id-col"),
     (["--workers", "0"], "--workers=0"),
     (["--gpus-per-worker", "-1"], "--gpus-per-worker=-1"),
     (["--text-col", "body"], "column 'body' not found"),
     (["--overlap", "600", "--strategy", "sliding"], "overlap"),
-], ids=["resume-no-id", "resume-dup-ids", "workers", "gpus", "column", "overlap"])
+    (["--format", "parquet"], "not a parquet file"),
+], ids=["workers", "gpus", "column", "overlap", "format"])
 def test_bad_option_fails_before_ray_starts(tiny_model_dir, tmp_path, runner, monkeypatch, args, message):
     import pipeline.ray_engine as engine
 
@@ -147,7 +188,7 @@ def test_bad_option_fails_before_ray_starts(tiny_model_dir, tmp_path, runner, mo
                              "-o", f"{tmp_path}/out/", *args])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
-    assert not (tmp_path / "out").exists() and not (tmp_path / ".out.ray").exists()
+    assert not (tmp_path / "out").exists()
 
 
 def test_unreachable_address_and_missing_resources_exit_2(ray_address, tiny_model_dir, tmp_path, runner):
@@ -168,80 +209,70 @@ def test_unreachable_address_and_missing_resources_exit_2(ray_address, tiny_mode
     assert list(tmp_path.iterdir()) == [path]
 
 
-def test_ray_refuses_skipped_lines(tiny_model_dir, tmp_path, runner):
-    path = tmp_path / "bad.csv"
-    path.write_text("id,text\n1,w1 w2\n2,w3,extra\n3,w4\n")
-    result = invoke(runner, ["extract", path, "--model", tiny_model_dir, "--engine", "ray",
-                             "--on-bad-lines", "skip", "-o", tmp_path / "o.parquet"])
-    assert result.exit_code == 2 and "1 malformed CSV lines" in result.output
-    strict = invoke(runner, ["extract", path, "--model", tiny_model_dir, "--engine", "ray", "-o", tmp_path / "o.parquet"])
-    assert strict.exit_code == 2 and "or skip such lines with --engine local --on-bad-lines skip" in strict.output
-
-
 def test_ray_strict_row_error_leaves_no_output(ray_address, tiny_model_dir, tmp_path, runner):
     path = write_csv(tmp_path / "in.csv", [{"text": "w1 w2"}, {"text": ""}, {"text": "w3"}])
     result = invoke(runner, ["extract", path, "--model", tiny_model_dir, "--engine", "ray", "--strict",
                              "--no-progress", "-o", tmp_path / "o.parquet"])
-    assert result.exit_code == 1 and "row with id 1: empty text" in result.output
+    assert result.exit_code == 1 and f"row 1 ({path} line 3): empty text" in result.output
     assert list(tmp_path.iterdir()) == [path]
 
 
-def test_parts_out_of_order_are_put_back_in_input_order(tmp_path):
-    """_in_input_order: rows of interleaved parts (a resumed run) come out by input row."""
-    from pipeline.ray_engine import _in_input_order, _row_keys, text_crc
-
-    texts = [f"t{i}" for i in range(7)]
-    layout = [[0, 1, 4], [2, 3], [5, 6]]            # part 0 holds rows 0, 1 and 4 (a resumed run's gap)
-    parts = []
-    for k, rows in enumerate(layout):
-        part = tmp_path / f"p{k}.parquet"
-        pq.write_table(pa.table({"__longbert_row": pa.array(rows, pa.int64()), "v": [texts[r] for r in rows],
-                                 "__longbert_crc": text_crc([texts[r] for r in rows])}), part)
-        parts.append(part)
-    crc = text_crc(texts).to_numpy()
-    keys = _row_keys(parts, crc, None)
-    out = pa.concat_tables(_in_input_order(parts, keys, 3, ["v"]))
-    assert out.column("v").to_pylist() == texts
+def test_results_are_regrouped_into_blocks_in_plan_order():
+    """in_block_order: Ray may split a block's rows over batches or return blocks early; each block
+    comes out whole, in plan order; a block that never comes back is an error, not a gap."""
     from pipeline.errors import RunError
-    with pytest.raises(RunError, match="differ from the input check"):
-        _row_keys(parts, text_crc([*texts[:6], "changed"]).to_numpy(), None)
-    with pytest.raises(RunError, match="5 rows for 7 input rows"):
-        _row_keys([parts[0], parts[2]], crc, None)
+    from pipeline.ray_engine import BLOCK, in_block_order
+    from pipeline.read import BlockSpec, Columns
+
+    specs = [BlockSpec(i, "x.csv", "csv", first_row, n, Columns()) for i, (first_row, n) in enumerate([(0, 3), (3, 2), (5, 2)])]
+
+    def batch(block: int, rows: list[int]) -> pa.Table:
+        return pa.table({"v": rows, BLOCK: pa.array([block] * len(rows), pa.int64())})
+
+    arrivals = [batch(1, [3]), batch(0, [0, 1]), batch(1, [4]), batch(0, [2]), batch(2, [5, 6])]
+    out = list(in_block_order(iter(arrivals), specs))
+    assert [spec.index for spec, _ in out] == [0, 1, 2]
+    assert [t.column("v").to_pylist() for _, t in out] == [[0, 1, 2], [3, 4], [5, 6]]
+    assert all(t.column_names == ["v"] for _, t in out)
+    with pytest.raises(RunError, match="Ray returned no rows for block 2"):
+        list(in_block_order(iter(arrivals[:4]), specs))
 
 
-def _ray_parts(work: Path) -> int:
-    return len(list((work / "parts").glob("*.parquet"))) if (work / "parts").exists() else 0
+def _listed_parts(path: Path) -> int:
+    try:
+        return len(json.loads((path / "_manifest.json").read_text())["parts"])
+    except (OSError, ValueError, KeyError):
+        return 0
 
 
 def test_kill_and_resume_equals_uninterrupted(ray_address, tmp_path, runner):
-    """SIGKILL a --resume run (the real default model, 4 rows per block) once parts exist; --resume
-    then finishes it, and the output equals the local engine's uninterrupted run."""
+    """SIGKILL a run (the real default model, 4 rows per block, no --id-col) once parts exist; --resume
+    then runs only the missing blocks, and the output equals the local engine's uninterrupted run."""
     out = tmp_path / "parts"
-    common = [EXAMPLE, "--id-col", "id", "--keep-col", "title", "--block-rows", "4", "--no-progress"]
+    common = [EXAMPLE, "--keep-col", "title", "--block-rows", "4", "--no-progress", "--strategy", "head"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, str(REPO / "cli.py"), "extract", *map(str, common), "--engine", "ray",
-                             "--ray-address", ray_address, "--resume", "-o", f"{out}/"], env=env,
+                             "--ray-address", ray_address, "-o", f"{out}/"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    work = tmp_path / ".parts.ray"
     deadline = time.time() + 300
-    while _ray_parts(work) < 3 and proc.poll() is None and time.time() < deadline:
+    while _listed_parts(out) < 3 and proc.poll() is None and time.time() < deadline:
         time.sleep(0.2)
     assert proc.poll() is None, f"the run ended before it could be killed: {proc.communicate()[1][-2000:]}"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
-    assert not (out / "_manifest.json").exists()                 # nothing that looks complete
-    done_before = _ray_parts(work)
-    assert done_before >= 3
+    manifest = json.loads((out / "_manifest.json").read_text())
+    assert manifest["complete"] is False and 3 <= len(manifest["parts"]) < 14   # 56 rows / 4 = 14 blocks
+    assert not list(out.glob("part-*.parquet"))                  # parts stay hidden until the run completes
 
     resumed = invoke(runner, ["extract", *common, "--engine", "ray", "--resume", "-o", f"{out}/"])
     assert resumed.exit_code == 0, resumed.output
-    assert "resuming:" in resumed.output
+    assert f"resuming {out}/: {len(manifest['parts'])} of 14 blocks" in resumed.output
     local = invoke(runner, ["extract", *common, "-o", tmp_path / "local.parquet"])
     assert local.exit_code == 0, local.output
     assert_same_output(read_output(tmp_path / "local.parquet"), read_output(out))
     again = invoke(runner, ["extract", *common, "--engine", "ray", "--resume", "-o", f"{out}/"])
     assert again.exit_code == 0 and "already complete" in again.output
-    other = invoke(runner, ["extract", *common, "--engine", "ray", "--resume", "--strategy", "head", "-o", f"{out}/"])
+    other = invoke(runner, ["extract", *common, "--engine", "ray", "--resume", "--strategy", "tail", "-o", f"{out}/"])
     assert other.exit_code == 2 and "--resume: the options differ" in other.output   # never replaced silently
     assert_same_output(read_output(tmp_path / "local.parquet"), read_output(out))
 
