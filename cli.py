@@ -50,7 +50,9 @@ def segment_options(func):
         click.option("--overlap", type=int, default=None,
                      help="sliding: tokens shared by neighbouring windows (the step is C - overlap).  [default: 128]"),
         click.option("--max-tokens-per-doc", type=int, default=None,
-                     help="Keep at most this many tokens of a document (the row is marked truncated)."),
+                     help="Keep at most this many tokens of a document (the row is marked truncated). A text "
+                          "longer than 8 characters per kept token is cut at a space before tokenizing; its "
+                          "n_tokens then counts the part tokenized (more than the cap, less than the whole)."),
     ]
     for option in reversed(options):
         func = option(func)
