@@ -283,6 +283,7 @@ class Encoder:
         self.device = device
         self.need_hidden = pool_cfg.layers != (-1,)
         self.stats = EncodeStats()
+        self.on_batch = None   # optional callable(windows, tokens) after each forward batch (progress bars)
         self._fp32 = None
 
     @classmethod
@@ -323,6 +324,8 @@ class Encoder:
                 for j, i in enumerate(idx):
                     if with_tokens:
                         tokens[i] = tok[j]
+            if self.on_batch is not None:
+                self.on_batch(len(batch), sum(lengths[i] for i in batch))
         if vectors is None:
             vectors = np.zeros((0, 0), dtype=np.float32)
         finite = np.isfinite(vectors).all(axis=1) if n else np.ones(0, dtype=bool)

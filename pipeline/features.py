@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import InputError
-from .write import MANIFEST, OLD_MANIFEST
+from .write import DONE_MANIFEST, MANIFEST, read_manifest
 
 # Per-row counts returned in meta["rows"]; the token-level columns (--level token) are never loaded.
 _ROW_COLS = ("n_tokens", "n_windows", "truncated")
@@ -50,16 +50,13 @@ def _read_file(path: Path) -> pa.Table:
 
 
 def _read_directory(path: Path) -> pa.Table:
-    manifest_path = path / MANIFEST
-    if not manifest_path.exists() and (path / OLD_MANIFEST).exists():
-        manifest_path = path / OLD_MANIFEST  # written before 0.2
-    if not manifest_path.exists():
-        raise InputError(f"{path}: no {MANIFEST}, so not a directory output of `longbert extract`; pass a "
-                         ".parquet file or the DIR/ that extract -o DIR/ wrote")
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise InputError(f"{manifest_path}: cannot be read ({err}); re-run extract with --overwrite") from None
+        manifest = read_manifest(path)
+    except (OSError, ValueError, KeyError) as err:
+        raise InputError(f"{path}: its manifest cannot be read ({err}); re-run extract with --overwrite") from None
+    if manifest is None:
+        raise InputError(f"{path}: no {DONE_MANIFEST} or {MANIFEST}, so not a directory output of `longbert "
+                         "extract`; pass a .parquet file or the DIR/ that extract -o DIR/ wrote")
     if not manifest.get("complete", False):
         done = sum(p.get("rows", 0) for p in manifest.get("parts", []))
         raise InputError(f"{path}: the run is incomplete ({MANIFEST} says complete: false; {done} of "

@@ -61,6 +61,40 @@ class Summary:
         return text + ("" if not extra else " (" + "; ".join(extra) + ")")
 
 
+class BatchProgress:
+    """Moves a document bar after every forward batch, not once per block: a block of D documents whose
+    windows hold T tokens advances by D x (the batch's tokens / T), so the rate and the ETA follow the
+    tokens done; the postfix shows windows/s and tokens/s since the first batch."""
+
+    def __init__(self, bar: tqdm):
+        self.bar = bar
+        self.docs = self.tokens = 0
+        self.moved = 0.0
+        self.windows_done = self.tokens_done = 0
+        self.t0: float | None = None
+
+    def start_block(self, docs: int, tokens: int) -> None:
+        """A block of ``docs`` documents whose windows hold ``tokens`` tokens (padding not counted) begins."""
+        self.docs, self.tokens, self.moved = docs, tokens, 0.0
+        if self.t0 is None:
+            self.t0 = time.perf_counter()
+
+    def batch(self, windows: int, tokens: int) -> None:
+        """One forward batch of ``windows`` windows and ``tokens`` tokens is done."""
+        step = self.docs * tokens / self.tokens if self.tokens else 0.0
+        self.bar.update(step)
+        self.moved += step
+        self.windows_done += windows
+        self.tokens_done += tokens
+        seconds = max(time.perf_counter() - (self.t0 or 0.0), 1e-9)
+        self.bar.set_postfix(windows_s=f"{self.windows_done / seconds:.1f}", tokens_s=f"{self.tokens_done / seconds:.0f}")
+
+    def end_block(self) -> None:
+        """The block is written: the bar stands at its last document (documents without windows included)."""
+        self.bar.update(self.docs - self.moved)
+        self.moved = float(self.docs)
+
+
 def _prefetch(specs: list[BlockSpec], prepare: Callable[[pa.Table], Prepared]) -> Iterator[tuple[BlockSpec, Prepared]]:
     """Yield (spec, prepare(read_block(spec))) for each spec, reading and preparing the next one in a
     thread meanwhile."""
@@ -120,6 +154,8 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     """
     started = time.perf_counter()
     cfg, tokenizer, plan = check(cfg)
+    if echo and cfg.write.progress:
+        echo(f"loading model {cfg.model.model} ...")
     extractor = Extractor(cfg, tokenizer, id_type=plan.id_type)
     sink = open_sink(extractor.cfg, extractor.schema, run_fingerprint(extractor.cfg, plan))
     summary = Summary(output=str(cfg.write.output), skipped_lines=plan.n_bad_lines,
@@ -130,16 +166,17 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     if done and echo:
         echo(resume_note(cfg, plan, done))
     bar = tqdm(total=plan.n_rows, initial=summary.resumed_from, unit="doc", disable=not cfg.write.progress,
-               dynamic_ncols=True)
-    t0 = time.perf_counter()
+               dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.0f}/{total} doc [{elapsed}<{remaining}{postfix}]")
+    progress = BatchProgress(bar)
+    extractor.encoder.on_batch = progress.batch
     try:
         for spec, prepared in _prefetch(todo, extractor.prepare):
+            progress.start_block(spec.n_rows, sum(len(w.input_ids) for w in prepared.windows))
             table = extractor.finish(prepared)
             if cfg.write.strict:
                 fail_on_row_error(table, spec)
             sink.write(spec, table)
-            bar.update(table.num_rows)
-            bar.set_postfix(tokens_s=f"{extractor.stats.tokens / max(time.perf_counter() - t0, 1e-9):.0f}")
+            progress.end_block()
         summary.n_bytes = sink.commit()
     except BaseException as err:
         sink.abort()

@@ -18,8 +18,10 @@ import pyarrow.parquet as pq
 from .config import PipelineConfig
 from .errors import ConfigError
 
-MANIFEST = "_manifest.json"        # a leading _: Hive-style readers (pandas, pyarrow, polars, duckdb) skip it
-OLD_MANIFEST = "manifest.json"     # the name before 0.2; still read by --resume and load_features
+MANIFEST = "_manifest.json"          # while the run goes on (pandas and pyarrow skip a leading _)
+DONE_MANIFEST = "_manifest.parquet"  # once complete: 0 rows of the output schema, the manifest in its metadata
+OLD_MANIFEST = "manifest.json"       # the name before 0.2; still read by --resume and load_features
+MANIFEST_KEY = b"longbert_manifest"
 MANIFEST_FORMAT = "longbert-parts/1"
 
 
@@ -94,15 +96,19 @@ def output_schema(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: i
 
 
 def check_same_run(old: dict, new: dict, path: Path | str) -> None:
-    """--resume may only continue a run of the same options and input bytes (fingerprints as
-    ``{"config": ..., "inputs": ...}``).
+    """--resume may only continue a run of the same options, input bytes and plan of blocks
+    (fingerprints as ``{"config": ..., "inputs": ..., "plan": ...}``; a run written before plans had no
+    "plan", and is compared on the other two).
 
     Raises:
         ConfigError: naming what differs from the run that wrote ``path``.
     """
     changed = [k for k in ("config", "inputs") if old.get(k) != new[k]]
+    if not changed and "plan" in old and old["plan"] != new.get("plan"):
+        changed = ["plan"]
     if changed:
-        what = " and ".join({"config": "the options", "inputs": "the input files"}[k] for k in changed)
+        names = {"config": "the options", "inputs": "the input files", "plan": "the blocks the inputs are cut into"}
+        what = " and ".join(names[k] for k in changed)
         raise ConfigError(f"--resume: {what} differ from the run that wrote {path}; run with the same options "
                           "and inputs, or pass --overwrite to start again")
 
@@ -182,6 +188,22 @@ class FileSink:
         self._tmp = None
 
 
+def read_manifest(path: Path) -> dict | None:
+    """The manifest of a DIR/ output: ``_manifest.parquet`` (complete), ``_manifest.json`` (running or
+    killed) or an older run's ``manifest.json``; None when there is none.
+
+    Raises:
+        OSError, ValueError: a manifest that cannot be read.
+    """
+    path = Path(path)
+    if (path / DONE_MANIFEST).exists():
+        return json.loads(pq.read_schema(path / DONE_MANIFEST).metadata[MANIFEST_KEY])
+    for name in (MANIFEST, OLD_MANIFEST):
+        if (path / name).exists():
+            return json.loads((path / name).read_text(encoding="utf-8"))
+    return None
+
+
 def part_name(index: int, done: bool) -> str:
     """'_part-00003.parquet' while the run goes on (hidden from parquet readers), 'part-00003.parquet' once
     it is complete."""
@@ -190,14 +212,17 @@ def part_name(index: int, done: bool) -> str:
 
 @dataclass
 class PartsSink:
-    """A directory of parts, one per block (``part-00000.parquet`` ...), and ``_manifest.json``.
+    """A directory of parts, one per block (``part-00000.parquet`` ...), and a manifest.
 
-    Parts are named ``_part-NNNNN.parquet`` until the run completes, so pandas, pyarrow, polars and
-    duckdb (which skip names starting with ``_`` or ``.``) read an unfinished directory as holding no
-    rows, never as a complete one; ``commit`` renames them. Each part is written under a temporary name
-    and renamed; the manifest (rewritten atomically after each part) lists the finished blocks, so
-    --resume redoes only the blocks without a part. A directory of an older run, with ``manifest.json``,
-    is read the same way.
+    While the run goes on, parts are ``_part-NNNNN.parquet`` and the manifest is ``_manifest.json``:
+    pandas and pyarrow skip names starting with ``_`` and read no rows; polars and duckdb's
+    ``read_parquet('DIR/**')``, which skip nothing, fail on the JSON file. So no reader takes an
+    unfinished directory for a complete one. ``commit`` renames the parts to ``part-NNNNN.parquet`` and
+    replaces the JSON by ``_manifest.parquet``: 0 rows of the output schema, the manifest in its schema
+    metadata. The finished directory then holds only parquet files of one schema, which every reader
+    reads whole. Each part is written under a temporary name and renamed; the manifest (rewritten
+    atomically after each part) lists the finished blocks, so --resume redoes only the blocks without
+    a part. A directory of an older run, with ``manifest.json``, is resumed the same way.
     """
 
     path: Path
@@ -218,10 +243,9 @@ class PartsSink:
         """
         self.path.mkdir(parents=True, exist_ok=True)
         self.n_blocks = len(blocks)
-        manifest = next((self.path / m for m in (MANIFEST, OLD_MANIFEST) if (self.path / m).exists()), None)
+        old = read_manifest(self.path) if self.resume else None
         was_complete = False
-        if self.resume and manifest is not None:
-            old = json.loads(manifest.read_text())
+        if old is not None:
             check_same_run(old.get("fingerprint", {}), self.fingerprint, self.path)
             by_rows = {(p["first_row"], p["rows"]): p for p in old["parts"] if (self.path / p["file"]).exists()}
             for spec in blocks:
@@ -234,9 +258,9 @@ class PartsSink:
                 old_part.unlink()
         for stale in self.path.glob(".part-*.partial"):
             stale.unlink()
-        self._save(complete=was_complete)  # a finished run stays complete: nothing is redone
-        if manifest is not None and manifest.name == OLD_MANIFEST:
-            manifest.unlink()
+        if not was_complete:  # a finished run stays as it is: nothing is redone
+            self._save(complete=False)
+        (self.path / OLD_MANIFEST).unlink(missing_ok=True)
         return set(self.parts)
 
     @property
@@ -276,6 +300,14 @@ class PartsSink:
         data = {"format": MANIFEST_FORMAT, "complete": complete, "fingerprint": self.fingerprint,
                 "rows": sum(p["rows"] for p in parts), "parts": parts,
                 "longbert": json.loads(self.schema.metadata[b"longbert"])}
+        if complete:
+            tmp = self.path / f".{DONE_MANIFEST}.partial"
+            meta = {**self.schema.metadata, MANIFEST_KEY: json.dumps(data).encode()}
+            pq.write_table(self.schema.with_metadata(meta).empty_table(), tmp)
+            os.replace(tmp, self.path / DONE_MANIFEST)
+            (self.path / MANIFEST).unlink(missing_ok=True)
+            return
+        (self.path / DONE_MANIFEST).unlink(missing_ok=True)
         tmp = self.path / f".{MANIFEST}.partial"
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, self.path / MANIFEST)
@@ -289,7 +321,7 @@ def open_sink(cfg: PipelineConfig, schema: pa.Schema, fingerprint: dict) -> File
     """
     out = Path(cfg.write.output)
     if cfg.write.is_directory:
-        has_run = out.is_dir() and ((out / MANIFEST).exists() or (out / OLD_MANIFEST).exists()
+        has_run = out.is_dir() and (any((out / m).exists() for m in (MANIFEST, DONE_MANIFEST, OLD_MANIFEST))
                                     or any(out.glob("part-*.parquet")) or any(out.glob("_part-*.parquet")))
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--output {str(out)!r} exists and is not a directory; pick another path")

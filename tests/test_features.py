@@ -24,7 +24,7 @@ from pipeline.features import features_matrix, load_features
 from pipeline.probe import format_probe, probe_files
 from pipeline.stats import corpus_stats, format_stats
 from pipeline.vectorizer import LongBertVectorizer
-from pipeline.write import output_schema
+from pipeline.write import output_schema, read_manifest
 
 ML = 16          # --max-length: C = 14 content tokens
 C = ML - 2
@@ -87,6 +87,21 @@ def test_float16_storage_is_upcast_to_float32(runner, tiny_model_dir, tmp_path):
     np.testing.assert_array_equal(X16, X32.astype(np.float16).astype(np.float32))
 
 
+def test_duckdb_needs_the_readme_cast_polars_reads_the_size(runner, tiny_model_dir, tmp_path):
+    duckdb, pl = pytest.importorskip("duckdb"), pytest.importorskip("polars")
+    out = extract(runner, tiny_model_dir, tmp_path, ROWS, "--id-col", "id", "--max-length", ML)
+    expected = [r["features"] for r in pyarrow_rows(out)]
+    # Parquet has no fixed-size list: duckdb sees FLOAT[]; the README's one-line cast gives FLOAT[D] back
+    types = {row[0]: row[1] for row in duckdb.sql(f"DESCRIBE SELECT * FROM read_parquet('{out}')").fetchall()}
+    assert types["features"] == "FLOAT[]"
+    cast = duckdb.sql(f"SELECT id, features::FLOAT[32] AS features FROM read_parquet('{out}')")
+    assert dict((c[0], str(c[1])) for c in cast.description)["features"] == "FLOAT[32]"
+    got = [None if f is None else list(f) for _, f in cast.fetchall()]
+    assert [g is None for g in got] == [e is None for e in expected]
+    np.testing.assert_array_equal(np.array([g for g in got if g]), np.array([e for e in expected if e]))
+    assert pl.read_parquet(out).schema["features"] == pl.Array(pl.Float32, 32)
+
+
 def test_features_matrix_honours_slices():
     values = np.arange(12, dtype=np.float32)
     arr = pa.FixedSizeListArray.from_arrays(pa.array(values), list_size=3)      # 4 rows of 3
@@ -97,7 +112,7 @@ def test_directory_of_parts_equals_single_file_and_incomplete_is_refused(runner,
     common = ["--id-col", "id", "--keep-col", "label", "--max-length", ML, "--block-rows", 2]
     single = extract(runner, tiny_model_dir, tmp_path, ROWS, *common)
     parts = extract(runner, tiny_model_dir, tmp_path, ROWS, *common, name="parts/")
-    manifest = json.loads((parts / "_manifest.json").read_text())
+    manifest = read_manifest(parts)
     assert [p["rows"] for p in manifest["parts"]] == [2, 2, 1]
     ids1, X1, meta1 = load_features(single)
     ids2, X2, meta2 = load_features(parts)
@@ -105,7 +120,8 @@ def test_directory_of_parts_equals_single_file_and_incomplete_is_refused(runner,
     np.testing.assert_array_equal(X2, X1)
     assert meta2["left_out"] == meta1["left_out"] and meta2["kept"]["label"].tolist() == ["a", "a", "b", "b"]
 
-    manifest["complete"] = False
+    manifest["complete"] = False               # as a killed run leaves it
+    (parts / "_manifest.parquet").unlink()
     (parts / "_manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(InputError, match=r"incomplete .* --resume"):
         load_features(parts)
@@ -119,7 +135,7 @@ def test_load_features_refuses_what_is_not_ours(tmp_path):
     with pytest.raises(InputError, match="no such file or directory"):
         load_features(tmp_path / "missing.parquet")
     (tmp_path / "empty_dir").mkdir()
-    with pytest.raises(InputError, match="no _manifest.json"):
+    with pytest.raises(InputError, match="no _manifest.parquet or _manifest.json"):
         load_features(tmp_path / "empty_dir")
 
 

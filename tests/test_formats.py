@@ -281,3 +281,53 @@ def test_input_id_column_is_used_and_said(runner, tiny_model_dir, tmp_path):
     result = invoke(runner, ["extract", src, "--model", tiny_model_dir, "--no-progress", "-o", tmp_path / "o.parquet"])
     assert "ids from the input column 'id' (pass --id-col to choose another)" in result.output
     assert pd.read_parquet(tmp_path / "o.parquet")["id"].tolist() == ["2", "1"]
+
+
+def test_directory_output_opens_in_other_readers(runner, tiny_model_dir, tmp_path):
+    """A finished DIR/ reads whole, in input order, in pandas, pyarrow, polars and duckdb; an unfinished
+    one (as a kill leaves it) reads as no rows in pandas and pyarrow and fails in polars and duckdb."""
+    import duckdb
+    import polars as pl
+
+    from pipeline.write import MANIFEST
+
+    src = tmp_path / "in.csv"
+    src.write_text("doc,text\n" + "".join(f"d{i},{words(i + 1)}\n" for i in range(7)))
+    out = tmp_path / "parts"
+    result = invoke(runner, ["extract", src, "--id-col", "doc", "--model", tiny_model_dir, "--no-progress",
+                             "--block-rows", "2", "-o", f"{out}/"])
+    assert result.exit_code == 0, result.output
+    ids = [f"d{i}" for i in range(7)]
+    assert sorted(p.name for p in out.iterdir()) == ["_manifest.parquet", *[f"part-{k:05d}.parquet" for k in range(4)]]
+    assert pd.read_parquet(out)["id"].tolist() == ids
+    assert pq.read_table(out).column("id").to_pylist() == ids
+    assert pl.read_parquet(f"{out}/")["id"].to_list() == ids
+    assert [r[0] for r in duckdb.sql(f"select id from read_parquet('{out}/**')").fetchall()] == ids
+    assert duckdb.sql(f"select typeof(features) from read_parquet('{out}/*.parquet') limit 1").fetchall()[0][0] \
+        in ("FLOAT[]", "FLOAT[32]")
+
+    for part in out.glob("part-*.parquet"):                 # what a killed run leaves: hidden parts, JSON manifest
+        part.rename(out / f"_{part.name}")
+    (out / "_manifest.parquet").unlink()
+    (out / MANIFEST).write_text('{"complete": false, "parts": []}')
+    assert len(pd.read_parquet(out)) == 0 and pq.read_table(out).num_rows == 0
+    with pytest.raises(Exception):
+        pl.read_parquet(f"{out}/")
+    with pytest.raises(duckdb.Error):
+        duckdb.sql(f"select count(*) from read_parquet('{out}/**')").fetchall()
+
+
+def test_inputs_are_checked_before_the_model(runner, tmp_path, monkeypatch):
+    """A bad input exits 2 with its own message before any model file is read: here the model does not
+    even exist, and the tokenizer loader must not be called."""
+    import pipeline.block as block
+
+    def no_model(*_a, **_k):
+        raise AssertionError("the model was read before the inputs were checked")
+
+    monkeypatch.setattr(block, "load_tokenizer", no_model)
+    src = tmp_path / "in.csv"
+    src.write_bytes(b"id,text\n1,caf\xe9\n")
+    result = invoke(runner, ["extract", src, "--model", tmp_path / "no-such-model", "-o", tmp_path / "o.parquet"])
+    assert result.exit_code == 2
+    assert f"Error: {src}: byte offset 13 (line 2) is not valid utf-8" in result.output

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import words, write_csv
+from pipeline.write import read_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "corpus.csv"
@@ -29,7 +30,7 @@ def cli(*args, **popen) -> subprocess.Popen:
 
 
 def read_parts(path: Path) -> pa.Table:
-    manifest = json.loads((path / "_manifest.json").read_text())
+    manifest = read_manifest(path)
     assert manifest["complete"] is True
     return pa.concat_tables([pq.read_table(path / p["file"]) for p in manifest["parts"]])
 
@@ -37,8 +38,8 @@ def read_parts(path: Path) -> pa.Table:
 def _listed_parts(path: Path) -> int:
     """Parts the manifest lists as finished (0 before it exists or while it is being replaced)."""
     try:
-        return len(json.loads((path / "_manifest.json").read_text())["parts"])
-    except (OSError, ValueError, KeyError):
+        return len(read_manifest(path)["parts"])
+    except (OSError, ValueError, KeyError, TypeError):  # TypeError: no manifest yet
         return 0
 
 
@@ -66,9 +67,8 @@ def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert reached, "the run ended before it could be killed"
-    manifest = json.loads((killed_dir / "_manifest.json").read_text())
-    assert manifest["complete"] is False and 3 <= len(manifest["parts"]) < len(json.loads(
-        (tmp_path / "full" / "_manifest.json").read_text())["parts"])
+    manifest = read_manifest(killed_dir)
+    assert manifest["complete"] is False and 3 <= len(manifest["parts"]) < len(read_manifest(tmp_path / "full")["parts"])
 
     resumed = cli(*args, "-o", f"{killed_dir}/", "--resume")
     assert resumed.wait(timeout=600) == 0, resumed.stderr.read()
