@@ -16,30 +16,34 @@ import numpy as np
 import pyarrow as pa
 
 from .config import PipelineConfig
-from .encode import Encoder, load_tokenizer, model_limits
+from .encode import Encoder, check_pooler, checkpoint_folder, model_facts, model_sha256, resolve_model_path
 from .errors import ConfigError
-from .pool import aggregate
+from .pool import aggregate, normalize
 from .segment import covered_tokens, segment
 from .tokenize import tokenize_block
-from .types import TokenizedDoc, Window
+from .types import ModelFacts, TokenizedDoc, Window
 from .write import output_schema, passthrough_columns
 
 NON_FINITE = "non-finite features (overflow in half precision, also in the float32 recompute)"
 FP16_OVERFLOW = "features overflow float16 (|x| > 65504); use --out-dtype float32"
 
 
-def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig, object, int]:
+def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig, object, ModelFacts]:
     """Fill what depends on the model (max_length) and check the options that need it; no weights load.
 
     Returns:
-        (config with segment.max_length set, the fast tokenizer, the model's hidden size).
+        (config with segment.max_length set, the fast tokenizer, the model's facts: family, hidden
+        size, the positions it serves, special tokens, hash...).
 
     Raises:
         ConfigError: --max-length above the model's positions, overlap/head+tail too large for the
-            window, a layer index the model lacks. ModelError: the tokenizer/config cannot be loaded.
+            window, a layer index the model lacks. ModelError: a family that cannot be served, the
+            tokenizer/config cannot be loaded, --pooling pooler without pooler weights.
     """
-    tok = tokenizer if tokenizer is not None else load_tokenizer(cfg.model)
-    model_max, hidden, n_layers = model_limits(cfg.model, tok)
+    facts, tok = model_facts(cfg.model, tokenizer)
+    model_max, n_layers = facts.max_length, facts.num_hidden_layers
+    if cfg.pool.pooling == "pooler":
+        check_pooler(facts, cfg.model.model)
     seg = cfg.segment
     if seg.max_length is not None and seg.max_length > model_max:
         raise ConfigError(f"--max-length={seg.max_length} exceeds the model's {model_max} positions; "
@@ -47,7 +51,7 @@ def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig,
     if seg.max_length is None:  # re-validated with the model's size; tail_tokens resolves to C - head
         seg = dataclasses.replace(seg, max_length=model_max)
     cfg.pool.check_layers(n_layers)
-    return dataclasses.replace(cfg, segment=seg), tok, hidden
+    return dataclasses.replace(cfg, segment=seg), tok, facts
 
 
 def feature_dim(cfg: PipelineConfig, hidden: int) -> tuple[int, int]:
@@ -63,9 +67,9 @@ def output_for(cfg: PipelineConfig, tokenizer, id_type: pa.DataType) -> tuple[Pi
     Raises:
         As resolve_config.
     """
-    cfg, _, hidden = resolve_config(cfg, tokenizer)
-    dim, token_dim = feature_dim(cfg, hidden)
-    return cfg, output_schema(cfg, id_type, hidden, dim, token_dim)
+    cfg, _, facts = resolve_config(cfg, tokenizer)
+    dim, token_dim = feature_dim(cfg, facts.hidden_size)
+    return cfg, output_schema(cfg, id_type, facts, dim, token_dim)
 
 
 @dataclass
@@ -83,6 +87,7 @@ class BlockStats:
 
     documents: int = 0
     tokens: int = 0
+    unknown: int = 0             # tokens the tokenizer mapped to its unknown token
     windows: int = 0
     errors: int = 0
 
@@ -102,12 +107,17 @@ class Extractor:
     """
 
     def __init__(self, cfg: PipelineConfig, tokenizer=None, id_type: pa.DataType | None = None, model=None):
-        self.cfg, self.tokenizer, self.hidden = resolve_config(cfg, tokenizer)
+        self.cfg, self.tokenizer, self.facts = resolve_config(cfg, tokenizer)
+        self.hidden = self.facts.hidden_size
         self.dim, self.token_dim = feature_dim(self.cfg, self.hidden)
         if id_type is None:
             id_type = pa.int64() if cfg.read.id_col is None else pa.string()
-        self.schema = output_schema(self.cfg, id_type, self.hidden, self.dim, self.token_dim)
         self.encoder = Encoder.from_config(self.cfg, self.tokenizer, model=model)
+        if self.facts.sha256 is None:  # a hub model's weights are in the cache only now
+            folder = checkpoint_folder(resolve_model_path(cfg.model.model))
+            if folder is not None:
+                self.facts = dataclasses.replace(self.facts, sha256=model_sha256(folder))
+        self.schema = output_schema(self.cfg, id_type, self.facts, self.dim, self.token_dim)
         self.stats = BlockStats()
 
     def __call__(self, block: pa.Table) -> pa.Table:
@@ -122,8 +132,7 @@ class Extractor:
         windows: list[Window] = []
         for doc in docs:
             if doc.error is None:
-                windows.extend(segment(doc, self.cfg.segment, self.tokenizer.cls_token_id,
-                                       self.tokenizer.sep_token_id))
+                windows.extend(segment(doc, self.cfg.segment, self.facts.cls_id, self.facts.sep_id))
         return Prepared(block, docs, windows)
 
     def finish(self, prep: Prepared) -> pa.Table:
@@ -154,6 +163,8 @@ class Extractor:
                 else:
                     weights = np.array([w.n_content for w in wins], dtype=np.float64)
                     vec = aggregate(enc.vectors[sl], weights, self.cfg.pool.aggregate)
+                    if self.cfg.pool.normalize:
+                        vec = normalize(vec)
                     if self.cfg.write.out_dtype == "float16" and not np.isfinite(vec.astype(np.float16)).all():
                         errors[doc.row] = FP16_OVERFLOW
                     else:
@@ -167,6 +178,7 @@ class Extractor:
         release_free_heap()
         self.stats.documents += n
         self.stats.tokens += sum(d.n_tokens for d in prep.docs)
+        self.stats.unknown += sum(d.n_unknown for d in prep.docs)
         self.stats.windows += len(prep.windows)
         self.stats.errors += sum(e is not None for e in errors)
         return self._table(prep.block, features, valid, errors, prep.docs, n_windows, truncated,
@@ -179,6 +191,7 @@ class Extractor:
         for name in passthrough_columns(self.cfg):
             cols[name] = block.column(name).combine_chunks()
         cols["n_tokens"] = pa.array([d.n_tokens for d in docs], type=pa.int32())
+        cols["n_unknown"] = pa.array([d.n_unknown for d in docs], type=pa.int32())
         cols["n_windows"] = pa.array(n_windows, type=pa.int32())
         cols["truncated"] = pa.array(truncated, type=pa.bool_())
         cols["features"] = _fixed_list(features, valid, schema.field("features").type)

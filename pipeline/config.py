@@ -194,6 +194,7 @@ class PoolConfig:
     layer_agg: Literal["mean", "sum", "concat"] = "mean"
     aggregate: Literal["mean", "max", "weighted"] = "mean"   # windows -> one document vector
     level: Literal["document", "token"] = "document"
+    normalize: bool = False                # scale each document vector to unit L2 norm (after aggregate)
 
     def __post_init__(self) -> None:
         _check_choice("--pooling", self.pooling, POOLINGS)

@@ -18,7 +18,7 @@ from .errors import InputError
 from .write import DONE_MANIFEST, MANIFEST, read_manifest
 
 # Per-row counts returned in meta["rows"]; the token-level columns (--level token) are never loaded.
-_ROW_COLS = ("n_tokens", "n_windows", "truncated")
+_ROW_COLS = ("n_tokens", "n_unknown", "n_windows", "truncated")
 
 
 def features_matrix(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -96,7 +96,8 @@ def load_features(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict[str, A
           - meta: the parsed ``longbert`` schema metadata (model, strategy dict with name, pooling,
             layers, keep_cols, ...), plus
               ``meta["kept"]``: {column: (N,) object array of str} for each --keep-col, aligned with X;
-              ``meta["rows"]``: {"n_tokens": int32 (N,), "n_windows": int32 (N,), "truncated": bool (N,)};
+              ``meta["rows"]``: {"n_tokens": int32 (N,), "n_unknown": int32 (N,), "n_windows": int32 (N,),
+              "truncated": bool (N,)} (n_unknown only in files written since it exists);
               ``meta["left_out"]``: [{"id": ..., "error": str}, ...] for rows with null features;
               ``meta["n_rows"]``: rows in the file(s), with or without features.
 

@@ -108,3 +108,13 @@ def aggregate(vectors: np.ndarray, weights: np.ndarray, how: str) -> np.ndarray:
         w = weights.astype(np.float64) / weights.sum()
         return (vectors.astype(np.float64) * w[:, None]).sum(axis=0).astype(np.float32)
     return vectors.astype(np.float64).mean(axis=0).astype(np.float32)
+
+
+def normalize(vector: np.ndarray) -> np.ndarray:
+    """(D,) float32 -> (D,) float32 of unit L2 norm (``--normalize``); a zero vector stays zero.
+
+    As sentence-transformers' ``normalize_embeddings`` (torch.nn.functional.normalize, eps 1e-12),
+    applied to the document vector, after ``aggregate``. Example: [3, 4] -> [0.6, 0.8].
+    """
+    norm = float(np.linalg.norm(vector.astype(np.float64)))
+    return (vector.astype(np.float64) / max(norm, 1e-12)).astype(np.float32)

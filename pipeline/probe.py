@@ -28,7 +28,7 @@ def _strategy_text(strategy: dict[str, Any]) -> str:
 
 
 # Columns longbert computes itself: never labels.
-_COMPUTED = ("n_tokens", "n_windows", "truncated", "features", "error", "token_ids", "positions", "offsets",
+_COMPUTED = ("n_tokens", "n_unknown", "n_windows", "truncated", "features", "error", "token_ids", "positions", "offsets",
              "token_features")
 
 

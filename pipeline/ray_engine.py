@@ -229,6 +229,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
                 bar.update(table.num_rows)
                 summary.documents += table.num_rows
                 summary.tokens += int(pc.sum(table.column("n_tokens")).as_py() or 0)
+                summary.unknown_tokens += int(pc.sum(table.column("n_unknown")).as_py() or 0)
                 summary.windows += int(pc.sum(table.column("n_windows")).as_py() or 0)
                 summary.errors += table.num_rows - table.column("error").null_count
         summary.n_bytes = sink.commit()

@@ -20,6 +20,7 @@ from .block import Extractor, Prepared, resolve_config
 from .config import PipelineConfig
 from .errors import InputError, PipelineError, RunError
 from .read import BlockSpec, Plan, read_block, row_location, scan
+from .tokenize import UNKNOWN_WARN_SHARE, unknown_warning
 from .write import open_sink
 
 
@@ -39,6 +40,7 @@ class Summary:
     resumed_from: int = 0
     oom_splits: int = 0
     fp32_recomputed: int = 0
+    unknown_tokens: int = 0       # tokens the tokenizer mapped to its unknown token (column n_unknown)
     id_note: str | None = None
 
     def line(self) -> str:
@@ -58,6 +60,8 @@ class Summary:
             extra.append(f"{self.oom_splits} batches split after out-of-memory")
         if self.fp32_recomputed:
             extra.append(f"{self.fp32_recomputed} windows recomputed in float32")
+        if self.tokens and self.unknown_tokens / self.tokens >= UNKNOWN_WARN_SHARE:
+            extra.append(unknown_warning(self.unknown_tokens, self.tokens))
         return text + ("" if not extra else " (" + "; ".join(extra) + ")")
 
 
@@ -193,6 +197,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
         stats.documents, stats.tokens, stats.windows, stats.errors)
     summary.oom_splits = extractor.encoder.stats.oom_splits
     summary.fp32_recomputed = extractor.encoder.stats.fp32_recomputed
+    summary.unknown_tokens = stats.unknown
     summary.seconds = time.perf_counter() - started
     return summary
 

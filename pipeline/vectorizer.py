@@ -8,7 +8,6 @@ model is kept once per process (``cached_extractor``): clones, folds and repeate
 """
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -17,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 from sklearn.base import BaseEstimator, TransformerMixin
 
-from .config import PipelineConfig, PoolConfig
+from .config import PipelineConfig
 from .errors import InputError
 from .read import block_from_texts
 from .tokenize import EMPTY_TEXT
@@ -32,23 +31,10 @@ class TextError(InputError, ValueError):
     """
 
 
-def _pool_has_normalize() -> bool:
-    """True once PoolConfig has its own ``normalize`` option (then the Extractor normalises, not us)."""
-    return "normalize" in {f.name for f in dataclasses.fields(PoolConfig)}
-
-
-def build_config(*, normalize: bool = False, **options: Any) -> PipelineConfig:
-    """PipelineConfig for the Python API (no progress bar of extract's); ``normalize`` passed on when
-    PoolConfig knows it. Raises ConfigError as PipelineConfig.from_options."""
-    if normalize and _pool_has_normalize():
-        options["normalize"] = True
+def build_config(**options: Any) -> PipelineConfig:
+    """PipelineConfig for the Python API (no progress bar of extract's). Raises ConfigError as
+    PipelineConfig.from_options."""
     return PipelineConfig.from_options(progress=False, **options)
-
-
-def l2_normalize(X: np.ndarray) -> np.ndarray:
-    """(n, D) float32 -> rows of unit L2 norm; all-zero rows stay zero, NaN rows stay NaN."""
-    norms = np.linalg.norm(X, axis=1, keepdims=True)                       # (n, 1)
-    return (X / np.where(norms > 0, norms, 1.0)).astype(np.float32, copy=False)
 
 
 # One loaded model per process, shared by every LongBertVectorizer (clones, cross_val_score folds,
@@ -131,7 +117,7 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
                        aggregate=aggregate, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                        max_length=max_length, head_tokens=head_tokens, tail_tokens=tail_tokens, overlap=overlap,
                        max_tokens_per_doc=max_tokens_per_doc, device=device, dtype=dtype, quantize=quantize,
-                       threads=threads, allow_pickle=allow_pickle, normalize=normalize)
+                       threads=threads, allow_pickle=allow_pickle, normalize=bool(normalize))
     items = [texts] if isinstance(texts, str) else list(texts)
     errors: list[str | None] = [None if isinstance(t, str) else f"not a string ({type(t).__name__})" for t in items]
     show = sys.stderr.isatty() if show_progress_bar is None else bool(show_progress_bar)
@@ -155,8 +141,6 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
                 errors[i] = error
             bar.update(len(rows))
         bar.update(len(items) - len(good))
-    if normalize and not _pool_has_normalize():
-        X = l2_normalize(X)
     return (X, errors) if return_errors else X
 
 
@@ -183,7 +167,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         max_tokens_per_doc: keep at most this many leading tokens of each text (None: all).
         dtype: float32 | float16 | bfloat16 model compute dtype (half precision is meant for GPUs).
         threads: CPU threads for torch (None: all cores).
-        normalize: unit L2 norm per output vector.
+        normalize: scale each vector to unit L2 norm (sentence-transformers' normalize_embeddings).
 
     Example:
         >>> clf = make_pipeline(LongBertVectorizer(strategy="chunk"), LogisticRegression(max_iter=1000))
@@ -226,7 +210,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             layers=self.layers, layer_agg=self.layer_agg, aggregate=self.aggregate,
             batch_size=self.batch_size, device=self.device, quantize=self.quantize,
             max_tokens_per_doc=self.max_tokens_per_doc, dtype=self.dtype, threads=self.threads,
-            normalize=self.normalize)
+            normalize=bool(self.normalize))
 
     def fit(self, X: Iterable[str] | None = None, y: Any = None) -> LongBertVectorizer:
         """No learning (the encoder is frozen); checks the parameters and returns self.
@@ -271,8 +255,6 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             table = extractor.finish(prepared)
             _raise_on_errors(table.column("error").to_pylist(), start)
             out[start:start + table.num_rows] = features_matrix(table.column("features"))
-        if self.normalize and not _pool_has_normalize():
-            out = l2_normalize(out)
         return out
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from .config import PipelineConfig
 from .errors import ConfigError
+from .types import ModelFacts
 
 MANIFEST = "_manifest.json"          # while the run goes on (pandas and pyarrow skip a leading _)
 DONE_MANIFEST = "_manifest.parquet"  # once complete: 0 rows of the output schema, the manifest in its metadata
@@ -32,10 +33,13 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def run_metadata(cfg: PipelineConfig, hidden: int, dim: int, token_dim: int) -> dict:
-    """The JSON stored under the parquet schema metadata key ``longbert``."""
-    from .encode import resolve_model_path
+def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: int) -> dict:
+    """The JSON stored under the parquet schema metadata key ``longbert``.
 
+    ``model`` is what the user named (pipeline.encode.model_label: never an absolute path of this
+    machine), ``model_sha256`` the hash of its config and weight files (pipeline.encode.model_sha256),
+    so two outputs can be compared across machines.
+    """
     seg = cfg.segment
     strategy = {"name": seg.strategy, "max_length": seg.max_length, "content_tokens": seg.max_length - 2,
                 "max_tokens_per_doc": seg.max_tokens_per_doc}
@@ -44,9 +48,10 @@ def run_metadata(cfg: PipelineConfig, hidden: int, dim: int, token_dim: int) -> 
     if seg.strategy == "sliding":
         strategy.update(overlap=seg.overlap, step=seg.max_length - 2 - seg.overlap)
     return {
-        "model": cfg.model.model if cfg.model.model != "default" else resolve_model_path("default"),
-        "model_name": cfg.model.model,
-        "hidden_size": hidden,
+        "model": model.name,
+        "model_sha256": model.sha256,
+        "model_family": model.family,
+        "hidden_size": model.hidden_size,
         "feature_dim": dim,
         "token_feature_dim": token_dim if cfg.pool.level == "token" else None,
         "max_length": seg.max_length,
@@ -56,6 +61,7 @@ def run_metadata(cfg: PipelineConfig, hidden: int, dim: int, token_dim: int) -> 
         "layer_agg": cfg.pool.layer_agg,
         "aggregate": cfg.pool.aggregate,
         "level": cfg.pool.level,
+        "normalize": cfg.pool.normalize,
         "dtype": cfg.model.dtype,
         "quantize": cfg.model.quantize,
         "out_dtype": cfg.write.out_dtype,
@@ -72,11 +78,13 @@ def passthrough_columns(cfg: PipelineConfig) -> list[str]:
     return [*cfg.read.keep_cols, *(["source"] if cfg.read.with_source else [])]
 
 
-def output_schema(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: int, token_dim: int) -> pa.Schema:
-    """The fixed output schema, declared from the config before the first row.
+def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, dim: int,
+                  token_dim: int) -> pa.Schema:
+    """The fixed output schema, declared from the config and the model's facts before the first row.
 
     Columns: id (string: the id column's values or text files' paths), or row (int64: the 0-based row
-    number, when the inputs have no id column), each --keep-col (string), source (--with-source), n_tokens int32, n_windows int32, truncated bool,
+    number, when the inputs have no id column), each --keep-col (string), source (--with-source),
+    n_tokens int32, n_unknown int32, n_windows int32, truncated bool,
     features fixed_size_list<float32|float16>[dim], error string; with --level token also token_ids
     list<int32>, positions list<int32>, offsets list<fixed_size_list<int32>[2]>, token_features
     list<fixed_size_list<float>[token_dim]>. Metadata key ``longbert``: run_metadata as JSON.
@@ -84,14 +92,14 @@ def output_schema(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: i
     value = pa.float16() if cfg.write.out_dtype == "float16" else pa.float32()
     fields = [pa.field("row" if pa.types.is_integer(id_type) else "id", id_type)]
     fields += [pa.field(c, pa.string()) for c in passthrough_columns(cfg)]
-    fields += [pa.field("n_tokens", pa.int32()), pa.field("n_windows", pa.int32()),
+    fields += [pa.field("n_tokens", pa.int32()), pa.field("n_unknown", pa.int32()), pa.field("n_windows", pa.int32()),
                pa.field("truncated", pa.bool_()), pa.field("features", pa.list_(value, dim)),
                pa.field("error", pa.string())]
     if cfg.pool.level == "token":
         fields += [pa.field("token_ids", pa.list_(pa.int32())), pa.field("positions", pa.list_(pa.int32())),
                    pa.field("offsets", pa.list_(pa.list_(pa.int32(), 2))),
                    pa.field("token_features", pa.list_(pa.list_(value, token_dim)))]
-    meta = {"longbert": json.dumps(run_metadata(cfg, hidden, dim, token_dim))}
+    meta = {"longbert": json.dumps(run_metadata(cfg, model, dim, token_dim))}
     return pa.schema(fields, metadata=meta)
 
 

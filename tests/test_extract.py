@@ -168,7 +168,7 @@ def test_metadata_and_schema(runner, tiny_model_dir, tmp_path):
     _, out, _ = extract(runner, tiny_model_dir, tmp_path, [{"text": words(3), "label": "x"}], "--keep-col", "label",
                         "--strategy", "chunk", "--layers=-2,-1", "--layer-agg", "concat", "--pooling", "cls")
     schema = pq.read_schema(out)
-    assert schema.names == ["row", "label", "n_tokens", "n_windows", "truncated", "features", "error"]
+    assert schema.names == ["row", "label", "n_tokens", "n_unknown", "n_windows", "truncated", "features", "error"]
     assert str(schema.field("features").type) == "fixed_size_list<element: float>[64]"
     meta = json.loads(schema.metadata[b"longbert"])
     assert meta["strategy"]["name"] == "chunk" and meta["layers"] == [-2, -1] and meta["feature_dim"] == 64

@@ -319,13 +319,13 @@ def test_directory_output_opens_in_other_readers(runner, tiny_model_dir, tmp_pat
 
 def test_inputs_are_checked_before_the_model(runner, tmp_path, monkeypatch):
     """A bad input exits 2 with its own message before any model file is read: here the model does not
-    even exist, and the tokenizer loader must not be called."""
+    even exist, and its config and tokenizer must not be read (pipeline.encode.model_facts)."""
     import pipeline.block as block
 
     def no_model(*_a, **_k):
         raise AssertionError("the model was read before the inputs were checked")
 
-    monkeypatch.setattr(block, "load_tokenizer", no_model)
+    monkeypatch.setattr(block, "model_facts", no_model)
     src = tmp_path / "in.csv"
     src.write_bytes(b"id,text\n1,caf\xe9\n")
     result = invoke(runner, ["extract", src, "--model", tmp_path / "no-such-model", "-o", tmp_path / "o.parquet"])

@@ -37,8 +37,10 @@ def test_numeric_looking_texts_and_ids_stay_text(runner, tiny_model_dir, tmp_pat
     run_ok(runner, tiny_model_dir, src, "--id-col", "id", "-o", out)
     df = pd.read_parquet(out)
     assert df["id"].tolist() == ["1", "2", "3", "4"]
-    assert df["error"].tolist()[1] == "empty text"
-    assert df["features"].isna().tolist() == [False, True, False, False]
+    # the tiny vocabulary has no digits: each numeric text is all [UNK] ("3.50" is 3, "." and 50)
+    assert df["error"].tolist() == ["only unknown tokens", "empty text", "only unknown tokens", "only unknown tokens"]
+    assert df["n_unknown"].tolist() == df["n_tokens"].tolist() == [1, 0, 3, 1]
+    assert df["features"].isna().tolist() == [True, True, True, True]
     cfg = PipelineConfig.from_options(inputs=(str(src),), id_col="id")
     (block,) = read_blocks(cfg.read, scan(cfg.read))
     assert block.column("text").to_pylist() == ["42", "", "3.50", "007"]
@@ -58,8 +60,9 @@ def test_empty_and_whitespace_rows_are_kept_with_a_reason(runner, tiny_model_dir
     result = run_ok(runner, tiny_model_dir, src, "--id-col", "id", "-o", out)
     df = pd.read_parquet(out)
     assert df["id"].tolist() == ["1", "2", "3", "4", "5"]
-    assert errors(out) == ["empty text"] * 4 + [None]
-    assert "5 documents" in result.output and "4 rows with errors" in result.output
+    # "ok text": neither word is in the tiny vocabulary, so its 2 tokens are [UNK]
+    assert errors(out) == ["empty text"] * 4 + ["only unknown tokens"]
+    assert "5 documents" in result.output and "5 rows with errors" in result.output
 
 
 def test_whitespace_only_line_in_single_column_file_is_a_row(tmp_path):
@@ -177,7 +180,7 @@ def test_many_small_files_and_globs(runner, tiny_model_dir, tmp_path):
 
 def test_megabyte_documents_with_and_without_whitespace(runner, tiny_model_dir, tmp_path):
     spaced = words(300_000)            # ~1.5 MB, 300k tokens
-    solid = "a" * 2_000_000            # one 2 MB "word": a single [UNK]
+    solid = "a" * 2_000_000            # one 2 MB "word": a single [UNK], so "only unknown tokens"
     src = write_csv(tmp_path / "in.csv", [{"text": spaced}, {"text": solid}, {"text": "w1"}])
     out = tmp_path / "o.parquet"
     run_ok(runner, tiny_model_dir, src, "-o", out, "--strategy", "chunk", "--max-tokens-per-doc", "5000")
@@ -185,8 +188,10 @@ def test_megabyte_documents_with_and_without_whitespace(runner, tiny_model_dir, 
     # the spaced text is cut before tokenizing (pipeline.tokenize.cut_before_tokenizing): its n_tokens
     # counts the part tokenized: 5000 * 8 + 256 characters at most, one token per "wN " word of 3-4
     assert 5000 < df["n_tokens"][0] <= (5000 * 8 + 256) // 3 and df["n_tokens"].tolist()[1:] == [1, 1]
-    assert df["n_windows"].tolist() == [10, 1, 1]     # 5000 kept tokens / 510 per window
-    assert df["truncated"].tolist() == [True, False, False]
+    assert df["n_windows"].tolist() == [10, 0, 1]     # 5000 kept tokens / 510 per window
+    assert df["error"].isna().tolist() == [True, False, True]
+    assert df["error"][1] == "only unknown tokens" and df["n_unknown"].tolist() == [0, 1, 0]
+    assert df["truncated"].tolist() == [True, True, False]   # the [UNK] row made no window
 
 
 def test_existing_output_needs_overwrite(runner, tiny_model_dir, tmp_path):

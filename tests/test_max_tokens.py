@@ -32,6 +32,7 @@ class Recording:
 
     def __init__(self, tok):
         self.tok, self.lengths = tok, []
+        self.unk_token_id = tok.unk_token_id
 
     def __call__(self, batch, **kwargs):
         self.lengths.extend(len(t) for t in batch)
