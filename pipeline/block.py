@@ -129,12 +129,13 @@ class Extractor:
         tokenizer: an already loaded fast tokenizer (optional; loaded from cfg.model otherwise).
         id_type: pa.int64() (row numbers) or pa.string() (id column values, text file paths); None:
             from cfg.read.id_col.
+        model: an already loaded model for cfg.model (pipeline.vectorizer's per-process cache); None: load it.
 
     Raises:
         ConfigError / ModelError as resolve_config and pipeline.encode.load_model.
     """
 
-    def __init__(self, cfg: PipelineConfig, tokenizer=None, id_type: pa.DataType | None = None):
+    def __init__(self, cfg: PipelineConfig, tokenizer=None, id_type: pa.DataType | None = None, model=None):
         self.cfg, self.tokenizer, self.facts = resolve_config(cfg, tokenizer)
         self.hidden = self.facts.hidden_size
         self.dim, self.token_dim = feature_dim(self.cfg, self.hidden)
@@ -142,7 +143,7 @@ class Extractor:
         self.columns = feature_columns(self.cfg, self.hidden)   # [(name, D)], one per feature
         if id_type is None:
             id_type = pa.int64() if cfg.read.id_col is None else pa.string()
-        self.encoder = Encoder.from_config(self.cfg, self.tokenizer)
+        self.encoder = Encoder.from_config(self.cfg, self.tokenizer, model=model)
         # where each feature's vector lies in the encoder's concatenated window vector
         offsets = pool_offsets(self.encoder.pools, self.hidden)
         pool_keys = [(p.pooling, p.layers, p.layer_agg) for p in window_pools(self.cfg)]  # before stop_early

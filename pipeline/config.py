@@ -458,6 +458,63 @@ class PipelineConfig:
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
+SMALL_STEP = 32  # sliding: a step (C - overlap) under this many tokens gets a warning
+
+
+def sliding_windows(n_tokens: int, content: int, overlap: int) -> int:
+    """Windows ``sliding`` makes for a document of n_tokens: 1 + ceil((n - C) / (C - overlap)) when n > C.
+
+    Example: n 1,000, C 510, overlap 509 (step 1) -> 491.
+    """
+    step = content - overlap
+    return 1 if n_tokens <= content else 1 + -(-(n_tokens - content) // step)
+
+
+def option_warnings(cfg: PipelineConfig, given: set[str], cpu_only: bool, max_length: int) -> list[str]:
+    """Why options of this run will do nothing, or cost far more than the user may expect.
+
+    The CLI prints them on stderr and runs anyway (a warning, not a usage error, because a --config
+    file may carry options for several strategies, e.g. ``--config configs/sliding.yaml --strategy
+    chunk``): an option without effect is reported only when given on the command line (``given``,
+    option names with underscores), not when it came from the config file.
+
+    Args:
+        cfg: the built config. given: the options set on the command line.
+        cpu_only: the model will run on a CPU (--device cpu, or auto on a machine without CUDA).
+        max_length: the window size in positions (the model's when --max-length is not given).
+
+    Returns:
+        One line per warning, in option order; [] when nothing is wrong.
+        Example: strategy chunk with --overlap 64 given ->
+        ["--overlap 64 has no effect: it applies only to --strategy sliding (this run: chunk)"].
+    """
+    seg = cfg.segment
+    strategies = list(dict.fromkeys(f.strategy for f in cfg.feature_list()))  # several with --feature
+    this_run = ", ".join(strategies)
+    out = []
+    if "overlap" in given and "sliding" not in strategies:
+        out.append(f"--overlap {seg.overlap} has no effect: it applies only to --strategy sliding "
+                   f"(this run: {this_run})")
+    for name in ("head_tokens", "tail_tokens"):
+        if name in given and "head_tail" not in strategies:
+            flag = "--" + name.replace("_", "-")
+            out.append(f"{flag} {getattr(seg, name)} has no effect: it applies only to --strategy head_tail "
+                       f"(this run: {this_run})")
+    if "dtype" in given and cfg.model.dtype == "float16" and cpu_only:
+        out.append("--dtype float16 on the CPU: CPUs have no fast float16 matrix product, so the model runs "
+                   "several times slower than in float32 and less exact; drop --dtype (or use --dtype bfloat16, "
+                   "fast on CPUs that support it), or run on a GPU")
+    content = max_length - 2
+    if "sliding" in strategies and 0 <= seg.overlap < content and content - seg.overlap < SMALL_STEP:
+        step = content - seg.overlap
+        w1, w10 = sliding_windows(1_000, content, seg.overlap), sliding_windows(10_000, content, seg.overlap)
+        out.append(f"--overlap {seg.overlap} leaves a step of {step} token{'s' if step > 1 else ''} (C = {content}): "
+                   f"a 1,000-token document makes {w1:,} windows and a 10,000-token one {w10:,} (chunk: "
+                   f"{-(-1_000 // content)} and {-(-10_000 // content)}); lower --overlap for a step of "
+                   f">= {SMALL_STEP} tokens unless that cost is meant")
+    return out
+
+
 _SECTIONS = {"read": ReadConfig, "model": ModelConfig, "segment": SegmentConfig, "encode": EncodeConfig,
              "pool": PoolConfig, "write": WriteConfig, "ray": RayConfig}
 _OPTION_SECTION = {f.name: section for section, klass in _SECTIONS.items() for f in dataclasses.fields(klass)}

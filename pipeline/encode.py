@@ -599,11 +599,15 @@ class Encoder:
         self._fp32 = None
 
     @classmethod
-    def from_config(cls, cfg: PipelineConfig, tokenizer) -> Encoder:
-        """Load the model named in ``cfg.model`` and wrap it (see load_model for the errors)."""
+    def from_config(cls, cfg: PipelineConfig, tokenizer, model=None) -> Encoder:
+        """Load the model named in ``cfg.model`` and wrap it (see load_model for the errors).
+
+        ``model``: an already loaded model for the same ``cfg.model`` (pipeline.vectorizer's cache); not loaded again.
+        """
         device = resolve_device(cfg.model.device)
-        features = cfg.feature_list()
-        model = load_model(cfg.model, need_pooler=any(f.pooling == "pooler" for f in features), device=device)
+        if model is None:
+            model = load_model(cfg.model, need_pooler=any(f.pooling == "pooler" for f in cfg.feature_list()),
+                               device=device)
         model, pools = stop_early(model, window_pools(cfg))
         return cls(model, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, pools[0],
                    cfg.encode.batch_size, cfg.encode.token_budget, device, pools=pools)

@@ -29,20 +29,55 @@ def _strategy_text(strategy: dict[str, Any]) -> str:
     return str(name)
 
 
-def _labels(y: np.ndarray, folds: int, source: str, label_col: str) -> tuple[np.ndarray, np.ndarray]:
+# Columns longbert computes itself: never labels.
+_COMPUTED = ("n_tokens", "n_unknown", "n_windows", "truncated", "features", "error", "token_ids", "positions", "offsets",
+             "token_features")
+
+
+def _labels(path: str | Path, label_col: str, ids: np.ndarray, meta: dict[str, Any]) -> np.ndarray:
+    """The label of each row with features, as str: the id column (``id``, or ``row`` for row
+    numbers) or a --keep-col column.
+
+    Raises:
+        InputError: the column is one longbert computes, or is not in the file (lists the usable ones).
+    """
+    keep_cols = list(meta.get("keep_cols", []))
+    id_name = "row" if ids.dtype.kind in "iu" else "id"   # load_features: int64 row numbers, or str ids
+    usable = [id_name, *keep_cols]
+    if label_col == id_name:
+        return ids.astype(str)
+    if label_col in meta["kept"]:
+        return np.asarray(meta["kept"][label_col], dtype=object).astype(str)
+    if label_col in _COMPUTED:
+        raise InputError(f"{path}: --label-col {label_col!r} is a column longbert computes, not a label; pass one "
+                         f"of {usable}, or extract again with --keep-col LABEL")
+    raise InputError(f"{path}: no column {label_col!r} to label with; the columns that can be labels are {usable} "
+                     f"({id_name} and the --keep-col columns); extract again with --keep-col {label_col}, or pass "
+                     "--label-col with one of them")
+
+
+def _check_classes(y: np.ndarray, folds: int, source: str, label_col: str) -> tuple[np.ndarray, np.ndarray]:
     """(classes, counts) of the labels, after the checks a stratified k-fold needs.
 
     Raises:
-        InputError: fewer than 2 classes, or a class with fewer rows than folds (names it and the fix).
+        InputError: fewer than 2 classes, or a class with fewer rows than folds (names up to 5 such
+            classes and the fix; a class of 1 row cannot be split by any --folds).
     """
     classes, counts = np.unique(y.astype(str), return_counts=True)
     if len(classes) < 2:
-        raise InputError(f"{source}: column {label_col!r} has {len(classes)} distinct value(s) over the {len(y)} rows with features; "
-                         "a probe needs at least 2 classes")
+        raise InputError(f"{source}: column {label_col!r} has {len(classes)} distinct value(s) over the "
+                         f"{len(y)} rows with features; a probe needs at least 2 classes")
     if counts.min() < folds:
-        small = ", ".join(f"{str(c)!r}: {int(n)} rows" for c, n in zip(classes, counts) if n < folds)
-        raise InputError(f"{source}: stratified {folds}-fold needs >= {folds} rows per class; {small}; "
-                         f"lower --folds to {max(int(counts.min()), 2)} or add rows of those classes")
+        small = [(c, int(n)) for c, n in zip(classes, counts) if n < folds]
+        listed = ", ".join(f"{str(c)!r}: {n} row{'' if n == 1 else 's'}" for c, n in small[:5])
+        if len(small) > 5:
+            listed += f" and {len(small) - 5} more classes"
+        if counts.min() < 2:  # no k >= 2 can stratify a class of one row
+            raise InputError(f"{source}: stratified {folds}-fold needs >= {folds} rows per class; {listed}; a class "
+                             "of 1 row cannot be split by any --folds (2 is the least): add rows to the 1-row "
+                             "classes or leave them out, or label with another --label-col")
+        raise InputError(f"{source}: stratified {folds}-fold needs >= {folds} rows per class; {listed}; lower "
+                         f"--folds to {int(counts.min())} or add rows of those classes")
     return classes, counts
 
 
@@ -93,15 +128,8 @@ def probe_file(path: str | Path, label_col: str, folds: int = 5, seed: int = 0) 
     results = []
     for name in names:
         ids, X, meta = load_features(path, feature=name)
-        kept = meta["kept"]
-        if label_col not in kept:
-            present = ["id", *meta.get("keep_cols", []), "n_tokens", "n_unknown", "n_windows", "truncated", *names,
-                       "error"]
-            raise InputError(f"{path}: no label column {label_col!r}; columns are {present}; extract again with "
-                             f"--keep-col {label_col}, or pass --label-col with one of the kept columns "
-                             f"{meta.get('keep_cols', [])}")
-        y = np.asarray(kept[label_col], dtype=object)                         # (N,) str
-        classes, counts = _labels(y, folds, str(path), label_col)
+        y = _labels(path, label_col, ids, meta)                              # (N,) str
+        classes, counts = _check_classes(y, folds, str(path), label_col)
         strategy = meta.get("strategy") or {}
         results.append({
             "file": str(path) if len(names) == 1 else f"{path}:{name}",
@@ -131,7 +159,7 @@ def probe_files(paths: list[str | Path], label_col: str, folds: int = 5, seed: i
 
     Args:
         paths: .parquet files or DIR/ outputs of ``longbert extract``.
-        label_col: the kept column holding the labels (read as strings).
+        label_col: the column holding the labels (read as strings): a --keep-col column, or ``id``.
         folds: k of the stratified k-fold (>= 2). seed: random_state of the fold shuffle.
 
     Returns:
@@ -144,8 +172,9 @@ def probe_files(paths: list[str | Path], label_col: str, folds: int = 5, seed: i
 
     Raises:
         ConfigError: folds < 2 or no path given.
-        InputError: a file that load_features refuses, no such label column (lists the columns),
-            fewer than 2 classes, or a class with fewer rows than folds (names the class and the fix).
+        InputError: a file that load_features refuses, no such label column (lists the ones there are)
+            or one longbert computes (n_tokens, ...), fewer than 2 classes, or a class with fewer rows
+            than folds (names the class and the fix: a lower --folds, or more rows for a 1-row class).
     """
     if folds < 2:
         raise ConfigError(f"--folds={folds} must be >= 2")
@@ -175,8 +204,12 @@ def format_probe(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot_probe(results: list[dict[str, Any]], path: str | Path) -> None:
-    """Bar chart: per file, accuracy and macro-F1 means with ± std error bars; PNG at ``path``.
+def plot_probe(results: list[dict[str, Any]], path: str | Path):
+    """Bar chart: per file, accuracy and macro-F1 means (value on each bar) with ± std error bars, the
+    majority-class accuracy as a dotted line, and a title naming the CV; PNG at ``path``.
+
+    Returns:
+        The matplotlib Figure (already saved and closed).
 
     Raises:
         ConfigError: matplotlib is not installed.
@@ -188,12 +221,17 @@ def plot_probe(results: list[dict[str, Any]], path: str | Path) -> None:
     x = np.arange(n)
     width = 0.38
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * n + 2), 4), dpi=120)
-    ax.bar(x - width / 2, [r["accuracy_mean"] for r in results], width, yerr=[r["accuracy_std"] for r in results],
-           capsize=4, label="accuracy", color="#4c72b0")
-    ax.bar(x + width / 2, [r["f1_macro_mean"] for r in results], width, yerr=[r["f1_macro_std"] for r in results],
-           capsize=4, label="macro-F1", color="#dd8452")
+    for offset, key, label, color in ((-width / 2, "accuracy", "accuracy", "#4c72b0"),
+                                      (width / 2, "f1_macro", "macro-F1", "#dd8452")):
+        means = [r[f"{key}_mean"] for r in results]
+        bars = ax.bar(x + offset, means, width, yerr=[r[f"{key}_std"] for r in results], capsize=4, label=label,
+                      color=color)
+        ax.bar_label(bars, labels=[f"{m:.3f}" for m in means], label_type="center", color="white", fontsize=8)
     if results:
         ax.axhline(results[0]["majority"], color="grey", linestyle=":", label="majority class")
+        r0 = results[0]
+        ax.set_title(f"Linear probe: {r0['folds']}-fold stratified CV, {r0['classes']} classes, "
+                     f"{r0['rows']:,} rows", fontsize=10)
     ax.set_xticks(x, [f"{Path(r['file']).name}\n{r['strategy']}, {r['pooling']}" for r in results], fontsize=8)
     ax.set_ylim(0, 1.2)  # headroom for the legend above the bars
     ax.set_ylabel(f"mean ± std over {results[0]['folds'] if results else '?'} folds")
@@ -202,6 +240,7 @@ def plot_probe(results: list[dict[str, Any]], path: str | Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+    return fig
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -311,7 +350,7 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     texts, labels, dropped = _read_corpus(cfg, label_col)
     picked = stratified_sample(labels.astype(str), sample, seed)
     texts, labels = [texts[i] for i in picked], labels[picked].astype(str)
-    _labels(labels, folds, ", ".join(cfg.read.inputs), label_col)
+    _check_classes(labels, folds, ", ".join(cfg.read.inputs), label_col)
 
     t0 = time.perf_counter()
     extractor = Extractor(cfg, tokenizer, id_type=pa.int64())
@@ -333,7 +372,7 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
 
     ok = np.array([e is None for e in errors])
     y = labels[ok]
-    classes, counts = _labels(y, folds, ", ".join(cfg.read.inputs), label_col)
+    classes, counts = _check_classes(y, folds, ", ".join(cfg.read.inputs), label_col)
     tokens = np.asarray(n_tokens)[ok]
     from .features import features_matrix
     from .write import strategy_metadata

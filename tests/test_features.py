@@ -1,8 +1,10 @@
 """Feeding classifiers: load_features, LongBertVectorizer, `longbert stats` and `longbert probe` (tiny BERT)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -86,6 +88,21 @@ def test_float16_storage_is_upcast_to_float32(runner, tiny_model_dir, tmp_path):
     np.testing.assert_array_equal(X16, X32.astype(np.float16).astype(np.float32))
 
 
+def test_duckdb_needs_the_readme_cast_polars_reads_the_size(runner, tiny_model_dir, tmp_path):
+    duckdb, pl = pytest.importorskip("duckdb"), pytest.importorskip("polars")
+    out = extract(runner, tiny_model_dir, tmp_path, ROWS, "--id-col", "id", "--max-length", ML)
+    expected = [r["features"] for r in pyarrow_rows(out)]
+    # Parquet has no fixed-size list: duckdb sees FLOAT[]; the README's one-line cast gives FLOAT[D] back
+    types = {row[0]: row[1] for row in duckdb.sql(f"DESCRIBE SELECT * FROM read_parquet('{out}')").fetchall()}
+    assert types["features"] == "FLOAT[]"
+    cast = duckdb.sql(f"SELECT id, features::FLOAT[32] AS features FROM read_parquet('{out}')")
+    assert dict((c[0], str(c[1])) for c in cast.description)["features"] == "FLOAT[32]"
+    got = [None if f is None else list(f) for _, f in cast.fetchall()]
+    assert [g is None for g in got] == [e is None for e in expected]
+    np.testing.assert_array_equal(np.array([g for g in got if g]), np.array([e for e in expected if e]))
+    assert pl.read_parquet(out).schema["features"] == pl.Array(pl.Float32, 32)
+
+
 def test_features_matrix_honours_slices():
     values = np.arange(12, dtype=np.float32)
     arr = pa.FixedSizeListArray.from_arrays(pa.array(values), list_size=3)      # 4 rows of 3
@@ -143,9 +160,9 @@ def test_vectorizer_in_pipeline_equals_extract(runner, tiny_model_dir, tmp_path)
         assert got.dtype == np.float32 and got.shape == (len(TEXTS), 32)
         np.testing.assert_allclose(got, expected, atol=1e-6)
         assert pipe.predict(TEXTS).shape == (len(TEXTS),)
-    # the cached model is no parameter and does not travel in pickles
-    assert "_cache" in vec.__dict__ and set(vec.get_params()) == set(LongBertVectorizer().get_params())
-    assert clone(vec).__dict__.get("_cache") is None
+    # the loaded model is held per process, not by the instance: no parameter, not in pickles
+    assert set(vec.__dict__) == set(vec.get_params()) == set(LongBertVectorizer().get_params())
+    assert set(clone(vec).__dict__) == set(vec.__dict__)
     blob = pickle.dumps(vec)
     assert len(blob) < 5_000  # the tiny model alone is > 100 kB
     np.testing.assert_allclose(pickle.loads(blob).transform(TEXTS), expected, atol=1e-6)
@@ -219,7 +236,60 @@ def test_stats_cli_plot_measured_speed_and_unusable_strategy(runner, tiny_model_
     assert " sliding    n/a: --overlap=128 must be in [0, 14)" in result.output
     chunk_line = next(line for line in result.output.splitlines() if line.startswith("*chunk"))
     assert chunk_line.split()[2:5] == [f"{(1 + 2 + 4) / 3:.2f}", "7", f"{73 + 2 * 7}"]
-    assert plot.read_bytes()[:8] == PNG
+    assert plot.read_bytes()[:8] == PNG and f"plot -> {plot}" in result.output
+
+
+def test_stats_plot_draws_lengths_windows_and_time(tiny_model_dir, tmp_path):
+    from pipeline.stats import plot_stats
+
+    src = write_csv(tmp_path / "in.csv", [{"text": words(n, i)} for i, n in enumerate(LENGTHS)])
+    cfg = PipelineConfig.from_options(inputs=(str(src),), model=str(tiny_model_dir), max_length=ML, head_tokens=4,
+                                      overlap=4, strategy="sliding")
+    result = corpus_stats(cfg, windows_per_second=2.0)
+    fig = plot_stats(result, tmp_path / "stats.png")
+    assert (tmp_path / "stats.png").read_bytes()[:8] == PNG
+    lengths_ax, windows_ax, time_ax = fig.axes
+    assert lengths_ax.get_xlim()[0] == pytest.approx(1)   # the shortest non-empty document, not 0 or 10^0 by default
+    assert lengths_ax.get_title() == "Lengths: 8 documents, 50% over C, 1 empty not shown"
+    assert [t.get_text() for t in windows_ax.get_yticklabels()] == ["head", "tail", "head_tail", "chunk", "sliding *"]
+    s = result["strategies"]
+    assert [t.get_text() for t in windows_ax.texts] == [f"{s[n]['windows_total']:,}" for n in STRATEGIES]
+    assert [p.get_width() for p in windows_ax.patches] == [s[n]["windows_total"] for n in STRATEGIES]
+    assert [p.get_width() for p in time_ax.patches] == pytest.approx([s[n]["seconds"] for n in STRATEGIES])
+    assert time_ax.texts[3].get_text() == f"{s['chunk']['seconds']:.1f} s"
+    # longer documents: the axis starts at the shortest one
+    src2 = write_csv(tmp_path / "long.csv", [{"text": words(n)} for n in (30, 60, 900)])
+    result2 = corpus_stats(dataclasses.replace(cfg, read=dataclasses.replace(cfg.read, inputs=(str(src2),))), 2.0)
+    fig2 = plot_stats(result2, tmp_path / "stats2.png")
+    assert fig2.axes[0].get_xscale() == "log" and fig2.axes[0].get_xlim()[0] == pytest.approx(30)
+
+
+def test_stats_asks_for_no_offsets_and_help_lists_its_options(runner, tiny_model_dir, tmp_path, monkeypatch):
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+    calls = []
+    real = PreTrainedTokenizerBase.__call__
+
+    def recording(self, *args, **kwargs):
+        calls.append(kwargs.get("return_offsets_mapping", False))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedTokenizerBase, "__call__", recording)
+    src = write_csv(tmp_path / "in.csv", [{"text": words(n)} for n in (3, 20, 50)])
+    result = invoke(runner, ["stats", src, "--model", tiny_model_dir, "--max-length", ML, "--overlap", 4,
+                             "--max-tokens-per-doc", 20, "--windows-per-second", 1])
+    assert result.exit_code == 0, result.output
+    assert calls and not any(calls)                           # no call asks for offsets
+    chunk_line = next(line for line in result.output.splitlines() if line.startswith(" chunk"))
+    assert chunk_line.split()[2:4] == [f"{(1 + 2 + 2) / 3:.2f}", "5"]   # 3, 20 -> 14 + 6, 50 capped to 20
+    assert "tokens       total 73;" in result.output          # whole documents, exactly
+    help_text = invoke(runner, ["stats", "--help"]).output
+    options = sorted(set(re.findall(r"^  (?:-\w, )?(--[\w-]+)", help_text, flags=re.M)))
+    assert options == ["--config", "--delimiter", "--encoding", "--format", "--head-tokens", "--help", "--max-length",
+                       "--max-tokens-per-doc", "--model", "--on-bad-lines", "--overlap", "--plot", "--strategy",
+                       "--tail-tokens", "--text-col", "--windows-per-second"]
+    result = invoke(runner, ["stats", src, "--keep-col", "label"])
+    assert result.exit_code == 2 and "No such option '--keep-col'" in result.output
 
 
 # ---------------------------------------------------------------- probe
@@ -277,8 +347,15 @@ def test_probe_leaves_out_null_rows_and_explains_errors(tmp_path, runner):
     (r,) = probe_files([path], label_col="label", folds=3)
     assert r["rows"] == 27 and r["left_out"] == 3
     assert f"{path}: 3 rows without features left out" in format_probe([r])
-    with pytest.raises(InputError, match=r"no label column 'topic'; columns are \['id', 'label', .*--keep-col topic"):
+    with pytest.raises(InputError) as info:
         probe_files([path], label_col="topic")
+    assert str(info.value) == (f"{path}: no column 'topic' to label with; the columns that can be labels are "
+                               "['id', 'label'] (id and the --keep-col columns); extract again with --keep-col "
+                               "topic, or pass --label-col with one of them")
+    with pytest.raises(InputError) as info:
+        probe_files([path], label_col="n_tokens")
+    assert str(info.value) == (f"{path}: --label-col 'n_tokens' is a column longbert computes, not a label; pass "
+                               "one of ['id', 'label'], or extract again with --keep-col LABEL")
     with pytest.raises(InputError, match=r"needs >= 10 rows per class; 'a': 9 rows, 'b': 9 rows, 'c': 9 rows; "
                                          r"lower --folds to 9"):
         probe_files([path], label_col="label", folds=10)
@@ -293,3 +370,47 @@ def test_probe_leaves_out_null_rows_and_explains_errors(tmp_path, runner):
     assert plot.read_bytes()[:8] == PNG
     result = invoke(runner, ["probe", path, "--label-col", "topic"])
     assert result.exit_code == 2 and "Error: " in result.output and "--keep-col topic" in result.output
+
+
+def test_probe_label_col_id_and_one_row_classes(tmp_path, runner):
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(12, 4))
+    # --label-col id works: the ids are the labels (here r0..r11, one row each: no k-fold can split them)
+    unique = write_features(tmp_path / "u.parquet", X, ["a", "b"] * 6)
+    with pytest.raises(InputError) as info:
+        probe_files([unique], label_col="id", folds=2)
+    assert str(info.value) == (
+        f"{unique}: stratified 2-fold needs >= 2 rows per class; 'r0': 1 row, 'r1': 1 row, 'r10': 1 row, "
+        "'r11': 1 row, 'r2': 1 row and 7 more classes; a class of 1 row cannot be split by any --folds (2 is the "
+        "least): add rows to the 1-row classes or leave them out, or label with another --label-col")
+    # one row in a class: --folds 2 is refused without advising --folds 2
+    single = write_features(tmp_path / "s.parquet", X, ["a"] * 6 + ["b"] * 5 + ["c"])
+    result = invoke(runner, ["probe", single, "--label-col", "label", "--folds", 2])
+    assert result.exit_code == 2
+    assert result.output == (f"Error: {single}: stratified 2-fold needs >= 2 rows per class; 'c': 1 row; a class of "
+                             "1 row cannot be split by any --folds (2 is the least): add rows to the 1-row classes "
+                             "or leave them out, or label with another --label-col\n")
+    # ids that repeat are labels like any other column
+    ids_path = tmp_path / "ids.parquet"
+    table = pq.read_table(write_features(tmp_path / "tmp.parquet", X, ["a"] * 12))
+    table = table.set_column(0, "id", pa.array(["p", "q"] * 6))
+    pq.write_table(table, ids_path)
+    (r,) = probe_files([ids_path], label_col="id", folds=3, seed=1)
+    acc, f1 = manual_cv(X.astype(np.float32), np.array(["p", "q"] * 6), 3, 1)
+    np.testing.assert_allclose(r["accuracy"], acc)
+    assert (r["classes"], r["majority"]) == (2, 0.5)
+
+
+def test_probe_plot_has_title_and_values_on_bars(tmp_path):
+    from pipeline.probe import plot_probe
+
+    rng = np.random.default_rng(3)
+    y = np.array(["a", "b"] * 10)
+    paths = [write_features(tmp_path / f"{i}.parquet", rng.normal(size=(20, 4)), y) for i in range(2)]
+    results = probe_files(paths, label_col="label", folds=2)
+    fig = plot_probe(results, tmp_path / "p" / "probe.png")
+    assert (tmp_path / "p" / "probe.png").read_bytes()[:8] == PNG
+    (ax,) = fig.axes
+    assert ax.get_title() == "Linear probe: 2-fold stratified CV, 2 classes, 20 rows"
+    expected = [f"{r['accuracy_mean']:.3f}" for r in results] + [f"{r['f1_macro_mean']:.3f}" for r in results]
+    assert [t.get_text() for t in ax.texts] == expected

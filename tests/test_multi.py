@@ -364,3 +364,11 @@ def test_early_layer_stop_on_every_family(tmp_path, family):
     if family != "albert":
         assert len(attrgetter(_layer_list(view, kept))(view)) == kept  # the view's own layer list
     torch.testing.assert_close(short[1], full[1], atol=1e-5, rtol=0)
+
+
+def test_option_warnings_look_at_every_feature_strategy():
+    from pipeline.config import option_warnings
+
+    cfg = PipelineConfig.from_options(features=("head:cls", "sliding:mean"), overlap=64, head_tokens=64)
+    assert option_warnings(cfg, {"overlap", "head_tokens"}, False, 512) == [
+        "--head-tokens 64 has no effect: it applies only to --strategy head_tail (this run: head, sliding)"]

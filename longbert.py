@@ -1,0 +1,78 @@
+"""longbert: the public Python API of the long-document BERT feature pipeline.
+
+Called by users: ``import longbert`` then ``longbert.encode(texts)``, ``longbert.load_features(path)``,
+``longbert.LongBertVectorizer(...)``, ``longbert.PipelineConfig`` and the errors (``longbert.ConfigError``
+...). The stages live in the package ``pipeline/`` beside this file; this module finds that package
+by its location, not by the name ``pipeline``, so a user's own ``pipeline.py`` (or ``pipeline/``) in
+the working directory neither breaks ``import longbert`` nor is replaced by ours:
+
+- if ``import pipeline`` would find (or has found) our package, it is used as is;
+- otherwise ours is loaded from its folder under the private name ``_longbert_pipeline`` and the
+  user's ``pipeline`` stays theirs. (Objects then carry that module name, so pickles of them made in
+  such a process load only where ``import longbert`` ran first.)
+
+Nothing heavy loads on import: torch and the model load on the first ``encode`` or ``transform``.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+_STAGES_DIR = Path(__file__).resolve().parent / "pipeline"
+_PRIVATE_NAME = "_longbert_pipeline"
+
+__all__ = ["encode", "load_features", "LongBertVectorizer", "PipelineConfig", "PipelineError", "ConfigError",
+           "InputError", "ModelError", "RunError", "TextError", "stages"]
+
+
+def _is_ours(origin: str | None) -> bool:
+    return origin is not None and Path(origin).resolve().parent == _STAGES_DIR
+
+
+def _import_stages() -> ModuleType:
+    """Our ``pipeline`` package, whatever the name ``pipeline`` resolves to in this process."""
+    loaded = sys.modules.get("pipeline")
+    if loaded is not None and _is_ours(getattr(loaded, "__file__", None)):
+        return loaded
+    if loaded is None:
+        spec = importlib.util.find_spec("pipeline")
+        if spec is not None and _is_ours(spec.origin):
+            return importlib.import_module("pipeline")
+    if _PRIVATE_NAME in sys.modules:  # shadowed, and loaded privately before
+        return sys.modules[_PRIVATE_NAME]
+    spec = importlib.util.spec_from_file_location(_PRIVATE_NAME, _STAGES_DIR / "__init__.py",
+                                                  submodule_search_locations=[str(_STAGES_DIR)])
+    assert spec is not None and spec.loader is not None, _STAGES_DIR
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_PRIVATE_NAME] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+stages = _import_stages()  # the stages package (``pipeline``, or ours under the private name)
+
+PipelineConfig = stages.PipelineConfig
+PipelineError = stages.PipelineError
+ConfigError = stages.ConfigError
+InputError = stages.InputError
+ModelError = stages.ModelError
+RunError = stages.RunError
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: pyarrow / scikit-learn load on first use, torch only when a model loads.
+    if name == "encode":
+        return importlib.import_module(f"{stages.__name__}.vectorizer").encode
+    if name in ("LongBertVectorizer", "TextError"):
+        return getattr(importlib.import_module(f"{stages.__name__}.vectorizer"), name)
+    if name == "load_features":
+        return importlib.import_module(f"{stages.__name__}.features").load_features
+    raise AttributeError(f"module 'longbert' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
