@@ -25,14 +25,12 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from tqdm import tqdm
 
 from .block import Extractor, output_for
 from .config import PipelineConfig
 from .errors import ConfigError, PipelineError, RunError
 from .read import BlockSpec, read_block
-from .run import Summary, check, fail_on_row_error, resume_note, run_fingerprint
-from .write import open_sink
+from .run import Summary, check, fail_on_row_error, open_run
 
 SPEC = "spec"                   # the input column: one BlockSpec as JSON
 BLOCK = "__longbert_block"      # added to each output row: its block's index (dropped by the driver)
@@ -208,18 +206,9 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     started = time.perf_counter()
     cfg, tokenizer, plan = check(cfg)
     cfg, schema = output_for(cfg, tokenizer, plan.id_type)
-    sink = open_sink(cfg, schema, run_fingerprint(cfg, plan))
     ray = import_ray()
-    summary = Summary(output=str(cfg.write.output), skipped_lines=plan.n_bad_lines,
-                      duplicate_ids=plan.duplicate_ids, id_note=plan.id_note)
-    done = sink.open(plan.blocks)
-    todo = [spec for spec in plan.blocks if spec.index not in done]
-    summary.resumed_from = sum(spec.n_rows for spec in plan.blocks if spec.index in done)
-    if done and echo:
-        echo(resume_note(cfg, plan, done))
+    sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
     logging.getLogger("ray.data").setLevel(logging.WARNING if cfg.write.progress else logging.ERROR)
-    bar = tqdm(total=plan.n_rows, initial=summary.resumed_from, unit="doc", disable=not cfg.write.progress,
-               dynamic_ncols=True)
     try:
         if todo:
             for spec, table in _run_ray(ray, cfg, plan.id_type, todo):

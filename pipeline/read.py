@@ -555,10 +555,12 @@ def _check_columns(src: Source, columns: list[str], cols: Columns, id_flag: str)
             if not columns:
                 return  # the first line is not an object: the record check reports it with its line
             continue    # a later line may have the key; each line is checked (a bad line if it lacks it)
-        msg = f"{src.path}: column {col!r} not found; columns are {columns}; pass {flag} with one of them"
         if src.format in ("csv", "tsv") and columns and columns[0].lstrip().startswith("{"):
-            msg += f" (the first line looks like JSON; {_how(src)}: pass --format jsonl or name it .jsonl)"
-        elif src.format in ("csv", "tsv") and len(columns) == 1:
+            raise InputError(f"{src.path}: the first line looks like JSON Lines, but the file was {_how(src)}; "
+                             f"pass --format jsonl or name it .jsonl (no column {col!r} in a {_FORMAT_NAMES[src.format]} "
+                             "header)")
+        msg = f"{src.path}: column {col!r} not found; columns are {_shown(columns)}; pass {flag} with one of them"
+        if src.format in ("csv", "tsv") and len(columns) == 1:
             head = columns[0]
             delim = cols.delimiter or ("\t" if src.format == "tsv" else ",")
             for char, name, fix in (("\t", "a tab", "--format tsv or --delimiter $'\\t'"),
@@ -568,6 +570,13 @@ def _check_columns(src: Source, columns: list[str], cols: Columns, id_flag: str)
                     msg += f" (the header has no {delim!r} but has {name}: pass {fix})"
                     break
         raise InputError(msg)
+
+
+def _shown(columns: list[str], most: int = 20, width: int = 60) -> str:
+    """The column list for a message, cut to ``most`` names of at most ``width`` characters each."""
+    names = [c if len(c) <= width else c[:width] + "..." for c in columns[:most]]
+    more = f" and {len(columns) - most} more" if len(columns) > most else ""
+    return f"{names}{more}"
 
 
 def _resolve_ids(sources: list[Source], cfg: ReadConfig) -> tuple[Columns, str | None, dict[Source, list[str]]]:

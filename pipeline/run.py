@@ -21,7 +21,7 @@ from .config import PipelineConfig
 from .errors import InputError, PipelineError, RunError
 from .read import BlockSpec, Plan, read_block, row_location, scan
 from .tokenize import UNKNOWN_WARN_SHARE, unknown_warning
-from .write import open_sink
+from .write import FileSink, PartsSink, open_sink
 
 
 @dataclass
@@ -164,16 +164,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     if echo and cfg.write.progress:
         echo(f"loading model {cfg.model.model} ...")
     extractor = Extractor(cfg, tokenizer, id_type=plan.id_type)
-    sink = open_sink(extractor.cfg, extractor.schema, run_fingerprint(extractor.cfg, plan))
-    summary = Summary(output=str(cfg.write.output), skipped_lines=plan.n_bad_lines,
-                      duplicate_ids=plan.duplicate_ids, id_note=plan.id_note)
-    done = sink.open(plan.blocks)
-    todo = [spec for spec in plan.blocks if spec.index not in done]
-    summary.resumed_from = sum(spec.n_rows for spec in plan.blocks if spec.index in done)
-    if done and echo:
-        echo(resume_note(cfg, plan, done))
-    bar = tqdm(total=plan.n_rows, initial=summary.resumed_from, unit="doc", disable=not cfg.write.progress,
-               dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.0f}/{total} doc [{elapsed}<{remaining}{postfix}]")
+    sink, summary, todo, bar = open_run(extractor.cfg, extractor.schema, plan, echo)
     progress = BatchProgress(bar)
     extractor.encoder.on_batch = progress.batch
     try:
@@ -204,6 +195,30 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     summary.unknown_tokens = stats.unknown
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def open_run(cfg: PipelineConfig, schema: pa.Schema, plan: Plan, echo: Callable[[str], None] | None
+             ) -> tuple[FileSink | PartsSink, Summary, list[BlockSpec], tqdm]:
+    """What both engines do before the first block: open the sink (which finds the blocks a resumed run
+    already has), start the summary and the document bar, and say what is resumed.
+
+    Returns:
+        (sink, summary, the specs still to run in plan order, the progress bar).
+
+    Raises:
+        ConfigError: as open_sink and PartsSink.open (existing output, --resume over another run).
+    """
+    sink = open_sink(cfg, schema, run_fingerprint(cfg, plan))
+    summary = Summary(output=str(cfg.write.output), skipped_lines=plan.n_bad_lines,
+                      duplicate_ids=plan.duplicate_ids, id_note=plan.id_note)
+    done = sink.open(plan.blocks)
+    todo = [spec for spec in plan.blocks if spec.index not in done]
+    summary.resumed_from = sum(spec.n_rows for spec in plan.blocks if spec.index in done)
+    if done and echo:
+        echo(resume_note(cfg, plan, done))
+    bar = tqdm(total=plan.n_rows, initial=summary.resumed_from, unit="doc", disable=not cfg.write.progress,
+               dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.0f}/{total} doc [{elapsed}<{remaining}{postfix}]")
+    return sink, summary, todo, bar
 
 
 def resume_note(cfg: PipelineConfig, plan: Plan, done: set[int]) -> str:

@@ -133,7 +133,7 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
     else:
         if windows_per_second <= 0:
             raise ConfigError(f"--windows-per-second={windows_per_second} must be > 0")
-        speed, source = float(windows_per_second), "given (--windows-per-second)"
+        speed, source = float(windows_per_second), "given with --windows-per-second"
     strategies: dict[str, dict[str, Any]] = {}
     for name in STRATEGIES:
         try:

@@ -254,17 +254,22 @@ def read_manifest(path: Path) -> dict | None:
 
 
 def part_name(index: int, done: bool) -> str:
-    """'_part-00003.parquet' while the run goes on (hidden from parquet readers), 'part-00003.parquet' once
-    it is complete."""
-    return f"{'' if done else '_'}part-{index:05d}.parquet"
+    """'_part-00003.parquet.pending' while the run goes on, 'part-00003.parquet' once it is complete.
+
+    The pending name starts with _ (pandas and pyarrow skip it) and does not end in .parquet (a
+    'DIR/*.parquet' glob in polars or duckdb does not match it), so no reader takes the parts of an
+    unfinished run for the output.
+    """
+    return f"part-{index:05d}.parquet" if done else f"_part-{index:05d}.parquet.pending"
 
 
 @dataclass
 class PartsSink:
     """A directory of parts, one per block (``part-00000.parquet`` ...), and a manifest.
 
-    While the run goes on, parts are ``_part-NNNNN.parquet`` and the manifest is ``_manifest.json``:
-    pandas and pyarrow skip names starting with ``_`` and read no rows; polars and duckdb's
+    While the run goes on, parts are ``_part-NNNNN.parquet.pending`` and the manifest is
+    ``_manifest.json``: pandas and pyarrow skip names starting with ``_`` and read no rows; a
+    ``DIR/*.parquet`` glob (polars, duckdb) matches nothing; ``pl.read_parquet(DIR)`` and duckdb's
     ``read_parquet('DIR/**')``, which skip nothing, fail on the JSON file. So no reader takes an
     unfinished directory for a complete one. ``commit`` renames the parts to ``part-NNNNN.parquet`` and
     replaces the JSON by ``_manifest.parquet``: 0 rows of the output schema, the manifest in its schema
@@ -303,7 +308,7 @@ class PartsSink:
                     self.parts[spec.index] = {**part, "block": spec.index}
             was_complete = bool(old.get("complete")) and len(self.parts) == len(blocks)
         else:
-            for old_part in [*self.path.glob("part-*.parquet"), *self.path.glob("_part-*.parquet")]:
+            for old_part in [*self.path.glob("part-*.parquet"), *self.path.glob("_part-*.parquet*")]:
                 old_part.unlink()
         for stale in self.path.glob(".part-*.partial"):
             stale.unlink()
@@ -371,7 +376,7 @@ def open_sink(cfg: PipelineConfig, schema: pa.Schema, fingerprint: dict) -> File
     out = Path(cfg.write.output)
     if cfg.write.is_directory:
         has_run = out.is_dir() and (any((out / m).exists() for m in (MANIFEST, DONE_MANIFEST, OLD_MANIFEST))
-                                    or any(out.glob("part-*.parquet")) or any(out.glob("_part-*.parquet")))
+                                    or any(out.glob("part-*.parquet")) or any(out.glob("_part-*.parquet*")))
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--output {str(out)!r} exists and is not a directory; pick another path")
         if has_run and not (cfg.write.overwrite or cfg.write.resume):

@@ -101,7 +101,8 @@ def _cosines(a_rows: list[dict], b_rows: list[dict]) -> np.ndarray:
 
 def test_int8_stays_within_the_stated_cosine(runner, tmp_path, real):
     """README: --quantize int8 keeps mean cosine >= 0.99 to float32 on the example corpus (0.995
-    measured with head), and >= 0.98 on B21's repeated-word documents (0.987 measured)."""
+    measured with head) and every document >= 0.985 (0.9888 the lowest measured), and mean >= 0.98
+    on B21's repeated-word documents (0.987 measured)."""
     def run(src, *args):
         out = tmp_path / "out.parquet"
         result = invoke(runner, ["extract", src, "--id-col", "id", "-o", out, "--overwrite", "--no-progress",
@@ -111,7 +112,7 @@ def test_int8_stays_within_the_stated_cosine(runner, tmp_path, real):
 
     corpus = Path(__file__).resolve().parents[1] / "examples" / "corpus.csv"
     cos = _cosines(run(corpus), run(corpus, "--quantize", "int8"))
-    assert cos.shape == (55,) and cos.mean() >= 0.99, (cos.mean(), cos.min())
+    assert cos.shape == (55,) and cos.mean() >= 0.99 and cos.min() >= 0.985, (cos.mean(), cos.min())
     b21 = _cosines(extract_case(runner, tmp_path, "B21.csv", "--strategy", "head", "--overwrite"),
                    extract_case(runner, tmp_path, "B21.csv", "--strategy", "head", "--overwrite", "--quantize", "int8"))
     assert b21.mean() >= 0.98, b21

@@ -196,9 +196,9 @@ def test_parquet_text_column_must_be_strings(runner, tiny_model_dir, tmp_path):
                                       "of them (the header has no ',' but has a tab: pass --format tsv or --delimiter $'\\t')"),
     ("data.csv", "id;text\n1;w1\n", "{src}: column 'text' not found; columns are ['id;text']; pass --text-col with one of "
                                     "them (the header has no ',' but has a semicolon: pass --delimiter ';')"),
-    ("data.csv", '{"id": 1, "text": "w1"}\n', "{src}: column 'text' not found; columns are ['{\"id\": 1', ' \"text\": \"w1\"}']; "
-                                             "pass --text-col with one of them (the first line looks like JSON; read as "
-                                             "CSV (from the extension .csv): pass --format jsonl or name it .jsonl)"),
+    ("data.csv", '{"id": 1, "text": "w1"}\n', "{src}: the first line looks like JSON Lines, but the file was read as "
+                                             "CSV (from the extension .csv); pass --format jsonl or name it .jsonl "
+                                             "(no column 'text' in a CSV header)"),
     ("data.jsonl", "id,text\n1,w1\n", "{src}: line 1: not valid JSON (Expecting value: line 1 column 1 (char 0)); fix the line "
                                       "(read as JSON Lines (from the extension .jsonl); pass --format csv or tsv if it is not "
                                       "JSON Lines), or pass --on-bad-lines skip to drop such lines"),
@@ -219,6 +219,15 @@ def test_a_file_in_another_format_names_the_format_and_the_fix(runner, tiny_mode
     assert result.exit_code == 2
     assert result.output == f"Error: {message.replace('{src}', str(src))}\n"
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_a_long_header_is_cut_short_in_the_message(runner, tiny_model_dir, tmp_path):
+    src = tmp_path / "wide.csv"
+    src.write_text(",".join(f"c{i}" for i in range(30)) + "," + "x" * 500 + "\n" + ",".join("1" * 31) + "\n")
+    result = invoke(runner, ["extract", src, "--model", tiny_model_dir, "-o", tmp_path / "o.parquet"])
+    assert result.exit_code == 2
+    assert "columns are ['c0', 'c1', 'c2'," in result.output and "'c19'] and 11 more; pass --text-col" in result.output
+    assert len(result.output) < 600
 
 
 def test_cr_only_line_endings_name_the_right_line(runner, tiny_model_dir, tmp_path):
@@ -289,7 +298,7 @@ def test_directory_output_opens_in_other_readers(runner, tiny_model_dir, tmp_pat
     import duckdb
     import polars as pl
 
-    from pipeline.write import MANIFEST
+    from pipeline.write import MANIFEST, part_name
 
     src = tmp_path / "in.csv"
     src.write_text("doc,text\n" + "".join(f"d{i},{words(i + 1)}\n" for i in range(7)))
@@ -306,28 +315,14 @@ def test_directory_output_opens_in_other_readers(runner, tiny_model_dir, tmp_pat
     assert duckdb.sql(f"select typeof(features) from read_parquet('{out}/*.parquet') limit 1").fetchall()[0][0] \
         in ("FLOAT[]", "FLOAT[32]")
 
-    for part in out.glob("part-*.parquet"):                 # what a killed run leaves: hidden parts, JSON manifest
-        part.rename(out / f"_{part.name}")
+    for part in out.glob("part-*.parquet"):                 # what a killed run leaves: pending parts, JSON manifest
+        part.rename(out / part_name(int(part.name[5:10]), done=False))
     (out / "_manifest.parquet").unlink()
     (out / MANIFEST).write_text('{"complete": false, "parts": []}')
     assert len(pd.read_parquet(out)) == 0 and pq.read_table(out).num_rows == 0
-    with pytest.raises(Exception):
-        pl.read_parquet(f"{out}/")
-    with pytest.raises(duckdb.Error):
-        duckdb.sql(f"select count(*) from read_parquet('{out}/**')").fetchall()
-
-
-def test_inputs_are_checked_before_the_model(runner, tmp_path, monkeypatch):
-    """A bad input exits 2 with its own message before any model file is read: here the model does not
-    even exist, and its config and tokenizer must not be read (pipeline.encode.model_facts)."""
-    import pipeline.block as block
-
-    def no_model(*_a, **_k):
-        raise AssertionError("the model was read before the inputs were checked")
-
-    monkeypatch.setattr(block, "model_facts", no_model)
-    src = tmp_path / "in.csv"
-    src.write_bytes(b"id,text\n1,caf\xe9\n")
-    result = invoke(runner, ["extract", src, "--model", tmp_path / "no-such-model", "-o", tmp_path / "o.parquet"])
-    assert result.exit_code == 2
-    assert f"Error: {src}: byte offset 13 (line 2) is not valid utf-8" in result.output
+    for read in (lambda: pl.read_parquet(f"{out}/"), lambda: pl.read_parquet(f"{out}/*.parquet")):
+        with pytest.raises(Exception):
+            read()
+    for pattern in ("**", "*.parquet"):
+        with pytest.raises(duckdb.Error):
+            duckdb.sql(f"select count(*) from read_parquet('{out}/{pattern}')").fetchall()

@@ -8,7 +8,6 @@ and the killed subprocess joins it by address.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal

@@ -4,7 +4,6 @@ These run the real CLI in a subprocess with the real default model (a few second
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
