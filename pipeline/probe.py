@@ -214,9 +214,9 @@ def plot_probe(results: list[dict[str, Any]], path: str | Path):
     Raises:
         ConfigError: matplotlib is not installed.
     """
-    from .stats import _pyplot
+    from .stats import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     n = len(results)
     x = np.arange(n)
     width = 0.38
@@ -476,9 +476,9 @@ def plot_corpus_probe(report: dict[str, Any], path: str | Path) -> None:
     Raises:
         ConfigError: matplotlib is not installed.
     """
-    from .stats import _pyplot
+    from .stats import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     colours = {"cls": "#4c72b0", "mean": "#dd8452", "max": "#55a868", "pooler": "#c44e52"}
     for pooling, colour in colours.items():

@@ -242,7 +242,7 @@ def _unknown_line(result: dict[str, Any]) -> str:
             f"max {100 * q['max']:.1f}%")
 
 
-def _pyplot():
+def pyplot():
     """matplotlib.pyplot on the Agg backend (files only, no display). Raises ConfigError if missing."""
     try:
         import matplotlib
@@ -270,7 +270,7 @@ def plot_stats(result: dict[str, Any], path: str | Path):
     Raises:
         ConfigError: matplotlib is not installed.
     """
-    plt = _pyplot()
+    plt = pyplot()
     lengths = result["lengths"]
     c = result["content_tokens"]
     positive = lengths[lengths > 0]
