@@ -719,7 +719,9 @@ def main(argv: list[str] | None = None) -> int:
                          f"{big.peak_rss_mb / small.peak_rss_mb:.2f}.")
         total = time.perf_counter() - started
         notes.append(f"1-minute load average: {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end, "
-                     f"on {os.cpu_count()} cores (above the core count, other jobs shared the CPUs).")
+                     f"on {os.cpu_count()} cores" + (" (above the core count: other jobs shared the CPUs)."
+                                                    if max(load_start, os.getloadavg()[0]) > (os.cpu_count() or 1)
+                                                    else "."))
         print("\n" + md + scale_md + "\n")
         for n in notes:
             print(n)
