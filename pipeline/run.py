@@ -17,7 +17,8 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from .block import Extractor, Prepared, resolve_config
-from .config import PipelineConfig
+from .encode import model_label
+from .config import DEFAULT_MODEL, PipelineConfig
 from .errors import InputError, PipelineError, RunError
 from .read import BlockSpec, Plan, read_block, row_location, scan
 from .tokenize import UNKNOWN_WARN_SHARE, unknown_warning
@@ -162,7 +163,8 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     started = time.perf_counter()
     cfg, tokenizer, plan = check(cfg)
     if echo and cfg.write.progress:
-        echo(f"loading model {cfg.model.model} ...")
+        name = cfg.model.model
+        echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
     extractor = Extractor(cfg, tokenizer, id_type=plan.id_type)
     sink, summary, todo, bar = open_run(extractor.cfg, extractor.schema, plan, echo)
     progress = BatchProgress(bar)
