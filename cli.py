@@ -75,7 +75,8 @@ _READ_OPTIONS = [  # (option, used by stats too)
                   help="Add a 'source' column: each row's file, relative to the inputs' common folder."), False),
     (click.option("--encoding", default=None, help="Encoding of the input files.  [default: utf-8]"), True),
     (click.option("--on-bad-lines", type=click.Choice(ON_BAD_LINES), default=None,
-                  help="A malformed CSV line: stop with its file and line, or skip it and count it.  "
+                  help="A malformed line (CSV record, JSON line): stop with its file and line, or skip it and "
+                       "count it.  "
                        "[default: error]"), True),
     (click.option("--block-rows", type=int, default=None, help="Documents per block / part file.  [default: 256]"),
      False),
@@ -150,7 +151,7 @@ def main() -> None:
 @main.command()
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("-o", "--output", default=None,
-              help="Output .parquet file, or DIR/ for numbered parts + _manifest.json.  [default: out/features.parquet]")
+              help="Output .parquet file, or DIR/ for numbered parts and a manifest.  [default: out/features.parquet]")
 @read_options
 @segment_options
 @model_options
