@@ -214,7 +214,7 @@ def plot_probe(results: list[dict[str, Any]], path: str | Path):
     Raises:
         ConfigError: matplotlib is not installed.
     """
-    from .stats import pyplot
+    from .stats import pyplot, save_figure
 
     plt = pyplot()
     n = len(results)
@@ -236,10 +236,7 @@ def plot_probe(results: list[dict[str, Any]], path: str | Path):
     ax.set_ylim(0, 1.2)  # headroom for the legend above the bars
     ax.set_ylabel(f"mean ± std over {results[0]['folds'] if results else '?'} folds")
     ax.legend(loc="upper center", ncol=3, frameon=False)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
     return fig
 
 
@@ -476,7 +473,7 @@ def plot_corpus_probe(report: dict[str, Any], path: str | Path) -> None:
     Raises:
         ConfigError: matplotlib is not installed.
     """
-    from .stats import pyplot
+    from .stats import pyplot, save_figure
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
@@ -495,7 +492,4 @@ def plot_corpus_probe(report: dict[str, Any], path: str | Path) -> None:
     ax.set_xlabel("windows per document (the feature alone)")
     ax.set_ylabel(f"accuracy, mean ± sd over {report['folds']} folds")
     ax.legend(loc="lower right", fontsize=8, frameon=False)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)

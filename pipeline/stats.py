@@ -254,6 +254,14 @@ def pyplot():
     return plt
 
 
+def save_figure(fig, path: str | Path, rect: tuple[float, float, float, float] = (0, 0, 1, 1)) -> None:
+    """Lay out ``fig`` (within ``rect``), write it to ``path`` (folders made as needed) and close it."""
+    fig.tight_layout(rect=rect)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    pyplot().close(fig)
+
+
 def plot_stats(result: dict[str, Any], path: str | Path):
     """The ``stats --plot`` PNG at ``path``: three panels, top to bottom.
 
@@ -315,8 +323,5 @@ def plot_stats(result: dict[str, Any], path: str | Path):
         ax.set_title(title)
     fig.text(0.01, 0.005, f"* = --strategy {result['selected']}; time = model forward only "
              f"({result['speed']['source']})", fontsize=7, color="grey")
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path, rect=(0, 0.02, 1, 1))
     return fig
