@@ -198,17 +198,22 @@ def test_unservable_families_exit_2_before_anything_loads(runner, tmp_path, conf
 
 # ---------------------------------------------------------------- shared cases B26 and B34
 
-@pytest.fixture(scope="session")
-def b26_models(tmp_path_factory):
-    if not (CASES / "B26.make_model.py").exists():
-        pytest.skip("tests/cases/B26.make_model.py is not here")
-    out = tmp_path_factory.mktemp("b26")
+def run_case_script(name: str, out) -> None:
+    """Run a shared case's model builder (``python tests/cases/NAME OUT``) in this process."""
+    if not (CASES / name).exists():
+        pytest.skip(f"tests/cases/{name} is not here")
     argv = sys.argv
-    sys.argv = ["B26.make_model.py", str(out)]
+    sys.argv = [name, str(out)]
     try:
-        runpy.run_path(str(CASES / "B26.make_model.py"), run_name="__main__")
+        runpy.run_path(str(CASES / name), run_name="__main__")
     finally:
         sys.argv = argv
+
+
+@pytest.fixture(scope="session")
+def b26_models(tmp_path_factory):
+    out = tmp_path_factory.mktemp("b26")
+    run_case_script("B26.make_model.py", out)
     return out
 
 
@@ -245,14 +250,7 @@ def test_b26_roberta_every_strategy_on_1200_tokens_equals_direct_call(runner, tm
 
 
 def test_b34_distilbert_runs_without_token_type_ids_and_refuses_pooler(runner, tmp_path, monkeypatch):
-    if not (CASES / "B34.make_model.py").exists():
-        pytest.skip("tests/cases/B34.make_model.py is not here")
-    argv = sys.argv
-    sys.argv = ["B34.make_model.py", str(tmp_path)]
-    try:
-        runpy.run_path(str(CASES / "B34.make_model.py"), run_name="__main__")
-    finally:
-        sys.argv = argv
+    run_case_script("B34.make_model.py", tmp_path)
     path = tmp_path / "distilbert_tiny"
     out = tmp_path / "out.parquet"
     result = invoke(runner, ["extract", CASES / "B34.csv", "--id-col", "id", "--model", path, "-o", out,
