@@ -882,16 +882,15 @@ def _first_row_of_file(spec: BlockSpec) -> int:
     return spec.first_row - spec.skip - sum(meta.row_group(g).num_rows for g in range(spec.row_groups[0]))
 
 
-def read_blocks(cfg: ReadConfig, plan: Plan, start_row: int = 0) -> Iterator[pa.Table]:
-    """``read_block`` of each block of the plan in order, from the block holding ``start_row`` on
-    (a convenience for ``longbert stats`` and tests; the engines map read_block over plan.blocks).
+def read_blocks(plan: Plan) -> Iterator[pa.Table]:
+    """``read_block`` of each block of the plan in order (a convenience for ``longbert stats`` and
+    tests; the engines map read_block over the plan's blocks themselves).
 
     Yields:
         pyarrow tables as ``read_block`` returns them.
     """
     for spec in plan.blocks:
-        if spec.first_row + spec.n_rows > start_row:
-            yield read_block(spec)
+        yield read_block(spec)
 
 
 def block_from_texts(texts: list[str], ids: list | None = None) -> pa.Table:

@@ -114,7 +114,7 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
     n_tokens: list[int] = []
     n_unknown: list[int] = []
     sample_ids = np.zeros(0, dtype=np.int64)
-    for block in read_blocks(cfg.read, corpus):
+    for block in read_blocks(corpus):
         # Whole documents (exact lengths even with --max-tokens-per-doc, which is applied below), and
         # no character offsets: they are never used here and took more memory than the ids.
         docs = tokenize_block(block.column("text").to_pylist(), tokenizer, None, with_offsets=False)

@@ -42,7 +42,7 @@ def test_numeric_looking_texts_and_ids_stay_text(runner, tiny_model_dir, tmp_pat
     assert df["n_unknown"].tolist() == df["n_tokens"].tolist() == [1, 0, 3, 1]
     assert df["features"].isna().tolist() == [True, True, True, True]
     cfg = PipelineConfig.from_options(inputs=(str(src),), id_col="id")
-    (block,) = read_blocks(cfg.read, scan(cfg.read))
+    (block,) = read_blocks(scan(cfg.read))
     assert block.column("text").to_pylist() == ["42", "", "3.50", "007"]
 
 
@@ -50,7 +50,7 @@ def test_numeric_looking_texts_and_ids_stay_text(runner, tiny_model_dir, tmp_pat
 def test_missing_value_words_are_text(tmp_path, text):
     src = write_csv(tmp_path / "in.csv", [{"id": "000123", "text": text}])
     cfg = PipelineConfig.from_options(inputs=(str(src),), id_col="id")
-    (block,) = read_blocks(cfg.read, scan(cfg.read))
+    (block,) = read_blocks(scan(cfg.read))
     assert block.column("text").to_pylist() == [text] and block.column("id").to_pylist() == ["000123"]
 
 
@@ -69,7 +69,7 @@ def test_whitespace_only_line_in_single_column_file_is_a_row(tmp_path):
     src = tmp_path / "in.csv"
     src.write_text('text\n""\n   \n\u200b\nok\n\n')  # the last empty line is no record
     cfg = PipelineConfig.from_options(inputs=(str(src),))
-    (block,) = read_blocks(cfg.read, scan(cfg.read))
+    (block,) = read_blocks(scan(cfg.read))
     assert block.column("text").to_pylist() == ["", "   ", "\u200b", "ok"]
     assert block.column("id").to_pylist() == [0, 1, 2, 3]
 
@@ -101,7 +101,7 @@ def test_stray_quote_skipped_and_counted(runner, tiny_model_dir, tmp_path):
     assert df["id"].tolist() == ["1", "2", "4", "5"]
     assert "1 bad lines skipped" in result.output
     cfg = PipelineConfig.from_options(inputs=(str(src),), id_col="id", on_bad_lines="skip")
-    (block,) = read_blocks(cfg.read, scan(cfg.read))
+    (block,) = read_blocks(scan(cfg.read))
     assert block.column("text").to_pylist()[:2] == ['He said "hi" and left', "multi\nline, with comma"]
 
 
@@ -112,14 +112,14 @@ def test_wrong_field_count_and_quote_in_unquoted_field(tmp_path, runner, tiny_mo
     assert result.exit_code == 2 and "in.csv: line 3: expected 2 fields, saw 3; fix the line" in result.output
     cfg = PipelineConfig.from_options(inputs=(str(src),), id_col="id", on_bad_lines="skip")
     corpus = scan(cfg.read)
-    (block,) = read_blocks(cfg.read, corpus)
+    (block,) = read_blocks(corpus)
     assert block.column("id").to_pylist() == ["1", "4"] and corpus.n_bad_lines == 2
 
 
 def test_bom_and_windows_line_ends(tmp_path):
     src = case(tmp_path, "B16_bom.csv")
     cfg = PipelineConfig.from_options(inputs=(str(src),), id_col="id")
-    (block,) = read_blocks(cfg.read, scan(cfg.read))
+    (block,) = read_blocks(scan(cfg.read))
     assert block.column("id").to_pylist() == ["1"] and block.column("text").to_pylist() == ["café au lait"]
 
 
@@ -127,7 +127,7 @@ def test_crlf_inside_quoted_field_is_kept_as_written(tmp_path):
     src = tmp_path / "in.csv"
     src.write_bytes(b'id,text\r\n1,"a\r\nb"\r\n')
     cfg = PipelineConfig.from_options(inputs=(str(src),), id_col="id")
-    (block,) = read_blocks(cfg.read, scan(cfg.read))
+    (block,) = read_blocks(scan(cfg.read))
     assert block.column("text").to_pylist() == ["a\r\nb"]
 
 
@@ -139,7 +139,7 @@ def test_non_utf8_bytes_name_file_offset_and_fix(runner, tiny_model_dir, tmp_pat
     assert f"Error: {src}: byte offset 18 (line 3) is not valid utf-8 (bytes e9 0a); pass --encoding" \
         in result.output
     cfg = PipelineConfig.from_options(inputs=(str(src),), encoding="latin-1")
-    (block,) = read_blocks(cfg.read, scan(cfg.read))
+    (block,) = read_blocks(scan(cfg.read))
     assert block.column("text").to_pylist() == ["ok", "café"]
 
 
@@ -147,7 +147,7 @@ def test_field_larger_than_stdlib_csv_limit(tmp_path):
     big = "w1 " * 100_000   # 300 kB: over csv's default 128 kB field limit
     src = write_csv(tmp_path / "in.csv", [{"text": big}, {"text": "w2"}])
     cfg = PipelineConfig.from_options(inputs=(str(src),))
-    (block,) = read_blocks(cfg.read, scan(cfg.read))
+    (block,) = read_blocks(scan(cfg.read))
     assert block.column("text").to_pylist() == [big, "w2"]
 
 
