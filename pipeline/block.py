@@ -17,10 +17,10 @@ import pyarrow as pa
 
 from .config import PipelineConfig
 from .dedup import WindowPlan, plan_windows
-from .encode import (Encoder, check_pooler, checkpoint_folder, model_facts, model_sha256, pool_offsets,
-                     resolve_model_path, window_pools)
+from .encode import Encoder
 from .errors import ConfigError
-from .pool import aggregate, normalize
+from .model import check_pooler, checkpoint_folder, model_facts, model_sha256, resolve_model_path
+from .pool import aggregate, normalize, pool_offsets, window_pools
 from .segment import covered_tokens, segment
 from .tokenize import tokenize_block
 from .types import ModelFacts, TokenizedDoc, Window

@@ -6,11 +6,13 @@ model outputs.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 from torch import Tensor
 
-from .config import PoolConfig
+from .config import PipelineConfig, PoolConfig
 
 
 def cls_pool(hidden: Tensor) -> Tensor:
@@ -86,7 +88,7 @@ def pool_windows(outputs, mask: Tensor, cfg: PoolConfig) -> Tensor:
 def pool_all(outputs, mask: Tensor, pools: tuple[PoolConfig, ...]) -> Tensor:
     """Every pool's window vectors side by side: (n, D_1 + D_2 + ...) float32, in the pools' order.
 
-    One pool gives exactly pool_windows; pipeline.encode.pool_offsets says where each one lies.
+    One pool gives exactly pool_windows; pool_offsets says where each one lies.
     """
     if len(pools) == 1:
         return pool_windows(outputs, mask, pools[0])
@@ -128,3 +130,32 @@ def normalize(vector: np.ndarray) -> np.ndarray:
     """
     norm = float(np.linalg.norm(vector.astype(np.float64)))
     return (vector.astype(np.float64) / max(norm, 1e-12)).astype(np.float32)
+
+
+def window_pools(cfg: PipelineConfig) -> tuple[PoolConfig, ...]:
+    """The distinct (pooling, layers, layer_agg) of the run's features, in first-asked order.
+
+    Features of different strategies with the same pooling read the same pooled vector of a shared
+    window: 5 strategies with mean pooling need one pool. Example: features head:cls, chunk:cls,
+    chunk:mean:-2 -> (cls (-1,), mean (-2,)).
+    """
+    pools: list[PoolConfig] = []
+    for f in cfg.feature_list():
+        p = dataclasses.replace(cfg.pool, pooling=f.pooling, layers=f.layers, layer_agg=f.layer_agg, features=())
+        if p not in pools:
+            pools.append(p)
+    return tuple(pools)
+
+
+def pool_offsets(pools: tuple[PoolConfig, ...], hidden: int) -> list[tuple[int, int]]:
+    """[start, end) of each pool's vector inside the concatenated window vector (see pool_all)."""
+    out, start = [], 0
+    for p in pools:
+        dim = hidden * len(p.layers) if p.pooling != "pooler" and p.layer_agg == "concat" else hidden
+        out.append((start, start + dim))
+        start += dim
+    return out
+
+
+# Where BERT-family encoders keep their list of layers (BERT, RoBERTa, ELECTRA, XLM-R: encoder.layer;
+# DistilBERT: transformer.layer; ModernBERT and others: layers / encoder.layers).

@@ -335,7 +335,7 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     import pyarrow as pa
 
     from .block import Extractor
-    from .encode import model_facts
+    from .model import model_facts
 
     if folds < 2:
         raise ConfigError(f"--folds={folds} must be >= 2")

@@ -17,7 +17,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from .block import Extractor, Prepared, resolve_config
-from .encode import model_label
+from .model import model_label
 from .config import DEFAULT_MODEL, PipelineConfig
 from .errors import InputError, PipelineError, RunError
 from .read import BlockSpec, Plan, read_block, row_location, scan

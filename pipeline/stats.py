@@ -63,7 +63,8 @@ def measure_speed(cfg: PipelineConfig, tokenizer, sample_ids: np.ndarray) -> tup
     Returns:
         (windows per second, the device it ran on, e.g. "cpu").
     """
-    from .encode import Encoder, special_ids
+    from .encode import Encoder
+    from .model import special_ids
     from .types import Window
 
     seg = cfg.segment

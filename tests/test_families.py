@@ -25,7 +25,7 @@ from transformers import AutoModel, AutoTokenizer, BertConfig, BertForMaskedLM
 import pipeline.encode
 from pipeline.block import resolve_config
 from pipeline.config import STRATEGIES, ModelConfig, PipelineConfig
-from pipeline.encode import model_facts
+from pipeline.model import model_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 C = POSITIONS - 2                       # content tokens of a tiny model's window

