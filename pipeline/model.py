@@ -32,22 +32,31 @@ class Family:
     position_offset: bool   # RoBERTa-style: positions start after padding_idx, so the table serves
                             # max_position_embeddings - padding_idx - 1 tokens
     token_type_ids: bool    # the base model's forward takes token_type_ids (all zeros are sent)
-    pooler: bool            # the base model class has a pooler layer (``--pooling pooler``)
+    pooler_weights: tuple[str, ...] = ()   # the base model's pooler parameters (``--pooling pooler``);
+                                           # () for a family without a pooler layer
+
+    @property
+    def pooler(self) -> bool:
+        """The base model class has a pooler layer."""
+        return bool(self.pooler_weights)
+
+
+_DENSE_POOLER = ("pooler.dense.weight", "pooler.dense.bias")  # BertPooler and its copies: Linear + tanh
 
 
 # The encoder families the tests build and check window by window; any other family is refused.
 FAMILIES: dict[str, Family] = {
-    "bert": Family(position_offset=False, token_type_ids=True, pooler=True),
-    "roberta": Family(position_offset=True, token_type_ids=True, pooler=True),
-    "xlm-roberta": Family(position_offset=True, token_type_ids=True, pooler=True),
-    "camembert": Family(position_offset=True, token_type_ids=True, pooler=True),
-    "distilbert": Family(position_offset=False, token_type_ids=False, pooler=False),
-    "electra": Family(position_offset=False, token_type_ids=True, pooler=False),
-    "albert": Family(position_offset=False, token_type_ids=True, pooler=True),
-    "mpnet": Family(position_offset=True, token_type_ids=False, pooler=True),
-    "deberta": Family(position_offset=False, token_type_ids=True, pooler=False),
-    "deberta-v2": Family(position_offset=False, token_type_ids=True, pooler=False),
-    "modernbert": Family(position_offset=False, token_type_ids=False, pooler=False),
+    "bert": Family(position_offset=False, token_type_ids=True, pooler_weights=_DENSE_POOLER),
+    "roberta": Family(position_offset=True, token_type_ids=True, pooler_weights=_DENSE_POOLER),
+    "xlm-roberta": Family(position_offset=True, token_type_ids=True, pooler_weights=_DENSE_POOLER),
+    "camembert": Family(position_offset=True, token_type_ids=True, pooler_weights=_DENSE_POOLER),
+    "distilbert": Family(position_offset=False, token_type_ids=False),
+    "electra": Family(position_offset=False, token_type_ids=True),
+    "albert": Family(position_offset=False, token_type_ids=True, pooler_weights=("pooler.weight", "pooler.bias")),
+    "mpnet": Family(position_offset=True, token_type_ids=False, pooler_weights=_DENSE_POOLER),
+    "deberta": Family(position_offset=False, token_type_ids=True),
+    "deberta-v2": Family(position_offset=False, token_type_ids=True),
+    "modernbert": Family(position_offset=False, token_type_ids=False),
 }
 
 
@@ -378,26 +387,37 @@ def model_facts(cfg: ModelConfig, tokenizer=None):
     cls_id, sep_id = special_ids(tok, cfg.model)
     folder = checkpoint_folder(resolve_model_path(cfg.model))
     names = weight_names(folder) if folder is not None else None
-    has_pooler = None
-    if not family.pooler:
-        has_pooler = False
-    elif names is not None:
-        has_pooler = any("pooler" in name.split(".") for name in names)
+    missing = missing_pooler_weights(family, names)
+    has_pooler = False if not family.pooler else (None if names is None else not missing)
     facts = ModelFacts(name=model_label(cfg.model), sha256=model_sha256(folder) if folder is not None else None,
                        family=mcfg.model_type, hidden_size=int(mcfg.hidden_size),
                        num_hidden_layers=int(mcfg.num_hidden_layers), max_length=max_length_served(mcfg, tok),
                        cls_id=cls_id, sep_id=sep_id, unk_id=tok.unk_token_id, token_type_ids=family.token_type_ids,
-                       has_pooler=has_pooler)
+                       has_pooler=has_pooler, missing_pooler=missing)
     return facts, tok
+
+
+def missing_pooler_weights(family: Family, names: set[str] | None) -> tuple[str, ...]:
+    """The family's pooler parameters that the checkpoint's weight names lack, in the family's order.
+
+    A name counts with or without the prefix of a task checkpoint ("bert.pooler.dense.weight").
+    Example: BERT, names without any pooler -> ("pooler.dense.weight", "pooler.dense.bias");
+    names None (cannot tell without loading) or a family without a pooler -> ().
+    """
+    if names is None:
+        return ()
+    return tuple(w for w in family.pooler_weights if not any(n == w or n.endswith("." + w) for n in names))
 
 
 def check_pooler(facts: ModelFacts, name: str) -> None:
     """``--pooling pooler`` needs pooler weights: refused from the family or the weight names, before loading.
 
     Raises:
-        ModelError: the family has no pooler layer, or the checkpoint has no pooler weights.
+        ModelError: the family has no pooler layer, or the checkpoint lacks pooler weights (the
+            message names them, e.g. "its checkpoint has no pooler weights: pooler.dense.weight,
+            pooler.dense.bias").
     """
     if facts.has_pooler is False:
-        why = ("its checkpoint has no pooler weights" if FAMILIES[facts.family].pooler
-               else f"a {facts.family} model has no pooler layer")
+        why = (f"its checkpoint has no pooler weights: {', '.join(facts.missing_pooler)}"
+               if FAMILIES[facts.family].pooler else f"a {facts.family} model has no pooler layer")
         raise ModelError(f"--pooling pooler: --model {name!r} cannot serve it ({why}); use --pooling cls or mean")

@@ -1,5 +1,9 @@
 """Tokenize stage: the model's fast tokenizer on whole documents (no truncation, no special tokens).
 
+Document text is data: a special-token string inside it ("[CLS]", "[SEP]", "[MASK]", "<s>", "</s>",
+"<pad>"...) is tokenized as the characters it is (``split_special_tokens=True``), never matched to the
+model's control token; the window's own special tokens are added by id in pipeline.segment.
+
 Called by pipeline.block once per block, and by ``longbert stats`` (which needs no model).
 """
 from __future__ import annotations
@@ -65,9 +69,15 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
         with_offsets: ask the tokenizer for character offsets (only --level token writes them;
             without, each doc's offsets are an empty (0, 2) array).
 
+    Special-token strings in a text are text: ``split_special_tokens=True`` tokenizes "[SEP]" as
+    the pieces of its characters (the default model: "[", "sep", "]"), so no content id is a control
+    token of the model (transformers' fast tokenizers, ``encode_special_tokens`` of ``tokenizers``).
+
     Returns:
         One TokenizedDoc per text, in order, with n_unknown = how many of its n_tokens are the
-        tokenizer's unknown token (``tokenizer.unk_token_id``; 0 for a tokenizer without one).
+        tokenizer's unknown token (``tokenizer.unk_token_id``; 0 for a tokenizer without one): pieces
+        the vocabulary lacks. A literal "[UNK]" in the text is text too, counted only where its own
+        pieces are unknown (the default model: "[", "un", "##k", "]", none unknown).
         ``n_tokens`` counts the whole text's tokens, except for a text cut before tokenizing: there
         it counts the tokens of the part tokenized, a lower bound of the whole that is always
         > max_tokens_per_doc (so the row still reads as truncated), and n_unknown counts within
@@ -79,8 +89,9 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
     unk = tokenizer.unk_token_id
 
     def call(batch: list[str]) -> tuple[list[list[int]], list]:
-        enc = tokenizer(batch, add_special_tokens=False, truncation=False, return_offsets_mapping=with_offsets,
-                        return_attention_mask=False, return_token_type_ids=False, verbose=False)
+        enc = tokenizer(batch, add_special_tokens=False, split_special_tokens=True, truncation=False,
+                        return_offsets_mapping=with_offsets, return_attention_mask=False,
+                        return_token_type_ids=False, verbose=False)
         return enc["input_ids"], enc["offset_mapping"] if with_offsets else [None] * len(batch)
 
     texts = list(texts)

@@ -15,6 +15,9 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processor
 from transformers import PreTrainedTokenizerFast
 
 WORDS = [f"w{i}" for i in range(40)]
+# the pieces of every family's special-token strings split as text ("[CLS]" -> "[", "cls", "]";
+# "</s>" -> "<", "/", "s", ">"), so a document that holds them tokenizes with no unknown token
+MARKUP = ["[", "]", "<", ">", "/", "cls", "sep", "mask", "pad", "unk", "s"]
 POSITIONS = 64  # what the BERT-style tiny models serve (windows of 62 content tokens)
 
 BERT_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
@@ -59,10 +62,11 @@ FAMILY_NAMES = tuple(_configs(10, {"pad": 0, "cls": 2, "sep": 3}))
 
 
 def build_tokenizer(specials: dict[str, str], roberta_style: bool, model_max_length: int | None):
-    """A WordPiece tokenizer: specials, 'a'..'h', w0..w39 (one token each), digits 0-9; lower-cased."""
+    """A WordPiece tokenizer: specials, 'a'..'h', w0..w39 (one token each), digits 0-9, the pieces of
+    the special-token strings (MARKUP); lower-cased."""
     order = ["cls", "pad", "sep", "unk", "mask"] if roberta_style else ["pad", "unk", "cls", "sep", "mask"]
     vocab = {specials[k]: i for i, k in enumerate(order)}
-    for piece in list("abcdefgh") + WORDS + list("0123456789"):
+    for piece in list("abcdefgh") + WORDS + list("0123456789") + MARKUP:
         vocab[piece] = len(vocab)
     tok = Tokenizer(models.WordPiece(vocab, unk_token=specials["unk"]))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)

@@ -3,6 +3,7 @@ own special tokens and position limit, and vectors equal to a direct AutoModel c
 windows. Families it cannot serve are refused (exit 2) before any weight loads."""
 from __future__ import annotations
 
+import csv
 import hashlib
 import inspect
 import json
@@ -25,7 +26,7 @@ from transformers import AutoModel, AutoTokenizer, BertConfig, BertForMaskedLM
 import pipeline.encode
 from pipeline.block import resolve_config
 from pipeline.config import STRATEGIES, ModelConfig, PipelineConfig
-from pipeline.model import model_facts
+from pipeline.model import FAMILIES, model_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 C = POSITIONS - 2                       # content tokens of a tiny model's window
@@ -147,13 +148,115 @@ def test_pooler_where_the_family_has_one_refused_before_loading_where_not(runner
             "pooler layer); use --pooling cls or mean") in result.output
 
 
-def test_checkpoint_without_pooler_weights_refused_from_the_weight_names(runner, tmp_path, family_dir, monkeypatch):
+def pooler_parameters(model) -> tuple[str, ...]:
+    """The names of the model's own pooler parameters, in the model's order (the independent reference)."""
+    return tuple(name for name, _ in model.named_parameters() if name.split(".")[0] == "pooler")
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_family_table_names_the_pooler_weights_the_model_class_has(family, direct_model):
+    model, _ = direct_model(family)
+    assert FAMILIES[family].pooler_weights == pooler_parameters(model)
+    assert FAMILIES[family].pooler == (family in HAS_POOLER)
+
+
+def test_checkpoint_without_pooler_weights_refused_naming_them(runner, tmp_path, family_dir, direct_model,
+                                                              monkeypatch):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
     path = family_dir("bert", pooler=False)
+    names = pooler_parameters(direct_model("bert")[0])
+    assert names == ("pooler.dense.weight", "pooler.dense.bias")
     monkeypatch.setattr(pipeline.encode, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
     result, _ = run_extract(runner, tmp_path, path, DOCS[:1], "--pooling", "pooler", ok=False)
     assert result.exit_code == 2
     assert (f"Error: --pooling pooler: --model {str(path)!r} cannot serve it (its checkpoint has no pooler "
-            "weights); use --pooling cls or mean") in result.output
+            f"weights: {names[0]}, {names[1]}); use --pooling cls or mean") in result.output.replace("\n", " ")
+    # only the bias stored, under the "bert." prefix of a task checkpoint: the weight alone is named
+    half = Path(shutil.copytree(family_dir("bert"), tmp_path / "half"))
+    tensors = load_file(half / "model.safetensors")
+    assert set(names) <= set(tensors)
+    del tensors[names[0]]
+    tensors["bert." + names[1]] = tensors.pop(names[1])
+    save_file(tensors, half / "model.safetensors", metadata={"format": "pt"})
+    result, _ = run_extract(runner, tmp_path, half, DOCS[:1], "--pooling", "pooler", ok=False)
+    assert result.exit_code == 2
+    assert (f"Error: --pooling pooler: --model {str(half)!r} cannot serve it (its checkpoint has no pooler "
+            f"weights: {names[0]}); use --pooling cls or mean") in result.output.replace("\n", " ")
+
+
+# ---------------------------------------------------------------- special-token strings are text (issue 17, B41)
+
+MARKUP_STRINGS = ["[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]", "<s>", "</s>", "<pad>", "<mask>", "<unk>"]
+
+
+def direct_window(model, ids: list[int]) -> torch.Tensor:
+    """(seq, h) last hidden state of one window, run alone (token_type_ids zeros where the model takes them)."""
+    t = torch.tensor([ids])
+    kw = {"token_type_ids": torch.zeros_like(t)} if "token_type_ids" in inspect.signature(model.forward).parameters \
+        else {}
+    with torch.no_grad():
+        return model(input_ids=t, attention_mask=torch.ones_like(t), **kw).last_hidden_state[0]
+
+
+def check_text_is_data(rows, texts, model, tok) -> int:
+    """Each row against a direct call on [first] + split ids + [last]; returns how many control tokens the
+    texts would have held without splitting (so a caller can check the case tests something)."""
+    special = set(tok.all_special_ids)
+    first, last = tok("a")["input_ids"][0], tok("a")["input_ids"][-1]   # the family's own template, by id
+    as_controls = 0
+    for row, text in zip(rows, texts):
+        ids = tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        as_controls += sum(i in special for i in tok(text, add_special_tokens=False)["input_ids"])
+        assert not special & set(ids), tok.convert_ids_to_tokens(ids)
+        assert row["token_ids"] == ids and row["n_tokens"] == len(ids) and row["n_windows"] == 1
+        assert row["n_unknown"] == sum(i == tok.unk_token_id for i in ids)
+        hidden = direct_window(model, [first, *ids, last])                   # (n + 2, h)
+        np.testing.assert_allclose(row["features"], hidden.mean(0).numpy(), atol=1e-5, err_msg=text)
+        np.testing.assert_allclose(np.asarray(row["token_features"]), hidden[1:-1].numpy(), atol=1e-5)
+    return as_controls
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_special_token_strings_in_a_document_are_text(runner, tmp_path, family, family_dir, direct_model):
+    model, tok = direct_model(family)
+    strings = list(dict.fromkeys(MARKUP_STRINGS + list(tok.all_special_tokens)))   # the family's own among them
+    text = " ".join(f"w{i} {s}" for i, s in enumerate(strings)) + " w39"
+    texts = [text, "[UNK] <unk>", "zz"]                # a literal [UNK] is text; zz is not in the vocabulary
+    _, out = run_extract(runner, tmp_path, family_dir(family), texts, "--level", "token")
+    rows = pq.read_table(out).to_pylist()
+    assert [r["n_unknown"] for r in rows] == [0, 0, 1]
+    assert [r["error"] for r in rows] == [None, None, "only unknown tokens"]
+    assert check_text_is_data(rows[:2], texts[:2], model, tok) == len(tok.all_special_tokens) + 1
+    _, out = run_extract(runner, tmp_path, family_dir(family), texts[:1])        # document level, no offsets
+    np.testing.assert_allclose(pq.read_table(out).column("features")[0].as_py(), rows[0]["features"], atol=1e-6)
+
+
+def extract_b41(runner, tmp_path, *model_args) -> tuple[list[dict], list[str]]:
+    with open(CASES / "B41.csv", newline="", encoding="utf-8") as fh:
+        texts = [r["text"] for r in csv.DictReader(fh)]
+    out = tmp_path / "b41.parquet"
+    result = invoke(runner, ["extract", CASES / "B41.csv", "--id-col", "id", *model_args, "-o", out, "--overwrite",
+                             "--no-progress", "--level", "token"])
+    assert result.exit_code == 0, result.output
+    return pq.read_table(out).to_pylist(), texts
+
+
+def test_b41_special_token_text_with_the_default_model(runner, tmp_path, default_model_dir):
+    model = AutoModel.from_pretrained(default_model_dir, attn_implementation="eager").eval()
+    tok = AutoTokenizer.from_pretrained(default_model_dir)
+    rows, texts = extract_b41(runner, tmp_path)
+    assert check_text_is_data(rows, texts, model, tok) == 3     # [CLS], [SEP], [MASK] of row 1
+    assert tok.convert_ids_to_tokens(rows[0]["token_ids"][6:10]) == ["[", "cl", "##s", "]"]
+
+
+def test_b41_special_token_text_with_the_b26_roberta_model(runner, tmp_path, b26_models):
+    path = b26_models / "roberta_nomax"
+    model = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    rows, texts = extract_b41(runner, tmp_path, "--model", path)
+    assert check_text_is_data(rows, texts, model, tok) == 3     # <s>, </s>, <pad> of row 2
 
 
 def test_modernbert_gets_windows_as_long_as_it_serves(runner, tmp_path, family_dir, direct_model):
@@ -276,6 +379,16 @@ def test_b34_distilbert_runs_without_token_type_ids_and_refuses_pooler(runner, t
 
 
 # ---------------------------------------------------------------- provenance
+
+def test_model_identity_tokenize_and_segment_import_without_torch():
+    """pipeline.model (resolution, families, checks), tokenize and segment: no torch on import (issue 16)."""
+    code = ("import sys\nimport pipeline.model, pipeline.tokenize, pipeline.segment\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
 
 def _independent_sha256(folder: Path) -> str:
     """As the README states it: config.json, then the weight files in name order; each as name, NUL, bytes."""
