@@ -6,7 +6,9 @@ wherever a block is processed, from the spec alone.
 
 Formats (by extension, or ``--format``): CSV (``--delimiter``), TSV, JSON Lines, parquet, and folders
 or globs of ``.txt`` / ``.md`` files (one document per file); ``.gz`` and ``.zst`` variants of the
-line formats are read as streams.
+line formats are read as streams. Folders and globs are walked by one walker (``sources.walk``):
+symlinks followed once, each file once, files of other extensions in a folder counted
+(``Plan.skipped_files``), a glob matching files of no known format refused.
 
 Layout: ``sources`` (command-line inputs -> Sources), ``streams`` (bytes: opening, decompression,
 decode check, the line splitter), ``specs`` (Columns, BlockSpec, FileScan), and one module per format
@@ -31,13 +33,13 @@ import pyarrow as pa
 from ..config import ReadConfig
 from ..errors import InputError
 from . import lines, parquet, text
-from .sources import LINE_FORMATS, TEXT_SUFFIXES, Source, expand_inputs
+from .sources import LINE_FORMATS, TEXT_SUFFIXES, Source, expand_inputs, walk
 from .specs import BlockSpec, Columns, FileScan
 
 FORMATS: dict[str, ModuleType] = {"csv": lines, "tsv": lines, "jsonl": lines, "parquet": parquet, "text": text}
 
 __all__ = ["BlockSpec", "Columns", "FileScan", "FORMATS", "LINE_FORMATS", "Plan", "Source", "TEXT_SUFFIXES",
-           "block_from_texts", "expand_inputs", "read_block", "read_blocks", "row_location", "scan"]
+           "block_from_texts", "expand_inputs", "read_block", "read_blocks", "row_location", "scan", "walk"]
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Plan:
     columns: Columns = field(default_factory=Columns)
     duplicate_ids: int = 0                   # rows whose id appeared before (all rows are kept)
     id_note: str | None = None               # e.g. "ids from column 'id'" when --id-col was not given
+    skipped_files: int = 0                   # files in input folders left out for their extension
 
     @property
     def n_rows(self) -> int:
@@ -116,7 +119,7 @@ def scan(cfg: ReadConfig) -> Plan:
     """
     sources = expand_inputs(cfg)
     cols, note, found = _resolve_ids(sources, cfg)
-    plan = Plan(columns=cols, id_note=note)
+    plan = Plan(columns=cols, id_note=note, skipped_files=sum(src.skipped for src in sources))
     id_flag = "--id-col" if cfg.id_col is not None else "--id-col (the input column 'id' is used when present)"
     parent = _common_parent(sources)
     seen: set[str] | None = set() if cols.ids == "string" else None

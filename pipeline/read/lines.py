@@ -4,7 +4,10 @@ Every CSV/TSV field is read as text exactly as written (the standard library's c
 inference, no missing-value markers), so "007", "NA" and "3.50" stay strings. pandas' C parser was
 not used: it drops whitespace-only lines as blank and silently rewrites a stray quote
 ('"x"y"' -> 'xy"'); both lose or change a row. Lines end in ``\\n``, ``\\r\\n`` or ``\\r``; line
-numbers in messages count all three. A JSON Lines record is one line holding one JSON object.
+numbers in messages count all three. A JSON Lines record is one line holding one JSON object; one
+that names a key twice, or holds a lone surrogate (``"\\ud83d"``) in a value read, is a bad record.
+A bad last record with no final line end (cut inside a quote or a JSON value) means the file was cut
+short: an InputError naming line and byte, even with ``--on-bad-lines skip``.
 
 The format interface (see ``pipeline.read``): ``columns``, ``check``, ``scan``, ``read``, ``locate``.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,13 +27,15 @@ from ..errors import InputError
 from .sources import FORMAT_NAMES, Source, how
 from .specs import (BlockSpec, Columns, FileScan, check_named_once, count_id, finish_table, missing_message,
                     needed_flags, row_ids)
-from .streams import hash_and_check_bytes, line_decoding, lines, magic_check, open_binary
+from .streams import decode_message, hash_and_check_bytes, line_decoding, lines, magic_check, open_binary
 
 
 @dataclass
 class _BadRecord(Exception):
     line: int        # 1-based physical line where the record starts
     reason: str
+    offset: int = 0  # byte offset where it starts (of the decompressed text)
+    cut: bool = False  # it runs into the end of the file, which has no final line end: a cut-short file
 
 
 @dataclass
@@ -40,24 +46,40 @@ class _Record:
     bad: _BadRecord | None = None
 
 
+def _decode(src: Source, cols: Columns, raw: bytes, offset: int, line: int) -> str:
+    """One line's text; InputError (file, byte, line, the --encoding to pass) if it does not decode."""
+    try:
+        text = raw.decode(line_decoding(cols.encoding))
+    except UnicodeDecodeError as err:
+        raise InputError(decode_message(src.path, cols.encoding, offset + err.start, line,
+                                        raw[err.start:err.start + 4], raw[:4] if offset == 0 else b"")) from None
+    return text[1:] if offset == 0 and text.startswith("\ufeff") else text
+
+
 class _Feed:
     """Decoded lines for csv.reader, remembering the line and offsets of the record being read."""
 
-    def __init__(self, lines: Iterator[tuple[int, int, bytes]], encoding: str):
+    def __init__(self, lines: Iterator[tuple[int, int, bytes]], src: Source, cols: Columns):
         self.lines = lines
-        self.encoding = encoding
+        self.src, self.cols = src, cols
         self.start: tuple[int, int, int] | None = None   # (line, offset, end of that line) of the record
         self.mark = False
+        self.last = b"\n"                                 # the last line read, as bytes
+
+    @property
+    def unterminated(self) -> bool:
+        """The last line read has no line end: it is the file's last line, cut or never ended."""
+        return not self.last.endswith((b"\n", b"\r"))
 
     def __iter__(self) -> _Feed:
         return self
 
     def __next__(self) -> str:
         line, offset, raw = next(self.lines)
+        self.last = raw
         if self.mark:
             self.start, self.mark = (line, offset, offset + len(raw)), False
-        text = raw.decode(self.encoding)
-        return text[1:] if offset == 0 and text.startswith("\ufeff") else text
+        return _decode(self.src, self.cols, raw, offset, line)
 
 
 class _LineReader:
@@ -67,15 +89,14 @@ class _LineReader:
         self.src = src
         self.cols = cols
         self.delimiter = cols.delimiter or ("\t" if src.format == "tsv" else ",")
-        self.encoding = line_decoding(cols.encoding)
         csv.field_size_limit(sys.maxsize)
 
     def header(self) -> list[str] | None:
         """The CSV/TSV header's names (None for JSON Lines); InputError if it cannot be parsed."""
         if self.src.format == "jsonl":
             return None
-        with open_binary(self.src.path, self.src.compression) as fh:
-            feed = _Feed(lines(fh, 0, 1), self.encoding)
+        with open_binary(self.src.path, self.src.compression, 0, self.cols.encoding) as fh:
+            feed = _Feed(lines(fh, 0, 1), self.src, self.cols)
             reader = csv.reader(feed, delimiter=self.delimiter, strict=True)
             try:
                 for row in reader:
@@ -101,8 +122,8 @@ class _LineReader:
         assert header is not None
         skip_header = offset == 0
         while True:
-            with open_binary(self.src.path, self.src.compression, offset) as fh:
-                feed = _Feed(lines(fh, offset, line), self.encoding)
+            with open_binary(self.src.path, self.src.compression, offset, self.cols.encoding) as fh:
+                feed = _Feed(lines(fh, offset, line), self.src, self.cols)
                 reader = csv.reader(feed, delimiter=self.delimiter, strict=True)
                 while True:
                     feed.mark, feed.start = True, None
@@ -113,7 +134,8 @@ class _LineReader:
                     except csv.Error as err:
                         assert feed.start is not None
                         start_line, start_offset, first_end = feed.start
-                        yield _Record(start_line, start_offset, None, _BadRecord(start_line, str(err)))
+                        yield _Record(start_line, start_offset, None,
+                                      _BadRecord(start_line, str(err), start_offset, feed.unterminated))
                         offset, line = first_end, start_line + 1  # go on at the next line
                         break
                     if not row:
@@ -123,40 +145,75 @@ class _LineReader:
                         continue
                     start_line, start_offset, _ = feed.start
                     if len(row) != len(header):
-                        yield _Record(start_line, start_offset, None,
-                                      _BadRecord(start_line, f"expected {len(header)} fields, saw {len(row)}"))
+                        yield _Record(start_line, start_offset, None, _BadRecord(
+                            start_line, f"expected {len(header)} fields, saw {len(row)}", start_offset,
+                            feed.unterminated))
                         continue
                     yield _Record(start_line, start_offset, dict(zip(header, row)))
 
     def _json_records(self, offset: int, line: int) -> Iterator[_Record]:
-        needed = self.cols.needed
-        with open_binary(self.src.path, self.src.compression, offset) as fh:
+        with open_binary(self.src.path, self.src.compression, offset, self.cols.encoding) as fh:
             for number, start, raw in lines(fh, offset, line):
-                text = raw.decode(self.encoding)
-                if start == 0 and text.startswith("\ufeff"):
-                    text = text[1:]
+                text = _decode(self.src, self.cols, raw, start, number)
                 if not text.strip():
                     continue
-                try:
-                    obj = json.loads(text)
-                except ValueError as err:
-                    yield _Record(number, start, None, _BadRecord(number, f"not valid JSON ({err})"))
+                values, reason = self._json_values(text)
+                if reason is not None:
+                    cut = not raw.endswith((b"\n", b"\r"))
+                    yield _Record(number, start, None, _BadRecord(number, reason, start, cut))
                     continue
-                if not isinstance(obj, dict):
-                    yield _Record(number, start, None,
-                                  _BadRecord(number, f"a JSON {type(obj).__name__}, not an object"))
-                    continue
-                missing = [k for k in needed if k not in obj]
-                if missing:
-                    yield _Record(number, start, None,
-                                  _BadRecord(number, f"no key {missing[0]!r} (keys: {sorted(obj)[:10]})"))
-                    continue
-                yield _Record(number, start, {k: _json_text(obj[k]) for k in needed})
+                yield _Record(number, start, values)
+
+    def _json_values(self, text: str) -> tuple[dict[str, str] | None, str | None]:
+        """(the needed values of one JSON Lines record, None), or (None, why the record is bad)."""
+        try:
+            obj = json.loads(text, object_pairs_hook=_object)
+        except _RepeatedKey as err:
+            return None, str(err)
+        except ValueError as err:
+            return None, f"not valid JSON ({err})"
+        if not isinstance(obj, dict):
+            return None, f"a JSON {type(obj).__name__}, not an object"
+        missing = [k for k in self.cols.needed if k not in obj]
+        if missing:
+            return None, f"no key {missing[0]!r} (keys: {sorted(obj)[:10]})"
+        values = {k: _json_text(obj[k]) for k in self.cols.needed}
+        for key, value in values.items():
+            lone = _SURROGATE.search(value)
+            if lone:
+                return None, (f"key {key!r} holds a lone surrogate \\u{ord(lone.group()):04x} (half of a UTF-16 "
+                              "pair, which no UTF-8 text can hold)")
+        return values, None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _RepeatedKey(ValueError):
+    """A JSON object that names one key twice (json keeps the last value silently)."""
+
+
+def _object(pairs: list[tuple[str, object]]) -> dict:
+    """``object_pairs_hook`` for json.loads: a dict, or _RepeatedKey naming the first repeated key."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        key = next(k for i, (k, _) in enumerate(pairs) if k in (p for p, _ in pairs[:i]))
+        raise _RepeatedKey(f"the object names the key {key!r} twice (JSON keeps only the last value)")
+    return obj
 
 
 def _json_text(value) -> str:
     """A JSON value as text: strings as they are, anything else as its JSON text (7 -> '7', null -> 'null')."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _cut_message(src: Source, bad: _BadRecord) -> str:
+    """A last record that runs into the end of a file with no final line end: the file is cut short."""
+    where = "of the decompressed text" if src.compression else "of the file"
+    reason = 'a quoted field is still open (unbalanced ")' if "unexpected end of data" in bad.reason else bad.reason
+    return (f"{src.path}: line {bad.line} (byte {bad.offset} {where}): the file ends inside this record, with no "
+            f"line end ({reason}); it looks cut short, as by an interrupted download or copy: get the whole "
+            "file again, or complete the record and end the line")
 
 
 def _bad_message(src: Source, bad: _BadRecord) -> str:
@@ -180,9 +237,9 @@ def columns(src: Source, cols: Columns) -> list[str]:
     reader = _LineReader(src, cols)
     if src.format != "jsonl":
         return reader.header()
-    with open_binary(src.path, src.compression) as fh:
-        for _, _, raw in lines(fh, 0, 1):
-            text = raw.decode(reader.encoding, errors="replace").lstrip("\ufeff")
+    with open_binary(src.path, src.compression, 0, cols.encoding) as fh:
+        for number, start, raw in lines(fh, 0, 1):
+            text = _decode(src, cols, raw, start, number)
             if text.strip():
                 try:
                     obj = json.loads(text)
@@ -246,6 +303,8 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
     path = str(src.path.resolve())
     for rec in reader.records(header):
         if rec.values is None:
+            if rec.bad.cut:
+                raise InputError(_cut_message(src, rec.bad))
             if cols.on_bad_lines == "error":
                 raise InputError(_bad_message(src, rec.bad))
             n_bad += 1

@@ -37,8 +37,38 @@ def check(src: Source, names: list[str], cols: Columns, id_flag: str) -> None:
 
 
 def _is_text(kind: pa.DataType) -> bool:
-    return (pa.types.is_string(kind) or pa.types.is_large_string(kind)
-            or (pa.types.is_dictionary(kind) and pa.types.is_string(kind.value_type)))
+    """Every Arrow string type is text: string, large_string, string_view, and dictionaries of them."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+
+
+def _check_types(src: Source, schema: pa.Schema, cols: Columns) -> None:
+    """The text column is a string column; id and keep columns have a text form (not nested)."""
+    text_type = schema.field(cols.text_col).type
+    if not _is_text(text_type):
+        raise InputError(f"{src.path}: column {cols.text_col!r} has type {text_type}, not a string; pass "
+                         "--text-col with a text column, or convert the column to strings")
+    for col in (cols.id_col, *cols.keep_cols):
+        if col is not None and pa.types.is_nested(schema.field(col).type):
+            raise InputError(f"{src.path}: column {col!r} has type {schema.field(col).type}, which "
+                             "has no text form; pass a column of strings or numbers")
+
+
+def _verify(pf: pq.ParquetFile, src: Source, cols: Columns, seen: set[str] | None) -> int:
+    """Decode the needed columns of every row group once (a damaged page fails here, before the run),
+    check each group's row count against the footer; returns the duplicate ids counted in ``seen``."""
+    dups = 0
+    for g in range(pf.num_row_groups):
+        data = pf.read_row_group(g, columns=cols.needed)
+        data.validate(full=True)  # string values are valid UTF-8, offsets in bounds
+        if data.num_rows != pf.metadata.row_group(g).num_rows:
+            raise ValueError(f"row group {g} holds {data.num_rows} rows, its footer says "
+                             f"{pf.metadata.row_group(g).num_rows}")
+        if cols.id_col is not None and seen is not None:
+            for value in as_strings(data.column(cols.id_col)).to_pylist():
+                dups += count_id(seen, value if value is not None else "")
+    return dups
 
 
 def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_index: int,
@@ -50,19 +80,13 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
         InputError: a text column that is not a string, an id or keep column with no text form.
     """
     sha, n_bytes = file_sha256(src.path)
-    pf = pq.ParquetFile(src.path)
-    text_type = pf.schema_arrow.field(cols.text_col).type
-    if not _is_text(text_type):
-        raise InputError(f"{src.path}: column {cols.text_col!r} has type {text_type}, not a string; pass "
-                         "--text-col with a text column, or convert the column to strings")
-    for col in (cols.id_col, *cols.keep_cols):
-        if col is not None and pa.types.is_nested(pf.schema_arrow.field(col).type):
-            raise InputError(f"{src.path}: column {col!r} has type {pf.schema_arrow.field(col).type}, which "
-                             "has no text form; pass a column of strings or numbers")
-    dups = 0
-    if cols.id_col is not None and seen is not None:
-        for value in as_strings(pf.read(columns=[cols.id_col]).column(0)).to_pylist():
-            dups += count_id(seen, value if value is not None else "")
+    try:
+        pf = pq.ParquetFile(src.path)
+        _check_types(src, pf.schema_arrow, cols)
+        dups = _verify(pf, src, cols, seen)
+    except (OSError, pa.ArrowException, ValueError, IndexError) as err:
+        raise InputError(f"{src.path}: cannot be read as parquet ({type(err).__name__}: {err}); the file is "
+                         "damaged or cut short: write or copy it again") from None
     specs: list[BlockSpec] = []
     path = str(src.path.resolve())
     row = first_row
@@ -110,7 +134,11 @@ def read(spec: BlockSpec) -> pa.Table:
     key = (spec.path, os.stat(spec.path).st_mtime_ns, spec.row_groups, tuple(names))
     data = _ROW_GROUP_CACHE.get(key)
     if data is None:
-        data = pq.ParquetFile(spec.path).read_row_groups(list(spec.row_groups), columns=names)
+        try:
+            data = pq.ParquetFile(spec.path).read_row_groups(list(spec.row_groups), columns=names)
+        except (OSError, pa.ArrowException) as err:
+            raise InputError(f"{spec.path}: cannot be read as parquet ({err}); the file changed during the "
+                             "run: run again") from None
         _ROW_GROUP_CACHE.clear()
         _ROW_GROUP_CACHE[key] = data
     part = data.slice(spec.skip, spec.n_rows)
