@@ -1,6 +1,7 @@
 """PipelineConfig: every option of a run, validated once; built by cli.py, passed down whole to the stages."""
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import hashlib
 import json
@@ -82,7 +83,8 @@ class ReadConfig:
         except LookupError:
             raise ConfigError(f"--encoding {self.encoding!r} is not a known text encoding; "
                               "try utf-8, latin-1, cp1252 or gb18030") from None
-        if not "\n,\ra".encode(self.encoding).endswith(b"\n,\ra"):  # a BOM prefix (utf-8-sig) is fine
+        utf_16_32 = codecs.lookup(self.encoding).name.startswith(("utf-16", "utf-32"))  # read as UTF-8 (pipeline.read)
+        if not utf_16_32 and not "\n,\ra".encode(self.encoding).endswith(b"\n,\ra"):  # a BOM prefix (utf-8-sig) is fine
             raise ConfigError(f"--encoding {self.encoding!r} is not ASCII-compatible (lines cannot be split on "
                               "bytes); convert the files to UTF-8, e.g. iconv -f utf-16 -t utf-8")
 

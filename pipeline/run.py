@@ -44,6 +44,7 @@ class Summary:
     unknown_tokens: int = 0       # tokens the tokenizer mapped to its unknown token (column n_unknown)
     id_note: str | None = None
     windows_saved: int = 0       # windows not encoded: shared between strategies or identical token ids
+    skipped_files: int = 0       # files in input folders left out for their extension
 
     def line(self) -> str:
         """documents, tokens, windows, rows with errors, seconds, output path (+ counts that are non-zero)."""
@@ -58,6 +59,8 @@ class Summary:
             extra.append(f"resumed: {self.resumed_from} rows were done")
         if self.skipped_lines:
             extra.append(f"{self.skipped_lines} bad lines skipped")
+        if self.skipped_files:
+            extra.append(f"{self.skipped_files} files skipped (not .txt/.md)")
         if self.duplicate_ids:
             extra.append(f"warning: {self.duplicate_ids} duplicate ids (all rows kept)")
         if self.oom_splits:
@@ -212,7 +215,7 @@ def open_run(cfg: PipelineConfig, schema: pa.Schema, plan: Plan, echo: Callable[
     """
     sink = open_sink(cfg, schema, run_fingerprint(cfg, plan))
     summary = Summary(output=str(cfg.write.output), skipped_lines=plan.n_bad_lines,
-                      duplicate_ids=plan.duplicate_ids, id_note=plan.id_note)
+                      duplicate_ids=plan.duplicate_ids, id_note=plan.id_note, skipped_files=plan.skipped_files)
     done = sink.open(plan.blocks)
     todo = [spec for spec in plan.blocks if spec.index not in done]
     summary.resumed_from = sum(spec.n_rows for spec in plan.blocks if spec.index in done)

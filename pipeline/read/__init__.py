@@ -1,0 +1,183 @@
+"""Read stage: check every input once and cut it into a plan of blocks; ``read_block(spec)`` reads one.
+
+Called by every engine (pipeline.run, pipeline.ray_engine) and by ``longbert stats``: ``scan`` runs on
+the driver before any model loads (exit 2 with file and line on bad input), and ``read_block`` runs
+wherever a block is processed, from the spec alone.
+
+Formats (by extension, or ``--format``): CSV (``--delimiter``), TSV, JSON Lines, parquet, and folders
+or globs of ``.txt`` / ``.md`` files (one document per file); ``.gz`` and ``.zst`` variants of the
+line formats are read as streams. Folders and globs are walked by one walker (``sources.walk``):
+symlinks followed once, each file once, files of other extensions in a folder counted
+(``Plan.skipped_files``), a glob matching files of no known format refused.
+
+Layout: ``sources`` (command-line inputs -> Sources), ``streams`` (bytes: opening, decompression,
+decode check, the line splitter), ``specs`` (Columns, BlockSpec, FileScan), and one module per format
+family: ``lines`` (CSV, TSV, JSON Lines), ``parquet``, ``text``. Each format module has the same
+functions: ``columns(src, cols)``, ``check(src, names, cols, id_flag)``, ``scan(src, cols, block_rows,
+first_row, first_index, seen)``, ``read(spec)`` and ``locate(spec, i)``. ``FORMATS`` maps a format name
+to its module: a new format is one module and one row there.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+import pyarrow as pa
+
+from ..config import ReadConfig
+from ..errors import InputError
+from . import lines, parquet, text
+from .sources import LINE_FORMATS, TEXT_SUFFIXES, Source, expand_inputs, walk
+from .specs import BlockSpec, Columns, FileScan
+
+FORMATS: dict[str, ModuleType] = {"csv": lines, "tsv": lines, "jsonl": lines, "parquet": parquet, "text": text}
+
+__all__ = ["BlockSpec", "Columns", "FileScan", "FORMATS", "LINE_FORMATS", "Plan", "Source", "TEXT_SUFFIXES",
+           "block_from_texts", "expand_inputs", "read_block", "read_blocks", "row_location", "scan", "walk"]
+
+
+@dataclass
+class Plan:
+    """The inputs, checked before the run starts, as a list of block specs in input order."""
+
+    files: list[FileScan] = field(default_factory=list)
+    blocks: list[BlockSpec] = field(default_factory=list)
+    columns: Columns = field(default_factory=Columns)
+    duplicate_ids: int = 0                   # rows whose id appeared before (all rows are kept)
+    id_note: str | None = None               # e.g. "ids from column 'id'" when --id-col was not given
+    skipped_files: int = 0                   # files in input folders left out for their extension
+
+    @property
+    def n_rows(self) -> int:
+        """Documents in the whole corpus."""
+        return sum(f.n_rows for f in self.files)
+
+    @property
+    def n_bad_lines(self) -> int:
+        """Lines skipped across all files."""
+        return sum(f.n_bad_lines for f in self.files)
+
+    @property
+    def id_type(self) -> pa.DataType:
+        """pa.int64() for row numbers, pa.string() for ids read from the inputs (or text file paths)."""
+        return pa.int64() if self.columns.ids == "row" else pa.string()
+
+    def fingerprint(self) -> list[dict]:
+        """Inputs by content (name, bytes, sha256), used to refuse a resume over different inputs."""
+        return [{"name": f.path.name, "bytes": f.n_bytes, "sha256": f.sha256} for f in self.files]
+
+    def plan_fingerprint(self) -> str:
+        """sha256 of every block's place (file name, first row, rows, offset or row groups)."""
+        return hashlib.sha256(json.dumps([b.identity() for b in self.blocks]).encode()).hexdigest()
+
+
+def _resolve_ids(sources: list[Source], cfg: ReadConfig) -> tuple[Columns, str | None, dict[Source, list[str]]]:
+    """Decide where ids come from; returns the Columns, a note for the summary and each input's columns.
+
+    --id-col given: that column (strings). Else, when every tabular input has a column ``id``: that one,
+    and the summary says so. Else row numbers (int64, output column ``row``); text files' ids are their
+    paths, which cannot be mixed with row numbers.
+
+    Raises:
+        InputError: text files mixed with tabular inputs that have no id column.
+    """
+    base = Columns(text_col=cfg.text_col, id_col=cfg.id_col, keep_cols=cfg.keep_cols, encoding=cfg.encoding,
+                   delimiter=cfg.delimiter, on_bad_lines=cfg.on_bad_lines, with_source=cfg.with_source)
+    found = {src: FORMATS[src.format].columns(src, base) for src in sources}
+    tabular = [s for s in sources if s.format != "text"]
+    has_text = len(tabular) < len(sources)
+    id_col, note = cfg.id_col, None
+    if id_col is None and tabular and all("id" in (found[s] or []) for s in tabular):
+        id_col, note = "id", "ids from the input column 'id' (pass --id-col to choose another)"
+    if has_text and tabular and id_col is None:
+        raise InputError("text files (ids are their paths) are mixed with inputs that have no id column "
+                         f"({tabular[0].path}); pass --id-col with a column of those inputs")
+    ids = "string" if (id_col is not None or has_text) else "row"
+    return dataclasses.replace(base, id_col=id_col, ids=ids), note, found
+
+
+def scan(cfg: ReadConfig) -> Plan:
+    """Check every input before anything is loaded or written, and plan it as blocks.
+
+    Checks: a format's magic bytes (a parquet file named .csv...), bytes that decode (file, byte offset,
+    line), the needed columns (named once, present; else the columns and the --text-col / --delimiter /
+    --format fix), every record (file and line of a bad one, or --on-bad-lines skip), a parquet text
+    column's type. Counts duplicate ids (kept; the summary warns).
+
+    Returns:
+        A Plan: blocks of at most ``cfg.block_rows`` rows, none spanning two files (parquet: within
+        row groups), in input order, numbered 0...
+
+    Raises:
+        InputError: as above, naming the file, the line where there is one, and the fix.
+    """
+    sources = expand_inputs(cfg)
+    cols, note, found = _resolve_ids(sources, cfg)
+    plan = Plan(columns=cols, id_note=note, skipped_files=sum(src.skipped for src in sources))
+    id_flag = "--id-col" if cfg.id_col is not None else "--id-col (the input column 'id' is used when present)"
+    parent = _common_parent(sources)
+    seen: set[str] | None = set() if cols.ids == "string" else None
+    for src in sources:
+        fmt = FORMATS[src.format]
+        fmt.check(src, found[src] or [], cols, id_flag)
+        fs, specs, dups = fmt.scan(src, cols, cfg.block_rows, plan.n_rows, len(plan.blocks), seen)
+        source = _relative(src.path, parent)
+        plan.files.append(fs)
+        plan.blocks.extend(dataclasses.replace(s, source=source) for s in specs)
+        plan.duplicate_ids += dups
+    return plan
+
+
+def _common_parent(sources: list[Source]) -> Path:
+    folders = [str(s.path.resolve().parent) for s in sources]  # a text folder's own name stays in "source"
+    return Path(os.path.commonpath(folders)) if folders else Path(".")
+
+
+def _relative(path: Path, parent: Path) -> str:
+    return Path(os.path.relpath(path.resolve(), parent)).as_posix()
+
+
+def read_block(spec: BlockSpec) -> pa.Table:
+    """Read exactly the rows of one block.
+
+    Args:
+        spec: a block of a ``scan`` plan (also after a JSON round trip: ``BlockSpec.from_json``).
+
+    Returns:
+        A table of ``spec.n_rows`` rows, in input order, with columns ``id`` (int64 row number, or
+        string: the id column's value or the text file's path), ``text`` (string), each keep column
+        (string, null where a parquet value is null) and, with ``with_source``, ``source`` (string).
+
+    Raises:
+        InputError: the file changed since the scan (fewer rows than planned).
+    """
+    return FORMATS[spec.format].read(spec)
+
+
+def row_location(spec: BlockSpec, i: int) -> str:
+    """Where row ``i`` of the block is in its input, for messages: 'docs.csv line 7', 'a.parquet row 12',
+    'notes/a.txt'. Re-reads the block (used only when a row is reported)."""
+    return FORMATS[spec.format].locate(spec, i)
+
+
+def read_blocks(plan: Plan) -> Iterator[pa.Table]:
+    """``read_block`` of each block of the plan in order (a convenience for ``longbert stats`` and
+    tests; the engines map read_block over the plan's blocks themselves).
+
+    Yields:
+        pyarrow tables as ``read_block`` returns them.
+    """
+    for spec in plan.blocks:
+        yield read_block(spec)
+
+
+def block_from_texts(texts: list[str], ids: list | None = None) -> pa.Table:
+    """An input block from Python strings (the scikit-learn vectorizer's path): id = 0.. unless given."""
+    id_arr = pa.array(range(len(texts)), type=pa.int64()) if ids is None else pa.array([str(i) for i in ids])
+    return pa.table({"id": id_arr, "text": pa.array([str(t) for t in texts], type=pa.string())})

@@ -1,0 +1,361 @@
+"""CSV, TSV and JSON Lines: the line formats, read with one line splitter (``streams.lines``).
+
+Every CSV/TSV field is read as text exactly as written (the standard library's csv reader: no type
+inference, no missing-value markers), so "007", "NA" and "3.50" stay strings. pandas' C parser was
+not used: it drops whitespace-only lines as blank and silently rewrites a stray quote
+('"x"y"' -> 'xy"'); both lose or change a row. Lines end in ``\\n``, ``\\r\\n`` or ``\\r``; line
+numbers in messages count all three. A JSON Lines record is one line holding one JSON object; one
+that names a key twice, or holds a lone surrogate (``"\\ud83d"``) in a value read, is a bad record.
+A bad last record with no final line end (cut inside a quote or a JSON value) means the file was cut
+short: an InputError naming line and byte, even with ``--on-bad-lines skip``.
+
+The format interface (see ``pipeline.read``): ``columns``, ``check``, ``scan``, ``read``, ``locate``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from ..errors import InputError
+from .sources import FORMAT_NAMES, Source, how
+from .specs import (BlockSpec, Columns, FileScan, check_named_once, count_id, finish_table, missing_message,
+                    needed_flags, row_ids)
+from .streams import decode_message, hash_and_check_bytes, line_decoding, lines, magic_check, open_binary
+
+
+@dataclass
+class _BadRecord(Exception):
+    line: int        # 1-based physical line where the record starts
+    reason: str
+    offset: int = 0  # byte offset where it starts (of the decompressed text)
+    cut: bool = False  # it runs into the end of the file, which has no final line end: a cut-short file
+
+
+@dataclass
+class _Record:
+    line: int                     # 1-based line where the record starts
+    offset: int                   # its byte offset
+    values: dict[str, str] | None  # None: a bad record (skipped)
+    bad: _BadRecord | None = None
+
+
+def _decode(src: Source, cols: Columns, raw: bytes, offset: int, line: int) -> str:
+    """One line's text; InputError (file, byte, line, the --encoding to pass) if it does not decode."""
+    try:
+        text = raw.decode(line_decoding(cols.encoding))
+    except UnicodeDecodeError as err:
+        raise InputError(decode_message(src.path, cols.encoding, offset + err.start, line,
+                                        raw[err.start:err.start + 4], raw[:4] if offset == 0 else b"")) from None
+    return text[1:] if offset == 0 and text.startswith("\ufeff") else text
+
+
+class _Feed:
+    """Decoded lines for csv.reader, remembering the line and offsets of the record being read."""
+
+    def __init__(self, lines: Iterator[tuple[int, int, bytes]], src: Source, cols: Columns):
+        self.lines = lines
+        self.src, self.cols = src, cols
+        self.start: tuple[int, int, int] | None = None   # (line, offset, end of that line) of the record
+        self.mark = False
+        self.last = b"\n"                                 # the last line read, as bytes
+
+    @property
+    def unterminated(self) -> bool:
+        """The last line read has no line end: it is the file's last line, cut or never ended."""
+        return not self.last.endswith((b"\n", b"\r"))
+
+    def __iter__(self) -> _Feed:
+        return self
+
+    def __next__(self) -> str:
+        line, offset, raw = next(self.lines)
+        self.last = raw
+        if self.mark:
+            self.start, self.mark = (line, offset, offset + len(raw)), False
+        return _decode(self.src, self.cols, raw, offset, line)
+
+
+class _LineReader:
+    """The records of one line-format input (CSV, TSV, JSON Lines) from a byte offset, with the header."""
+
+    def __init__(self, src: Source, cols: Columns):
+        self.src = src
+        self.cols = cols
+        self.delimiter = cols.delimiter or ("\t" if src.format == "tsv" else ",")
+        csv.field_size_limit(sys.maxsize)
+
+    def header(self) -> list[str] | None:
+        """The CSV/TSV header's names (None for JSON Lines); InputError if it cannot be parsed."""
+        if self.src.format == "jsonl":
+            return None
+        with open_binary(self.src.path, self.src.compression, 0, self.cols.encoding) as fh:
+            feed = _Feed(lines(fh, 0, 1), self.src, self.cols)
+            reader = csv.reader(feed, delimiter=self.delimiter, strict=True)
+            try:
+                for row in reader:
+                    if row:
+                        return row
+            except csv.Error as err:
+                raise InputError(f"{self.src.path}: the header line cannot be parsed ({err}; {how(self.src)}); "
+                                 "fix the first line, or pass --format / --delimiter for the file's real "
+                                 "format") from None
+        return []
+
+    def records(self, header: list[str] | None, offset: int = 0, line: int = 1) -> Iterator[_Record]:
+        """Every data record from ``offset`` (at ``line``), bad ones as _Record(values=None).
+
+        CSV/TSV: with ``offset`` 0 the header is skipped. A record that does not parse or has another
+        number of fields than the header is bad; reading goes on at the line after the one where it
+        started. JSON Lines: a line that is not a JSON object, or lacks a needed key, is bad; blank
+        lines are no records.
+        """
+        if self.src.format == "jsonl":
+            yield from self._json_records(offset, line)
+            return
+        assert header is not None
+        skip_header = offset == 0
+        while True:
+            with open_binary(self.src.path, self.src.compression, offset, self.cols.encoding) as fh:
+                feed = _Feed(lines(fh, offset, line), self.src, self.cols)
+                reader = csv.reader(feed, delimiter=self.delimiter, strict=True)
+                while True:
+                    feed.mark, feed.start = True, None
+                    try:
+                        row = next(reader)
+                    except StopIteration:
+                        return
+                    except csv.Error as err:
+                        assert feed.start is not None
+                        start_line, start_offset, first_end = feed.start
+                        yield _Record(start_line, start_offset, None,
+                                      _BadRecord(start_line, str(err), start_offset, feed.unterminated))
+                        offset, line = first_end, start_line + 1  # go on at the next line
+                        break
+                    if not row:
+                        continue                       # an empty line
+                    if skip_header:
+                        skip_header = False
+                        continue
+                    start_line, start_offset, _ = feed.start
+                    if len(row) != len(header):
+                        yield _Record(start_line, start_offset, None, _BadRecord(
+                            start_line, f"expected {len(header)} fields, saw {len(row)}", start_offset,
+                            feed.unterminated))
+                        continue
+                    yield _Record(start_line, start_offset, dict(zip(header, row)))
+
+    def _json_records(self, offset: int, line: int) -> Iterator[_Record]:
+        with open_binary(self.src.path, self.src.compression, offset, self.cols.encoding) as fh:
+            for number, start, raw in lines(fh, offset, line):
+                text = _decode(self.src, self.cols, raw, start, number)
+                if not text.strip():
+                    continue
+                values, reason = self._json_values(text)
+                if reason is not None:
+                    cut = not raw.endswith((b"\n", b"\r"))
+                    yield _Record(number, start, None, _BadRecord(number, reason, start, cut))
+                    continue
+                yield _Record(number, start, values)
+
+    def _json_values(self, text: str) -> tuple[dict[str, str] | None, str | None]:
+        """(the needed values of one JSON Lines record, None), or (None, why the record is bad)."""
+        try:
+            obj = json.loads(text, object_pairs_hook=_object)
+        except _RepeatedKey as err:
+            return None, str(err)
+        except ValueError as err:
+            return None, f"not valid JSON ({err})"
+        if not isinstance(obj, dict):
+            return None, f"a JSON {type(obj).__name__}, not an object"
+        missing = [k for k in self.cols.needed if k not in obj]
+        if missing:
+            return None, f"no key {missing[0]!r} (keys: {sorted(obj)[:10]})"
+        values = {k: _json_text(obj[k]) for k in self.cols.needed}
+        for key, value in values.items():
+            lone = _SURROGATE.search(value)
+            if lone:
+                return None, (f"key {key!r} holds a lone surrogate \\u{ord(lone.group()):04x} (half of a UTF-16 "
+                              "pair, which no UTF-8 text can hold)")
+        return values, None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _RepeatedKey(ValueError):
+    """A JSON object that names one key twice (json keeps the last value silently)."""
+
+
+def _object(pairs: list[tuple[str, object]]) -> dict:
+    """``object_pairs_hook`` for json.loads: a dict, or _RepeatedKey naming the first repeated key."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        key = next(k for i, (k, _) in enumerate(pairs) if k in (p for p, _ in pairs[:i]))
+        raise _RepeatedKey(f"the object names the key {key!r} twice (JSON keeps only the last value)")
+    return obj
+
+
+def _json_text(value) -> str:
+    """A JSON value as text: strings as they are, anything else as its JSON text (7 -> '7', null -> 'null')."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _cut_message(src: Source, bad: _BadRecord) -> str:
+    """A last record that runs into the end of a file with no final line end: the file is cut short."""
+    where = "of the decompressed text" if src.compression else "of the file"
+    reason = 'a quoted field is still open (unbalanced ")' if "unexpected end of data" in bad.reason else bad.reason
+    return (f"{src.path}: line {bad.line} (byte {bad.offset} {where}): the file ends inside this record, with no "
+            f"line end ({reason}); it looks cut short, as by an interrupted download or copy: get the whole "
+            "file again, or complete the record and end the line")
+
+
+def _bad_message(src: Source, bad: _BadRecord) -> str:
+    if "unexpected end of data" in bad.reason:
+        what = "a quoted field starts here and never ends (unbalanced \"); close the quote"
+    else:
+        what = f"{bad.reason}; fix the line"
+    hint = ""
+    if src.format == "jsonl":
+        hint = f" ({how(src)}; pass --format csv or tsv if it is not JSON Lines)"
+    elif src.format != "csv" or src.compression or not src.by_extension:
+        hint = f" ({how(src)})"
+    return f"{src.path}: line {bad.line}: {what}{hint}, or pass --on-bad-lines skip to drop such lines"
+
+
+# ---------------------------------------------------------------------------------------------- interface
+
+def columns(src: Source, cols: Columns) -> list[str]:
+    """The input's column names: the CSV/TSV header, or the first JSON object's keys ([] if none)."""
+    magic_check(src, src.path)
+    reader = _LineReader(src, cols)
+    if src.format != "jsonl":
+        return reader.header()
+    with open_binary(src.path, src.compression, 0, cols.encoding) as fh:
+        for number, start, raw in lines(fh, 0, 1):
+            text = _decode(src, cols, raw, start, number)
+            if text.strip():
+                try:
+                    obj = json.loads(text)
+                except ValueError:
+                    return []
+                return list(obj) if isinstance(obj, dict) else []
+    return []
+
+
+def check(src: Source, names: list[str], cols: Columns, id_flag: str) -> None:
+    """Needed columns present and named once; otherwise InputError with the columns and the fix
+    (a JSON Lines key missing from the first object is checked line by line instead)."""
+    check_named_once(src.path, names, cols, id_flag)
+    for col, flag in needed_flags(cols, id_flag):
+        if col in names:
+            continue
+        if src.format == "jsonl":
+            if not names:
+                return  # the first line is not an object: the record check reports it with its line
+            continue    # a later line may have the key; each line is checked (a bad line if it lacks it)
+        if names and names[0].lstrip().startswith("{"):
+            raise InputError(f"{src.path}: the first line looks like JSON Lines, but the file was {how(src)}; "
+                             f"pass --format jsonl or name it .jsonl (no column {col!r} in a {FORMAT_NAMES[src.format]} "
+                             "header)")
+        raise InputError(missing_message(src.path, names, col, flag) + _delimiter_hint(names, cols, src.format))
+
+
+def _delimiter_hint(names: list[str], cols: Columns, fmt: str) -> str:
+    """A one-column header that holds another delimiter: the option that reads it."""
+    if len(names) != 1:
+        return ""
+    delim = cols.delimiter or ("\t" if fmt == "tsv" else ",")
+    for char, name, fix in (("\t", "a tab", "--format tsv or --delimiter $'\\t'"),
+                            (";", "a semicolon", "--delimiter ';'"),
+                            (",", "a comma", "--delimiter ','"), ("|", "a '|'", "--delimiter '|'")):
+        if char != delim and char in names[0]:
+            return f" (the header has no {delim!r} but has {name}: pass {fix})"
+    return ""
+
+
+def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_index: int,
+         seen: set[str] | None) -> tuple[FileScan, list[BlockSpec], int]:
+    """Check every byte and record of one input and cut it into blocks of at most ``block_rows`` rows.
+
+    Returns:
+        (the FileScan, its block specs numbered from ``first_index``, duplicate ids counted in ``seen``).
+
+    Raises:
+        InputError: an empty CSV/TSV, bytes that do not decode, a bad record (--on-bad-lines error).
+    """
+    sha, n_bytes = hash_and_check_bytes(src.path, cols.encoding, src.compression)
+    reader = _LineReader(src, cols)
+    header = reader.header()
+    if header == [] and src.format != "jsonl":
+        raise InputError(f"{src.path}: the file is empty; a {FORMAT_NAMES[src.format]} file needs a header line "
+                         f"with a {cols.text_col!r} column")
+    specs: list[BlockSpec] = []
+    n_rows = n_bad = dups = 0
+    start: _Record | None = None
+    in_block = 0
+    path = str(src.path.resolve())
+    for rec in reader.records(header):
+        if rec.values is None:
+            if rec.bad.cut:
+                raise InputError(_cut_message(src, rec.bad))
+            if cols.on_bad_lines == "error":
+                raise InputError(_bad_message(src, rec.bad))
+            n_bad += 1
+            continue
+        if in_block == 0:
+            start = rec
+        in_block += 1
+        n_rows += 1
+        if cols.id_col is not None:
+            dups += count_id(seen, rec.values[cols.id_col])
+        if in_block == block_rows:
+            specs.append(BlockSpec(first_index + len(specs), path, src.format, first_row + n_rows - in_block,
+                                   in_block, cols, src.compression, start.offset, start.line))
+            in_block = 0
+    if in_block:
+        specs.append(BlockSpec(first_index + len(specs), path, src.format, first_row + n_rows - in_block,
+                               in_block, cols, src.compression, start.offset, start.line))
+    return FileScan(src.path, src.format, sha, n_bytes, n_rows, n_bad), specs, dups
+
+
+def _block_records(spec: BlockSpec) -> Iterator[_Record]:
+    """The good records of a block, from its offset (more than ``n_rows`` if the file goes on)."""
+    reader = _LineReader(Source(Path(spec.path), spec.format, spec.compression), spec.columns)
+    header = reader.header()
+    for rec in reader.records(header, spec.offset, spec.line):
+        if rec.values is not None:
+            yield rec
+
+
+def read(spec: BlockSpec) -> pa.Table:
+    """The ``spec.n_rows`` rows of a block: id, text and keep columns as strings (ids: row numbers when
+    there is no id column). InputError when the file holds fewer rows there than the scan found."""
+    cols = spec.columns
+    records: list[dict[str, str]] = []
+    for rec in _block_records(spec):
+        records.append(rec.values)
+        if len(records) == spec.n_rows:
+            break
+    if len(records) != spec.n_rows:
+        raise InputError(f"{spec.path}: {len(records)} rows from line {spec.line}, but the scan found "
+                         f"{spec.n_rows}; the file changed during the run: run again")
+    table = {"id": row_ids(spec, [r[cols.id_col] for r in records] if cols.id_col else None),
+             "text": pa.array([r[cols.text_col] for r in records], pa.string())}
+    for col in cols.keep_cols:
+        table[col] = pa.array([r[col] for r in records], pa.string())
+    return finish_table(table, spec)
+
+
+def locate(spec: BlockSpec, i: int) -> str:
+    """'PATH line N': the line where row ``i`` of the block starts (re-reads the block)."""
+    for seen, rec in enumerate(_block_records(spec)):
+        if seen == i:
+            return f"{spec.path} line {rec.line}"
+    return spec.path

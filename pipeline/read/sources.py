@@ -1,0 +1,210 @@
+"""Inputs as the command line names them (files, folders, globs) -> ``Source``s with their format.
+
+A format comes from the extension (or ``--format``); ``.gz`` / ``.zst`` name a compressed stream.
+A folder or a glob's text files become one ``Source`` of format ``text`` whose files are relative
+to the folder (or the glob's folder part), so ids are those relative paths.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import ReadConfig
+from ..errors import InputError
+
+TEXT_SUFFIXES = (".txt", ".md")
+EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
+              ".parquet": "parquet", ".pq": "parquet", ".txt": "text", ".md": "text"}
+COMPRESSIONS = {".gz": "gz", ".zst": "zst"}
+FORMAT_NAMES = {"csv": "CSV", "tsv": "TSV", "jsonl": "JSON Lines", "parquet": "parquet", "text": "text"}
+LINE_FORMATS = ("csv", "tsv", "jsonl")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input as resolved from the command line: a file with its format, or a folder of text files."""
+
+    path: Path                               # the file; text: the folder the ids are relative to
+    format: str
+    compression: str | None = None
+    by_extension: bool = True                # the format came from the name, not --format
+    files: tuple[str, ...] = ()              # text: the documents, relative to ``path`` (POSIX)
+    skipped: int = 0                         # folder: files left out for their extension (not .txt/.md)
+
+
+def format_of(path: Path, override: str | None) -> tuple[str, str | None, bool]:
+    """(format, compression, by_extension) of a file name: 'a.jsonl.gz' -> ('jsonl', 'gz', True)."""
+    suffixes = [s.lower() for s in path.suffixes]
+    compression = COMPRESSIONS.get(suffixes[-1]) if suffixes else None
+    if compression:
+        suffixes = suffixes[:-1]
+    if override is not None:
+        return override, compression, False
+    fmt = EXTENSIONS.get(suffixes[-1]) if suffixes else None
+    return fmt or "csv", compression, fmt is not None  # an unknown extension is read as CSV
+
+
+def _glob_base(pattern: str) -> Path:
+    """The folder part of a glob before its first wildcard: 'docs/**/*.txt' -> docs."""
+    parts = Path(pattern).parts
+    base = [p for p in parts[:next(i for i, p in enumerate(parts) if any(c in p for c in "*?["))]]
+    return Path(*base) if base else Path(".")
+
+
+def _name_check(path: Path) -> None:
+    """InputError for a file name that is not valid UTF-8 (Python holds its bytes as lone surrogates)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"input file name {os.fsencode(path)!r} is not valid UTF-8, so it cannot be an id or "
+                         "be shown; rename the file to UTF-8 (e.g. convmv -f latin1 -t utf-8 --notest)") from None
+
+
+def walk(root: Path) -> list[Path]:
+    """Every file under ``root`` (paths through ``root``), each once, in sorted relative-path order.
+
+    Symlinks are followed once: a folder already walked (same device and inode) is not walked again,
+    so a symlink loop ends; a file reached twice (through links) is listed once, by the path that
+    sorts first. Folders reached through a symlink are walked after the real tree, so a file has its
+    real path where it has one. Hidden files and folders (names starting with '.') are left out.
+    """
+    seen_dirs: set[tuple[int, int]] = set()
+    found: list[tuple[str, tuple[int, int], Path]] = []
+    todo, linked = [root], []
+    while todo or linked:
+        folder = todo.pop() if todo else linked.pop(0)
+        try:
+            st = folder.stat()
+            if (st.st_dev, st.st_ino) in seen_dirs:
+                continue
+            seen_dirs.add((st.st_dev, st.st_ino))
+            entries = sorted(folder.iterdir(), reverse=True)
+        except OSError:
+            continue  # unreadable or vanished: globbing skips it the same way
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir():
+                (linked if entry.is_symlink() else todo).append(entry)
+            elif entry.is_file():
+                fst = entry.stat()
+                found.append((entry.relative_to(root).as_posix(), (fst.st_dev, fst.st_ino), entry))
+    out, seen_files = [], set()
+    for _, key, path in sorted(found, key=lambda f: f[0]):
+        if key not in seen_files:
+            seen_files.add(key)
+            out.append(path)
+    return out
+
+
+def _segments_match(pattern: list[str], parts: list[str]) -> bool:
+    """Glob segments against path segments: '**' is any number of folders; '*', '?', '[...]' stay in
+    one segment and, as in ``glob``, do not match a name starting with '.'."""
+    if not pattern:
+        return not parts
+    head = pattern[0]
+    if head == "**":
+        return any(_segments_match(pattern[1:], parts[i:]) for i in range(len(parts) + 1)
+                   if not any(p.startswith(".") for p in parts[:i]))
+    if not parts or (parts[0].startswith(".") and not head.startswith(".")):
+        return False
+    return fnmatch.fnmatchcase(parts[0], head) and _segments_match(pattern[1:], parts[1:])
+
+
+def _glob(pattern: str) -> tuple[Path, list[Path]]:
+    """(the glob's folder part, the files it matches, sorted, each once: ``walk``'s rules)."""
+    base = _glob_base(pattern)
+    rest = list(Path(pattern).parts[len(base.parts):])
+    if not base.is_dir():
+        return base, []
+    return base, [f for f in walk(base) if _segments_match(rest, list(f.relative_to(base).parts))]
+
+
+def _text_source(root: Path, files: list[Path], override: str | None, skipped: int = 0) -> Source:
+    for f in files:
+        _name_check(f)
+    rel = tuple(f.relative_to(root).as_posix() for f in files)
+    return Source(root, "text", None, override is None, rel, skipped)
+
+
+def _from_glob(pattern: str, override: str | None) -> list[Source]:
+    """A glob's inputs: its text files as one text source, every other match a source of its own.
+
+    Raises:
+        InputError: no match; matches of no known format (without --format), listed.
+    """
+    base, matches = _glob(pattern)
+    if not matches:
+        raise InputError(f"input glob {pattern!r} matches no file; check the pattern and quote it "
+                         "so the shell does not expand it")
+    unknown = [m for m in matches if override is None and not format_of(m, None)[2]]
+    if unknown:
+        names = [str(m) for m in unknown[:10]] + ([f"and {len(unknown) - 10} more"] if len(unknown) > 10 else [])
+        raise InputError(f"input glob {pattern!r} matches {len(unknown)} files of no known format ({', '.join(names)}); "
+                         f"known extensions are {', '.join(EXTENSIONS)} (with .gz or .zst); narrow the glob, "
+                         "or pass --format")
+    texts = [m for m in matches if format_of(m, override)[0] == "text"]
+    out = [_text_source(base, texts, override)] if texts else []
+    for m in matches:
+        if m not in texts:
+            _name_check(m)
+            out.append(Source(m, *format_of(m, override)))
+    return out
+
+
+def _from_folder(pattern: str, path: Path, override: str | None) -> Source:
+    """A folder's ``.txt`` / ``.md`` files (``walk``), counting the files left out for their extension."""
+    if override not in (None, "text"):
+        raise InputError(f"input {pattern!r} is a folder, read as text files; for --format {override} "
+                         f"pass its files or a glob like '{pattern.rstrip('/')}/*.{override}'")
+    every = walk(path)
+    files = [p for p in every if p.suffix.lower() in TEXT_SUFFIXES]
+    if not files:
+        raise InputError(f"input folder {pattern!r} holds no .txt or .md files; pass files or a glob instead")
+    return _text_source(path, files, override, len(every) - len(files))
+
+
+def expand_inputs(cfg: ReadConfig) -> list[Source]:
+    """Paths, folders and globs -> the inputs, in the order given (each glob's matches sorted).
+
+    A folder stands for its ``.txt`` / ``.md`` files (``walk``: recursively, symlinks followed once,
+    hidden names left out, sorted by relative path), one document each, ids relative to the folder;
+    files of other extensions are counted (``Source.skipped``). A glob is matched by the same walker;
+    its text files get ids relative to the glob's folder part; a single text file's id is its name.
+
+    Raises:
+        InputError: no input, a glob that matches no file or files of no known format, a path that does
+            not exist, a folder with no text files, a folder with --format other than text, a file name
+            that is not valid UTF-8.
+    """
+    if not cfg.inputs:
+        raise InputError("no input given; pass one or more files, folders or globs, e.g. `longbert extract docs.csv`")
+    out: list[Source] = []
+    for pattern in cfg.inputs:
+        if any(ch in pattern for ch in "*?["):
+            out.extend(_from_glob(pattern, cfg.format))
+            continue
+        path = Path(pattern)
+        if not path.exists():
+            raise InputError(f"input {pattern!r} does not exist; check the path")
+        if path.is_dir():
+            out.append(_from_folder(pattern, path, cfg.format))
+            continue
+        _name_check(path)
+        fmt, compression, by_ext = format_of(path, cfg.format)
+        if fmt == "text":
+            out.append(_text_source(path.parent, [path], cfg.format))
+        else:
+            out.append(Source(path, fmt, compression, by_ext))
+    return out
+
+
+def how(src: Source) -> str:
+    """'read as CSV (from the extension .csv)' for messages."""
+    name = FORMAT_NAMES[src.format]
+    if src.by_extension:
+        ext = "".join(src.path.suffixes[-2:]) if src.compression else src.path.suffix
+        return f"read as {name} (from the extension {ext or '(none)'})"
+    return f"read as {name} (--format {src.format})"

@@ -1,0 +1,61 @@
+"""Text files: one document per ``.txt`` / ``.md`` file, its id the path relative to the folder (or
+the glob's folder part) it was found under. A source of this format is a root folder and its files.
+
+The format interface (see ``pipeline.read``): ``columns``, ``check``, ``scan``, ``read``, ``locate``.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pyarrow as pa
+
+from ..errors import InputError
+from .sources import Source
+from .specs import BlockSpec, Columns, FileScan, count_id, finish_table
+from .streams import hash_and_check_bytes, python_encoding
+
+
+def columns(src: Source, cols: Columns) -> None:
+    """Text files have no columns (only their text and path)."""
+    return None
+
+
+def check(src: Source, names: list[str] | None, cols: Columns, id_flag: str) -> None:
+    """Keep columns cannot be read from text files: InputError."""
+    if cols.keep_cols:
+        raise InputError(f"{src.path}: text files have no column {cols.keep_cols[0]!r} (only their text and "
+                         "path); drop --keep-col, or pass tabular inputs")
+
+
+def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_index: int,
+         seen: set[str] | None) -> tuple[FileScan, list[BlockSpec], int]:
+    """Check that every file decodes and cut the files into blocks of ``block_rows`` files.
+    The sha256 covers each file's relative path and bytes, in order."""
+    digest = hashlib.sha256()
+    n_bytes = dups = 0
+    for rel in src.files:
+        file = src.path / rel
+        sha, size = hash_and_check_bytes(file, cols.encoding)
+        digest.update(f"{rel}\0{sha}\0".encode())
+        n_bytes += size
+        dups += count_id(seen, rel)
+    path = str(src.path.resolve())
+    specs = [BlockSpec(first_index + k, path, "text", first_row + start, len(src.files[start:start + block_rows]),
+                       cols, files=src.files[start:start + block_rows])
+             for k, start in enumerate(range(0, len(src.files), block_rows))]
+    return FileScan(src.path, "text", digest.hexdigest(), n_bytes, len(src.files)), specs, dups
+
+
+def read(spec: BlockSpec) -> pa.Table:
+    """The block's files: id = relative path, text = the decoded file, source = its path under the root."""
+    root = Path(spec.path)
+    texts = [(root / rel).read_bytes().decode(python_encoding(spec.columns.encoding)) for rel in spec.files]
+    table = {"id": pa.array(list(spec.files), pa.string()), "text": pa.array(texts, pa.string())}
+    sources = [Path(spec.source, rel).as_posix() if spec.source not in ("", ".") else rel for rel in spec.files]
+    return finish_table(table, spec, sources)
+
+
+def locate(spec: BlockSpec, i: int) -> str:
+    """The path of the block's ``i``-th file."""
+    return str(Path(spec.path) / spec.files[i])
