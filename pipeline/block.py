@@ -76,9 +76,10 @@ def check_features(cfg: PipelineConfig, seg) -> None:
 
 
 def feature_dim(cfg: PipelineConfig, hidden: int) -> tuple[int, int]:
-    """(D of ``features``, D of ``token_features``): hidden, times len(layers) with layer_agg concat."""
-    tok_dim = hidden * len(cfg.pool.layers) if cfg.pool.layer_agg == "concat" else hidden
-    return (hidden if cfg.pool.pooling == "pooler" else tok_dim), tok_dim
+    """(D of ``features``, D of ``token_features``) of a one-feature run: Feature.dim for both (token
+    vectors are pooled as the feature's layers are; pooler takes only the last layer)."""
+    dim = cfg.feature_list()[0].dim(hidden)
+    return dim, dim
 
 
 def output_for(cfg: PipelineConfig, tokenizer, id_type: pa.DataType) -> tuple[PipelineConfig, pa.Schema]:
@@ -146,8 +147,8 @@ class Extractor:
         self.encoder = Encoder.from_config(self.cfg, self.tokenizer, model=model)
         # where each feature's vector lies in the encoder's concatenated window vector
         offsets = pool_offsets(self.encoder.pools, self.hidden)
-        pool_keys = [(p.pooling, p.layers, p.layer_agg) for p in window_pools(self.cfg)]  # before stop_early
-        self.slices = [offsets[pool_keys.index((f.pooling, f.layers, f.layer_agg))] for f in self.features]
+        pool_keys = [p.pool_key for p in window_pools(self.cfg)]  # before stop_early
+        self.slices = [offsets[pool_keys.index(f.pool_key)] for f in self.features]
         if self.facts.sha256 is None:  # a hub model's weights are in the cache only now
             folder = checkpoint_folder(resolve_model_path(cfg.model.model))
             if folder is not None:

@@ -45,7 +45,8 @@ _LOADED: dict[str, Any] = {}
 def model_key(cfg: PipelineConfig) -> tuple:
     """The options that change the loaded model (or whether it may be used): another key loads again."""
     m = cfg.model
-    return (m.model, m.device, m.dtype, m.quantize, m.threads, m.allow_pickle, cfg.pool.pooling == "pooler")
+    return (m.model, m.device, m.dtype, m.quantize, m.threads, m.allow_pickle,
+            any(f.pooling == "pooler" for f in cfg.feature_list()))
 
 
 def cached_extractor(cfg: PipelineConfig, echo=None):
