@@ -253,7 +253,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             block = block_from_texts(texts[start:start + _BLOCK_ROWS])
             prepared = extractor.prepare(block)
             _raise_on_errors([d.error for d in prepared.docs], start)     # before any forward pass
-            table = extractor.finish(prepared)
+            table, _ = extractor.finish(prepared)
             _raise_on_errors(table.column("error").to_pylist(), start)
             out[start:start + table.num_rows] = features_matrix(table.column("features"))
         return out
