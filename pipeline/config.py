@@ -407,6 +407,34 @@ def option_warnings(cfg: PipelineConfig, given: set[str], cpu_only: bool, max_le
     return out
 
 
+_FLAGS = {"keep_cols": "--keep-col", "features": "--feature", "config_file": "--config"}
+
+
+def no_effect_warnings(given: dict[str, Any], names: Any, why: str) -> list[str]:
+    """The standard warning for options a command accepts but does not use, one per given option.
+
+    Args:
+        given: the command's options (underscored names; None or () when not given).
+        names: the option names without effect there, in the order to report them.
+        why: what the command does instead, e.g. "stats counts tokens and windows and writes no vectors".
+
+    Returns:
+        e.g. ["--id-col doc has no effect: stats counts tokens ...", "--resume has no effect: ..."].
+    """
+    out = []
+    for name in names:
+        value = given.get(name)
+        if value is None or value == ():
+            continue
+        flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
+        if value is False and name == "progress":
+            flag = "--no-progress"
+        text = flag if isinstance(value, bool) else \
+            f"{flag} {' '.join(map(str, value)) if isinstance(value, tuple) else value}"
+        out.append(f"{text} has no effect: {why}")
+    return out
+
+
 _SECTIONS = {"read": ReadConfig, "model": ModelConfig, "segment": SegmentConfig, "encode": EncodeConfig,
              "pool": PoolConfig, "write": WriteConfig, "ray": RayConfig}
 _OPTION_SECTION = {f.name: section for section, klass in _SECTIONS.items() for f in dataclasses.fields(klass)}

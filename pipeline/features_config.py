@@ -127,12 +127,9 @@ class Feature:
 
     def extract_options(self) -> str:
         """The one-feature shorthand options of ``longbert extract`` for this feature."""
-        text = f"--strategy {self.strategy} --pooling {self.pooling}"
-        if self.layers != (-1,):
-            text += f" --layers={format_layers(self.layers)}"
-        if len(self.layers) > 1:
-            text += f" --layer-agg {self.layer_agg}"
-        return text
+        layers = [f"--layers={format_layers(self.layers)}"] if self.layers != (-1,) else []
+        agg = [f"--layer-agg {self.layer_agg}"] if len(self.layers) > 1 else []
+        return " ".join([f"--strategy {self.strategy} --pooling {self.pooling}", *layers, *agg])
 
 
 def compact_layers(layers: tuple[int, ...]) -> str:

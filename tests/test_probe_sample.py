@@ -7,7 +7,7 @@ import pytest
 from conftest import invoke, words
 
 from pipeline.errors import InputError
-from pipeline.probe import _check_classes, stratified_sample
+from pipeline.folds import check_classes, stratified_sample
 
 
 def test_sample_keeps_fold_count_of_a_small_class():
@@ -27,11 +27,11 @@ def test_sample_keeps_fold_count_of_a_small_class():
 def test_class_message_names_the_real_fix():
     y = np.array(["a"] * 10 + ["b"] * 3)
     with pytest.raises(InputError) as err:  # the corpus itself has 3 rows of b: add rows or lower --folds
-        _check_classes(y, 5, "c.csv", "label", corpus={"a": 10, "b": 3})
+        check_classes(y, 5, "c.csv", "label", corpus={"a": 10, "b": 3})
     assert str(err.value) == ("c.csv: stratified 5-fold needs >= 5 rows per class; 'b': 3 rows; lower --folds to 3 "
                               "or add rows of those classes")
     with pytest.raises(InputError) as err:  # the corpus has 6 rows of b; 3 were lost to row errors
-        _check_classes(y, 5, "c.csv", "label", corpus={"a": 10, "b": 6})
+        check_classes(y, 5, "c.csv", "label", corpus={"a": 10, "b": 6})
     assert str(err.value) == ("c.csv: stratified 5-fold needs >= 5 rows per class; 'b': 3 rows; the corpus has 6 "
                               "rows of 'b', but only 3 got features (the others have row errors, e.g. empty text; "
                               "see the left-out rows): fix or drop those rows, or lower --folds to 3")
