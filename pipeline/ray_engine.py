@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .block import Extractor, output_for
+from .block import BlockCounts, Extractor, output_for
 from .config import PipelineConfig
 from .errors import ConfigError, PipelineError, RunError
 from .read import BlockSpec, read_block
@@ -34,6 +34,7 @@ from .run import Summary, check, fail_on_row_error, open_run
 
 SPEC = "spec"                   # the input column: one BlockSpec as JSON
 BLOCK = "__longbert_block"      # added to each output row: its block's index (dropped by the driver)
+COUNTS = "__longbert_counts"    # the block's BlockCounts as JSON on its first row, null on the others (dropped)
 
 
 def import_ray():
@@ -63,13 +64,23 @@ class RayBlock:
         self.extractor = Extractor(cfg, id_type=id_type)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        """A batch of specs (column SPEC) -> their output rows (the project's schema) plus BLOCK."""
+        """A batch of specs (column SPEC) -> their output rows (the project's schema) plus BLOCK and COUNTS."""
         tables = []
         for text in batch.column(SPEC).to_pylist():
             spec = BlockSpec.from_json(text)
-            out = self.extractor(read_block(spec))
-            tables.append(out.append_column(BLOCK, pa.array([spec.index] * out.num_rows, pa.int64())))
+            out, counts = self.extractor.finish(self.extractor.prepare(read_block(spec)))
+            out = out.append_column(BLOCK, pa.array([spec.index] * out.num_rows, pa.int64()))
+            tables.append(out.append_column(COUNTS, pa.array([counts.to_json()] + [None] * (out.num_rows - 1),
+                                                             pa.string())))
         return pa.concat_tables(tables)
+
+
+def split_counts(table: pa.Table) -> tuple[pa.Table, BlockCounts]:
+    """A whole block from Ray -> (its output rows without COUNTS, its BlockCounts)."""
+    counts = BlockCounts()
+    for text in table.column(COUNTS).drop_null().to_pylist():
+        counts.add(BlockCounts.from_json(text))
+    return table.drop_columns([COUNTS]), counts
 
 
 def check_address(address: str | None, timeout_s: float = 5.0) -> None:
@@ -197,7 +208,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
         echo: where to print notes; None prints nothing.
 
     Returns:
-        The Summary of the run (batches split after out-of-memory are not counted on Ray).
+        The Summary of the run: the actors' block counts, added up as on the local engine.
 
     Raises:
         ConfigError / InputError / ModelError (exit 2): before Ray starts and before anything is written.
@@ -211,16 +222,13 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     logging.getLogger("ray.data").setLevel(logging.WARNING if cfg.write.progress else logging.ERROR)
     try:
         if todo:
-            for spec, table in _run_ray(ray, cfg, plan.id_type, todo):
+            for spec, block in _run_ray(ray, cfg, plan.id_type, todo):
+                table, counts = split_counts(block)
                 if cfg.write.strict:
                     fail_on_row_error(table, spec)
                 sink.write(spec, table)
                 bar.update(table.num_rows)
-                summary.documents += table.num_rows
-                summary.tokens += int(pc.sum(table.column("n_tokens")).as_py() or 0)
-                summary.unknown_tokens += int(pc.sum(table.column("n_unknown")).as_py() or 0)
-                summary.windows += int(pc.sum(table.column("n_windows")).as_py() or 0)
-                summary.errors += table.num_rows - table.column("error").null_count
+                summary.add(counts)
         summary.n_bytes = sink.commit()
     except BaseException:
         sink.abort()

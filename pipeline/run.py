@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from tqdm import tqdm
 
-from .block import Extractor, Prepared, resolve_config
+from .block import BlockCounts, Extractor, Prepared, resolve_config
 from .model import model_label
 from .config import DEFAULT_MODEL, PipelineConfig
 from .errors import InputError, PipelineError, RunError
@@ -45,6 +45,17 @@ class Summary:
     id_note: str | None = None
     windows_saved: int = 0       # windows not encoded: shared between strategies or identical token ids
     skipped_files: int = 0       # files in input folders left out for their extension
+
+    def add(self, counts: BlockCounts) -> None:
+        """Add one block's counts (pipeline.block.Extractor.finish), on any engine."""
+        self.documents += counts.documents
+        self.tokens += counts.tokens
+        self.windows += counts.windows
+        self.errors += counts.errors
+        self.windows_saved += counts.windows_saved
+        self.oom_splits += counts.oom_splits
+        self.fp32_recomputed += counts.fp32_recomputed
+        self.unknown_tokens += counts.unknown
 
     def line(self) -> str:
         """documents, tokens, windows, rows with errors, seconds, output path (+ counts that are non-zero)."""
@@ -175,7 +186,8 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     try:
         for spec, prepared in _prefetch(todo, extractor.prepare):
             progress.start_block(spec.n_rows, sum(len(w.input_ids) for w in prepared.windows))
-            table = extractor.finish(prepared)
+            table, counts = extractor.finish(prepared)
+            summary.add(counts)
             if cfg.write.strict:
                 fail_on_row_error(table, spec)
             sink.write(spec, table)
@@ -191,13 +203,6 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
         raise
     finally:
         bar.close()
-    stats = extractor.stats
-    summary.documents, summary.tokens, summary.windows, summary.errors = (
-        stats.documents, stats.tokens, stats.windows, stats.errors)
-    summary.windows_saved = stats.windows_saved
-    summary.oom_splits = extractor.encoder.stats.oom_splits
-    summary.fp32_recomputed = extractor.encoder.stats.fp32_recomputed
-    summary.unknown_tokens = stats.unknown
     summary.seconds = time.perf_counter() - started
     return summary
 

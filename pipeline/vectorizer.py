@@ -45,7 +45,8 @@ _LOADED: dict[str, Any] = {}
 def model_key(cfg: PipelineConfig) -> tuple:
     """The options that change the loaded model (or whether it may be used): another key loads again."""
     m = cfg.model
-    return (m.model, m.device, m.dtype, m.quantize, m.threads, m.allow_pickle, cfg.pool.pooling == "pooler")
+    return (m.model, m.device, m.dtype, m.quantize, m.threads, m.allow_pickle,
+            any(f.pooling == "pooler" for f in cfg.feature_list()))
 
 
 def cached_extractor(cfg: PipelineConfig, echo=None):
@@ -252,7 +253,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             block = block_from_texts(texts[start:start + _BLOCK_ROWS])
             prepared = extractor.prepare(block)
             _raise_on_errors([d.error for d in prepared.docs], start)     # before any forward pass
-            table = extractor.finish(prepared)
+            table, _ = extractor.finish(prepared)
             _raise_on_errors(table.column("error").to_pylist(), start)
             out[start:start + table.num_rows] = features_matrix(table.column("features"))
         return out

@@ -87,15 +87,12 @@ def strategy_metadata(cfg: PipelineConfig, name: str) -> dict:
 def feature_columns(cfg: PipelineConfig, hidden: int) -> list[tuple[str, int]]:
     """(column name, D) of each feature: ``[("features", D)]`` for one feature, else one per --feature.
 
-    D = hidden for pooler, else hidden x len(layers) with layer_agg concat, else hidden.
+    D = Feature.dim(hidden): hidden for pooler, else hidden x len(layers) with layer_agg concat, else hidden.
     """
-    def dim(f) -> int:
-        return hidden * len(f.layers) if f.pooling != "pooler" and f.layer_agg == "concat" else hidden
-
     feats = cfg.feature_list()
     if not cfg.multi_feature:
-        return [("features", dim(feats[0]))]
-    return [(f.name, dim(f)) for f in feats]
+        return [("features", feats[0].dim(hidden))]
+    return [(f.name, f.dim(hidden)) for f in feats]
 
 
 def features_metadata(cfg: PipelineConfig, hidden: int) -> list[dict]:

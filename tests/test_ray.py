@@ -288,3 +288,26 @@ def test_more_cpus_per_worker_than_cores_exits_2_before_a_local_ray_starts(tiny_
     assert out.returncode == 2, out.stderr
     assert f"--cpus-per-worker={cores + 1}, but this machine has {cores} cores" in out.stderr
     assert "Traceback" not in out.stderr and sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+def _summary_counts(line: str) -> dict[str, str]:
+    """The summary line's counts by name, without the seconds and the output path."""
+    head, _, extra = line.partition(" -> ")
+    parts = [p.strip() for p in head.split(",")[:-1]] + [p.strip() for p in extra.split("(", 1)[-1].rstrip(")").split(";")]
+    return {" ".join(p.split()[1:]): p.split()[0] for p in parts if p and p[0].isdigit()}
+
+
+def test_ray_summary_equals_local(ray_address, tiny_model_dir, tricky_csv, tmp_path, runner):
+    """Several features share windows (head's window is head_tail's for short documents): both engines
+    count the same windows encoded and saved by de-duplication, from the block function's counts."""
+    path, rows = tricky_csv
+    common = [path, "--model", tiny_model_dir, "--no-progress", "--max-length", 16, "--block-rows", 3,
+              "--feature", "head:cls", "--feature", "head_tail:mean", "--feature", "chunk:mean"]
+    local = invoke(runner, ["extract", *common, "-o", tmp_path / "local.parquet"])
+    assert local.exit_code == 0, local.output
+    ray_run = invoke(runner, ["extract", *common, "--engine", "ray", "-o", tmp_path / "ray.parquet"])
+    assert ray_run.exit_code == 0, ray_run.output
+    ours, theirs = _summary_counts(local.output.splitlines()[-1]), _summary_counts(ray_run.output.splitlines()[-1])
+    assert int(ours["windows saved by de-duplication"]) > 0
+    assert theirs == ours
+    assert ours["documents"] == str(len(rows)) and "windows encoded" in ours
