@@ -217,7 +217,8 @@ class Extractor:
                         if token_level:
                             s = strategies[0]
                             tokens = token_features(doc, wins[s], [enc.tokens[i] for i in rows[s]])
-                            if self.cfg.write.out_dtype == "float16" and not np.isfinite(tokens[3].astype(np.float16)).all():
+                            # |x| >= 65520 rounds to inf in float16 (65504 is its largest finite value)
+                            if self.cfg.write.out_dtype == "float16" and not (np.abs(tokens[3]) < 65520).all():
                                 errors[doc.row], valid[doc.row], tokens = FP16_TOKEN_OVERFLOW, False, None
             if token_level:
                 for key, value in zip(token_cols, tokens or (None, None, None, None)):
