@@ -29,6 +29,7 @@ from .write import feature_columns, output_schema, passthrough_columns
 
 NON_FINITE = "non-finite features (overflow in half precision, also in the float32 recompute)"
 FP16_OVERFLOW = "features overflow float16 (|x| > 65504); use --out-dtype float32"
+FP16_TOKEN_OVERFLOW = "per-token features overflow float16 (|x| > 65504); use --out-dtype float32"
 
 
 def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig, object, ModelFacts]:
@@ -239,6 +240,9 @@ class Extractor:
                         if token_level:
                             s = strategies[0]
                             tokens = token_features(doc, wins[s], [enc.tokens[i] for i in rows[s]])
+                            # |x| >= 65520 rounds to inf in float16 (65504 is its largest finite value)
+                            if self.cfg.write.out_dtype == "float16" and not (np.abs(tokens[3]) < 65520).all():
+                                errors[doc.row], valid[doc.row], tokens = FP16_TOKEN_OVERFLOW, False, None
             if token_level:
                 for key, value in zip(token_cols, tokens or (None, None, None, None)):
                     token_cols[key].append(value)

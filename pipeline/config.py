@@ -340,6 +340,11 @@ class PipelineConfig:
 
     def fingerprint(self) -> str:
         """sha256 of the options that change output values or row layout (not output path or progress)."""
+        return hashlib.sha256(json.dumps(self.fingerprint_options(), sort_keys=True).encode()).hexdigest()
+
+    def fingerprint_options(self) -> dict[str, Any]:
+        """The options fingerprint() hashes, as nested plain data (a DIR/ manifest keeps them, so --resume
+        can name the option that differs)."""
         d = self.to_dict()
         for key in ("output", "overwrite", "resume", "progress", "strict"):
             d["write"].pop(key)
@@ -349,7 +354,7 @@ class PipelineConfig:
             if d["read"][key] == default:  # added later: a run without them keeps its fingerprint (resume)
                 d["read"].pop(key)
         d["model"].pop("threads")
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+        return d
 
 
 SMALL_STEP = 32  # sliding: a step (C - overlap) under this many tokens gets a warning

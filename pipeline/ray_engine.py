@@ -30,7 +30,10 @@ from .block import BlockCounts, Extractor, output_for
 from .config import PipelineConfig
 from .errors import ConfigError, PipelineError, RunError
 from .read import BlockSpec, read_block
-from .run import Summary, check, fail_on_row_error, open_run
+from .durable import write_failure
+from .lock import holds_output
+from .run import Summary, check, fail_on_row_error, open_run, run_fingerprint
+from .write import check_resume
 
 SPEC = "spec"                   # the input column: one BlockSpec as JSON
 BLOCK = "__longbert_block"      # added to each output row: its block's index (dropped by the driver)
@@ -199,6 +202,7 @@ def in_block_order(batches: Iterator[pa.Table], specs: list[BlockSpec]) -> Itera
                        f"{want.first_row + want.n_rows - 1}); run again with --resume to do the rest")
 
 
+@holds_output
 def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summary:
     """Run the whole job on Ray: the local engine's plan, read and block function on Ray actors,
     the local engine's sink on the driver.
@@ -216,6 +220,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     """
     started = time.perf_counter()
     cfg, tokenizer, plan = check(cfg)
+    check_resume(cfg, run_fingerprint(cfg, plan))
     cfg, schema = output_for(cfg, tokenizer, plan.id_type)
     ray = import_ray()
     sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
@@ -230,8 +235,10 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
                 bar.update(table.num_rows)
                 summary.add(counts)
         summary.n_bytes = sink.commit()
-    except BaseException:
+    except BaseException as err:
         sink.abort()
+        if isinstance(err, OSError):
+            raise write_failure(err, cfg.write.output, cfg.write.is_directory) from None
         raise
     finally:
         bar.close()

@@ -11,7 +11,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from tqdm import tqdm
@@ -22,7 +22,10 @@ from .config import DEFAULT_MODEL, PipelineConfig
 from .errors import InputError, PipelineError, RunError
 from .read import BlockSpec, Plan, read_block, row_location, scan
 from .tokenize import UNKNOWN_WARN_SHARE, unknown_warning
-from .write import FileSink, PartsSink, open_sink
+from .durable import write_failure
+from .lock import holds_output
+from .progress import progress_bar
+from .write import FileSink, PartsSink, check_resume, open_sink
 
 
 @dataclass
@@ -45,6 +48,7 @@ class Summary:
     id_note: str | None = None
     windows_saved: int = 0       # windows not encoded: shared between strategies or identical token ids
     skipped_files: int = 0       # files in input folders left out for their extension
+    notes: list[str] = field(default_factory=list)   # e.g. parts redone, a lock taken over
 
     def add(self, counts: BlockCounts) -> None:
         """Add one block's counts (pipeline.block.Extractor.finish), on any engine."""
@@ -80,6 +84,7 @@ class Summary:
             extra.append(f"{self.fp32_recomputed} windows recomputed in float32")
         if self.tokens and self.unknown_tokens / self.tokens >= UNKNOWN_WARN_SHARE:
             extra.append(unknown_warning(self.unknown_tokens, self.tokens))
+        extra += self.notes
         return text + ("" if not extra else " (" + "; ".join(extra) + ")")
 
 
@@ -157,9 +162,10 @@ def check(cfg: PipelineConfig) -> tuple[PipelineConfig, object, Plan]:
 def run_fingerprint(cfg: PipelineConfig, plan: Plan) -> dict:
     """What --resume compares: the options, the inputs' bytes, the rows and the plan of blocks."""
     return {"config": cfg.fingerprint(), "inputs": plan.fingerprint(), "rows": plan.n_rows,
-            "plan": plan.plan_fingerprint()}
+            "plan": plan.plan_fingerprint(), "options": cfg.fingerprint_options()}
 
 
+@holds_output
 def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summary:
     """Run the whole job on the local engine: inputs in, parquet out.
 
@@ -176,6 +182,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     """
     started = time.perf_counter()
     cfg, tokenizer, plan = check(cfg)
+    check_resume(cfg, run_fingerprint(cfg, plan))
     if echo and cfg.write.progress:
         name = cfg.model.model
         echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
@@ -198,8 +205,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
         if isinstance(err, PipelineError):
             raise
         if isinstance(err, OSError):
-            raise RunError(f"writing {cfg.write.output} failed: {err.strerror or err}; free space or pick "
-                           "another --output") from None
+            raise write_failure(err, cfg.write.output, cfg.write.is_directory) from None
         raise
     finally:
         bar.close()
@@ -224,10 +230,11 @@ def open_run(cfg: PipelineConfig, schema: pa.Schema, plan: Plan, echo: Callable[
     done = sink.open(plan.blocks)
     todo = [spec for spec in plan.blocks if spec.index not in done]
     summary.resumed_from = sum(spec.n_rows for spec in plan.blocks if spec.index in done)
+    if sink.redone:
+        summary.notes.append(f"{sink.redone} parts redone (a kept part failed the check of size, footer or rows)")
     if done and echo:
         echo(resume_note(cfg, plan, done))
-    bar = tqdm(total=plan.n_rows, initial=summary.resumed_from, unit="doc", disable=not cfg.write.progress,
-               dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.0f}/{total} doc [{elapsed}<{remaining}{postfix}]")
+    bar = progress_bar(plan.n_rows, summary.resumed_from, cfg.write.progress)
     return sink, summary, todo, bar
 
 

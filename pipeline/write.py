@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .config import PipelineConfig
-from .errors import ConfigError
+from .durable import fsync_dir, place_durably, replace_durably
+from .errors import ConfigError, RunError
 from .types import ModelFacts
 
 MANIFEST = "_manifest.json"          # while the run goes on (pandas and pyarrow skip a leading _)
@@ -155,8 +156,30 @@ def check_same_run(old: dict, new: dict, path: Path | str) -> None:
     if changed:
         names = {"config": "the options", "inputs": "the input files", "plan": "the blocks the inputs are cut into"}
         what = " and ".join(names[k] for k in changed)
-        raise ConfigError(f"--resume: {what} differ from the run that wrote {path}; run with the same options "
-                          "and inputs, or pass --overwrite to start again")
+        which = option_changes(old.get("options"), new.get("options")) if "config" in changed else ""
+        raise ConfigError(f"--resume: {what} differ from the run that wrote {path}{which}; run with the same "
+                          "options and inputs, or pass --overwrite to start again")
+
+
+def option_changes(old: dict | None, new: dict | None) -> str:
+    """' (--strategy: 'head' then, 'chunk' now; ...)' for the options two runs set differently, from the
+    option dicts their manifests keep (PipelineConfig.fingerprint_options); '' when the old run kept none."""
+    if not old or not new:
+        return ""
+
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for key, value in d.items():
+            if isinstance(value, dict):
+                out.update(flat(value, f"{prefix}{key}."))
+            else:
+                out[f"{prefix}{key}"] = value
+        return out
+
+    a, b = flat(json.loads(json.dumps(old))), flat(json.loads(json.dumps(new)))  # tuples as lists
+    diffs = [f"--{key.rsplit('.', 1)[-1].replace('_', '-')}: {a.get(key)!r} then, {b.get(key)!r} now"
+             for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
+    return f" ({'; '.join(diffs)})" if diffs else ""
 
 
 def remove_stale_partials(path: Path) -> None:
@@ -197,6 +220,9 @@ class FileSink:
     _next: int = 0
     rows: int = 0
 
+    overwrite: bool = False
+    redone: int = 0             # parts redone by --resume (always 0: a file is never resumed)
+
     def open(self, blocks: list | None = None) -> set[int]:
         """Create the temporary file; returns the block indices already done (none for a file)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -213,11 +239,20 @@ class FileSink:
         self.rows += table.num_rows
 
     def commit(self) -> int:
-        """Close and rename into place; returns the file's size in bytes."""
+        """Close, fsync and rename into place, then fsync the folder; returns the file's size in bytes.
+
+        Raises:
+            RunError: without --overwrite, another program created ``path`` while the run went on (the
+                lock keeps other longbert runs out): that file is kept and this run's is dropped.
+        """
         assert self._writer is not None and self._tmp is not None
         self._writer.close()
         self._writer = None
-        os.replace(self._tmp, self.path)
+        if self.overwrite:
+            replace_durably(self._tmp, self.path)
+        elif not place_durably(self._tmp, self.path):
+            raise RunError(f"{self.path} was created by another program while this run went on; it is kept "
+                           "and this run's output is dropped (pass --overwrite to replace it, or pick another --output)")
         self._tmp = None
         return self.path.stat().st_size
 
@@ -280,8 +315,9 @@ class PartsSink:
     schema: pa.Schema
     fingerprint: dict
     resume: bool = False
-    parts: dict[int, dict] = field(default_factory=dict)     # block index -> {file, block, first_row, rows}
+    parts: dict[int, dict] = field(default_factory=dict)     # block index -> {file, block, first_row, rows, bytes}
     n_blocks: int = 0
+    redone: int = 0            # parts --resume found listed but damaged (size, footer or rows) and redoes
 
     def open(self, blocks: list) -> set[int]:
         """Create the directory or pick up a previous run; returns the indices of the blocks already done.
@@ -290,15 +326,22 @@ class PartsSink:
             blocks: the plan's BlockSpecs (index, first_row, n_rows).
 
         Raises:
-            ConfigError: --resume over a run with other options or inputs (names what changed).
+            ConfigError: --resume over a run with other options or inputs (names what changed), or whose
+                manifest is empty or unreadable (names the file).
         """
         self.path.mkdir(parents=True, exist_ok=True)
         self.n_blocks = len(blocks)
-        old = read_manifest(self.path) if self.resume else None
+        old = load_manifest(self.path) if self.resume else None
         was_complete = False
         if old is not None:
             check_same_run(old.get("fingerprint", {}), self.fingerprint, self.path)
-            by_rows = {(p["first_row"], p["rows"]): p for p in old["parts"] if (self.path / p["file"]).exists()}
+            by_rows = {}
+            for p in old["parts"]:
+                if part_ok(self.path / p["file"], p):
+                    by_rows[(p["first_row"], p["rows"])] = p
+                elif (self.path / p["file"]).exists():
+                    (self.path / p["file"]).unlink()
+                    self.redone += 1
             for spec in blocks:
                 part = by_rows.get((spec.first_row, spec.n_rows))
                 if part is not None:
@@ -326,8 +369,10 @@ class PartsSink:
         name = part_name(index, done=False)
         tmp = self.path / f".part-{index:05d}.partial"
         pq.write_table(table, tmp)
-        os.replace(tmp, self.path / name)
-        self.parts[index] = {"file": name, "block": index, "first_row": spec.first_row, "rows": table.num_rows}
+        size = tmp.stat().st_size
+        replace_durably(tmp, self.path / name)
+        self.parts[index] = {"file": name, "block": index, "first_row": spec.first_row, "rows": table.num_rows,
+                             "bytes": size}
         self._save(complete=False)
 
     def commit(self) -> int:
@@ -338,6 +383,7 @@ class PartsSink:
             if part["file"] != final:
                 os.replace(self.path / part["file"], self.path / final)
                 part["file"] = final
+        fsync_dir(self.path)
         self._save(complete=True)
         return sum((self.path / p["file"]).stat().st_size for p in self.parts.values())
 
@@ -355,17 +401,50 @@ class PartsSink:
             tmp = self.path / f".{DONE_MANIFEST}.partial"
             meta = {**self.schema.metadata, MANIFEST_KEY: json.dumps(data).encode()}
             pq.write_table(self.schema.with_metadata(meta).empty_table(), tmp)
-            os.replace(tmp, self.path / DONE_MANIFEST)
+            replace_durably(tmp, self.path / DONE_MANIFEST)
             (self.path / MANIFEST).unlink(missing_ok=True)
+            fsync_dir(self.path)
             return
         (self.path / DONE_MANIFEST).unlink(missing_ok=True)
         tmp = self.path / f".{MANIFEST}.partial"
         tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, self.path / MANIFEST)
+        replace_durably(tmp, self.path / MANIFEST)
 
 
-def open_sink(cfg: PipelineConfig, schema: pa.Schema, fingerprint: dict) -> FileSink | PartsSink:
-    """The sink for ``cfg.write.output``, after the overwrite/resume checks.
+def part_ok(file: Path, part: dict) -> bool:
+    """A part --resume may keep: it exists, has the size the manifest recorded (manifests since 0.3 record
+    it), a footer pyarrow reads, and the recorded number of rows."""
+    try:
+        if "bytes" in part and file.stat().st_size != part["bytes"]:
+            return False
+        return pq.read_metadata(file).num_rows == part["rows"]
+    except (OSError, pa.ArrowException):
+        return False
+
+
+def load_manifest(path: Path) -> dict | None:
+    """read_manifest for --resume: None when there is none.
+
+    Raises:
+        ConfigError (exit 2): a manifest that is empty or cannot be read, naming the file and the fix.
+    """
+    try:
+        manifest = read_manifest(path)
+        if manifest is not None and not isinstance(manifest.get("parts"), list):
+            raise ValueError("it lists no parts")
+        return manifest
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, pa.ArrowException) as err:
+        files = [path / m for m in (DONE_MANIFEST, MANIFEST, OLD_MANIFEST) if (path / m).exists()]
+        file = files[0] if files else path
+        why = "is empty (0 bytes: the run that wrote it was cut off before it reached the disk)" \
+            if file.is_file() and file.stat().st_size == 0 else f"cannot be read ({err})"
+        raise ConfigError(f"--resume: {file} {why}, so the finished parts cannot be told from unfinished ones; "
+                          "pass --overwrite instead of --resume to start the run again") from None
+
+
+def check_output(cfg: PipelineConfig) -> None:
+    """The overwrite/resume rules for ``cfg.write.output`` (pipeline.lock runs them before any input or
+    model file is read, and open_sink again).
 
     Raises:
         ConfigError: the output exists without --overwrite/--resume, or --resume with a file output.
@@ -382,11 +461,37 @@ def open_sink(cfg: PipelineConfig, schema: pa.Schema, fingerprint: dict) -> File
         if out.exists() and not has_run and any(out.iterdir()) and not cfg.write.overwrite:
             raise ConfigError(f"--output {str(out)!r} is a non-empty directory that holds no longbert run; "
                               "pick an empty or new directory")
-        return PartsSink(out, schema, fingerprint, resume=cfg.write.resume and not cfg.write.overwrite)
+        return
     if cfg.write.resume:
         raise ConfigError("--resume needs a directory output of numbered parts: pass -o DIR/ (ending in /)")
     if out.exists() and not cfg.write.overwrite:
         raise ConfigError(f"--output {str(out)!r} exists; pass --overwrite to replace it or choose another path")
     if out.is_dir():
         raise ConfigError(f"--output {str(out)!r} is a directory; end it with / for numbered parts")
-    return FileSink(out, schema)
+
+
+def check_resume(cfg: PipelineConfig, fingerprint: dict) -> None:
+    """--resume over a DIR/ whose manifest is unreadable or from other options or inputs: refused before
+    the model loads (PartsSink.open checks the same again).
+
+    Raises:
+        ConfigError: as load_manifest and check_same_run.
+    """
+    out = Path(cfg.write.output)
+    if cfg.write.is_directory and cfg.write.resume and not cfg.write.overwrite and out.is_dir():
+        old = load_manifest(out)
+        if old is not None:
+            check_same_run(old.get("fingerprint", {}), fingerprint, out)
+
+
+def open_sink(cfg: PipelineConfig, schema: pa.Schema, fingerprint: dict) -> FileSink | PartsSink:
+    """The sink for ``cfg.write.output``, after the overwrite/resume checks (check_output).
+
+    Raises:
+        ConfigError: as check_output.
+    """
+    check_output(cfg)
+    out = Path(cfg.write.output)
+    if cfg.write.is_directory:
+        return PartsSink(out, schema, fingerprint, resume=cfg.write.resume and not cfg.write.overwrite)
+    return FileSink(out, schema, overwrite=cfg.write.overwrite)

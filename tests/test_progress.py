@@ -7,6 +7,7 @@ import pytest
 from conftest import invoke, words, write_csv
 from tqdm import tqdm
 
+from pipeline.progress import PlainProgress, progress_bar
 from pipeline.run import BatchProgress
 
 
@@ -45,3 +46,61 @@ def test_run_reports_batches_and_announces_the_model(runner, tiny_model_dir, tmp
     assert [c[0] for c in calls] == [2, 2, 2]                        # windows per batch
     assert sum(c[1] for c in calls) == sum(5 + i + 2 for i in range(6))   # every window's tokens, [CLS]/[SEP] too
     assert calls[1][2] > 0 and calls[2][2] > calls[1][2]             # the bar moved inside the one block
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_off_a_terminal_one_plain_line_every_interval_and_a_last_line():
+    clock, out = FakeClock(), io.StringIO()
+    bar = PlainProgress(total=1000, initial=0, stream=out, interval=30.0, clock=clock)
+    progress = BatchProgress(bar)
+    progress.start_block(100, 1000)
+    clock.now += 10
+    bar.update(50)                                  # 10 s: under the interval, nothing printed
+    assert out.getvalue() == ""
+    bar.set_postfix(windows_s="3.0", tokens_s="5310")
+    clock.now += 20
+    bar.update(50)                                  # 30 s, 100 of 1000 documents: ETA 900 / (100 / 30 s)
+    assert out.getvalue() == "progress: 100/1000 documents (10.0%), 5310 tokens/s, ETA 4:30\n"
+    clock.now += 29
+    bar.update(100)
+    assert out.getvalue().count("\n") == 1          # 29 s since the last line
+    clock.now += 1
+    bar.update(0)                                   # 60 s: 200 done, ETA 800 / (200 / 60 s) = 240 s
+    assert out.getvalue().splitlines()[-1] == "progress: 200/1000 documents (20.0%), 5310 tokens/s, ETA 4:00"
+    bar.update(800)
+    clock.now += 3600 + 62
+    bar.close()
+    bar.close()                                     # once only
+    assert out.getvalue().splitlines()[-1] == "progress: 1000/1000 documents in 1:02:02, 5310 tokens/s"  # 3722 s
+    assert out.getvalue().count("\n") == 3
+
+
+def test_the_bar_on_a_terminal_plain_lines_elsewhere_nothing_with_no_progress():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert isinstance(progress_bar(10, 0, True, stream=Terminal()), tqdm)
+    assert isinstance(progress_bar(10, 0, True, stream=io.StringIO()), PlainProgress)
+    quiet = io.StringIO()
+    bar = progress_bar(10, 0, False, stream=quiet)
+    bar.update(10)
+    bar.close()
+    assert isinstance(bar, tqdm) and bar.disable and quiet.getvalue() == ""
+
+
+def test_a_run_whose_stderr_is_a_file_prints_plain_lines_not_a_bar(runner, tiny_model_dir, tmp_path):
+    src = write_csv(tmp_path / "in.csv", [{"text": words(5 + i)} for i in range(6)])
+    result = invoke(runner, ["extract", src, "--model", tiny_model_dir, "-o", tmp_path / "o.parquet"])
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert lines[0] == f"loading model {tiny_model_dir} ..."
+    assert lines[-1].startswith("progress: 6/6 documents in 0:") and " tokens/s" in lines[-1]
+    assert "\r" not in result.stderr and "|" not in result.stderr   # no bar redraws

@@ -5,6 +5,7 @@ These run the real CLI in a subprocess with the real default model (a few second
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -80,6 +81,40 @@ def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path):
     a = np.stack([x for x in table.column("features").to_pylist() if x is not None])
     b = np.stack([x for x in reference.column("features").to_pylist() if x is not None])
     np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+KILLS = 6   # SIGKILLs at random moments of one DIR/ run, each followed by --resume (~5 s each: the imports)
+
+
+def test_sigkill_at_random_moments_each_then_resume_equals_uninterrupted_run(tmp_path, tiny_model_dir):
+    rng = random.Random(17)
+    src = write_csv(tmp_path / "in.csv", [{"id": f"d{i}", "text": words(40, i)} for i in range(48)])
+    args = [src, "--id-col", "id", "--model", tiny_model_dir, "--block-rows", "4", "--batch-size", "2", "--no-progress"]
+    full = cli(*args, "-o", f"{tmp_path / 'full'}/")
+    assert full.wait(timeout=600) == 0, full.stderr.read()
+    reference = read_parts(tmp_path / "full")
+    n_parts = len(read_manifest(tmp_path / "full")["parts"])
+    out = tmp_path / "killed"
+    moments = []
+    for _ in range(KILLS):
+        before = _listed_parts(out) if out.is_dir() else 0
+        target = before + rng.randint(0, max(0, n_parts - before - 1))   # kill once this many parts are listed,
+        delay = rng.uniform(0.0, 0.05)                                    # then a few ms later
+        proc = cli(*args, "-o", f"{out}/", *(["--resume"] if out.is_dir() else []))
+        wait_for(lambda: _listed_parts(out) >= target if out.is_dir() else target == 0, proc)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        rc = proc.wait()
+        assert rc in (0, -signal.SIGKILL), proc.stderr.read()
+        moments.append((target, rc))
+    resumed = cli(*args, "-o", f"{out}/", *(["--resume"] if out.is_dir() else []))
+    assert resumed.wait(timeout=600) == 0, (moments, resumed.stderr.read())
+    assert sum(rc == -signal.SIGKILL for _, rc in moments) >= KILLS // 2, moments   # most kills were part-way
+    table = read_parts(out)
+    assert table.column("id").to_pylist() == reference.column("id").to_pylist()
+    np.testing.assert_allclose(np.array(table.column("features").to_pylist(), np.float32),
+                               np.array(reference.column("features").to_pylist(), np.float32), atol=1e-5)
+    assert sorted(p.name for p in out.iterdir()) == ["_manifest.parquet", *(f"part-{i:05d}.parquet" for i in range(n_parts))]
 
 
 def test_resume_refuses_other_options(tmp_path):
