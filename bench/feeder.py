@@ -147,9 +147,10 @@ def work_raw(args) -> dict:
     return {"seconds": seconds, "cpu": cpu, "tokens": sum(len(x) for x in ids), "stages": {}}
 
 
-def instrument(clock: Clock) -> None:
-    """Time each stage at the seam where pipeline.run, pipeline.block and pipeline.encode call it, and put
-    the forward-pass stub in place of the model (after the Encoder is built: the real model loads)."""
+def instrument(clock: Clock, stub: bool = True) -> None:
+    """Time each stage at the seam where pipeline.run, pipeline.block and pipeline.encode call it and, with
+    ``stub``, put the forward-pass stub in place of the model (after the Encoder is built: the real model
+    loads). bench/gpu_bench.py uses it without the stub."""
     import pipeline.block as block
     import pipeline.encode as encode
     import pipeline.run as run
@@ -165,6 +166,8 @@ def instrument(clock: Clock) -> None:
                                (encode.Encoder, "_forward", "_forward"), (block.Extractor, "__init__", "model load")):
         if hasattr(owner, name):
             clock.wrap(owner, name, stage)
+    if not stub:
+        return
     built = encode.Encoder.__init__
 
     def stubbed(self, model, *a, **kw):
@@ -173,6 +176,17 @@ def instrument(clock: Clock) -> None:
 
     encode.Encoder.__init__ = stubbed
     clock.wrap(ZeroModel, "__call__", "forward stub")
+
+
+def stage_split(clock: Clock) -> tuple[dict[str, float], dict[str, float]]:
+    """(wall, CPU) seconds per stage; Encoder._forward's time less the model call and pooling is batching
+    (padding, host-device copies, the copy back)."""
+    stages, stage_cpu = dict(clock.seconds), dict(clock.cpu)
+    for split in (stages, stage_cpu):
+        inner = split.pop("_forward", 0.0)
+        model = split.get("forward stub", 0.0) + split.get("forward", 0.0)
+        split["batching"] = split.get("batching", 0.0) + inner - model - split.get("pool", 0.0)
+    return stages, stage_cpu
 
 
 def work_feeder(args) -> dict:
@@ -191,10 +205,7 @@ def work_feeder(args) -> dict:
     c0, t0 = cpu_seconds(), time.perf_counter()
     summary = run.run(cfg)
     seconds, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-    stages, stage_cpu = dict(clock.seconds), dict(clock.cpu)
-    for split in (stages, stage_cpu):  # _forward = batching (padding, copies) + forward stub + pool
-        inner = split.pop("_forward", 0.0)
-        split["batching"] = split.get("batching", 0.0) + inner - split.get("forward stub", 0.0) - split.get("pool", 0.0)
+    stages, stage_cpu = stage_split(clock)
     return {"seconds": seconds, "cpu": cpu, "tokens": summary.tokens, "stages": stages, "stage_cpu": stage_cpu,
             "documents": summary.documents, "windows": summary.windows}
 
