@@ -133,6 +133,13 @@ def test_put_then_get_is_bit_exact_per_pool_key(tmp_path, folder):
     assert vecs[:3].tobytes() == vectors_of(ids[:3]).tobytes()
 
 
+def test_a_new_store_is_wal_normal_sync_32k_pages(tmp_path):
+    store = WindowStore.open(tmp_path)
+    assert [store._conn.execute(f"PRAGMA {p}").fetchone()[0] for p in
+            ("journal_mode", "synchronous", "page_size", "busy_timeout", "application_id", "user_version")] == [
+        "wal", 1, 32768, 60000, 0x4C425753, 1]   # synchronous 1 = NORMAL
+
+
 def test_entries_survive_reopen_and_pickling(tmp_path):
     ids = block_ids(1, 0)
     with open_registered(tmp_path) as store:
