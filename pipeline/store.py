@@ -130,6 +130,10 @@ class NotAStore(ConfigError):
     """DIR/windows.sqlite3 is not a readable store of ours (foreign, damaged, newer): ``clear_store`` deletes it."""
 
 
+class StoreDamaged(RunError):
+    """SQLite found the file damaged after it opened (a page unreadable): ``clear_store`` deletes it."""
+
+
 def _open_error(db_file: Path | None, err: sqlite3.Error, timeout: float) -> ConfigError:
     """A SQLite failure while opening, as a ConfigError (exit 2: nothing ran yet)."""
     name = getattr(err, "sqlite_errorname", "") or ""
@@ -148,7 +152,7 @@ def _run_error(db_file: Path | None, err: sqlite3.Error, timeout: float) -> RunE
         return RunError(f"{where}: another process held the store's write lock for over {timeout:g} s ({err}); "
                         "run again when it is done, or pass --cache another folder")
     if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
-        return RunError(f"{where} is damaged ({err}); {_clear_hint(db_file)}")
+        return StoreDamaged(f"{where} is damaged ({err}); {_clear_hint(db_file)}")
     return RunError(f"{where}: the window store failed ({err}); free disk space or pass --cache another folder")
 
 
@@ -456,21 +460,23 @@ def _verifies(key: bytes, row: tuple, dim: int) -> bool:
 
 def clear_store(path: str | Path) -> dict:
     """``longbert cache DIR --clear``: empty the store in ``path``; a file that is not a readable store
-    of ours (NotAStore) is deleted with its -wal/-shm files and a new store is made. Returns its stats().
+    of ours (NotAStore, StoreDamaged) is deleted with its -wal/-shm files and a new store is made.
 
-    Raises:
-        ConfigError: ``path`` is not a writable folder, or another process holds the lock.
+    Returns:
+        The emptied store's stats(). Raises ConfigError: ``path`` is not a writable folder, or another
+        process holds the lock.
     """
-    try:
-        store = WindowStore.open(path)
-    except NotAStore:
-        db_file = Path(path).expanduser() / DB_NAME
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{db_file}{suffix}").unlink(missing_ok=True)
-        store = WindowStore.open(path)
-    with store:
-        store.clear()
-        return store.stats()
+    for attempt in (1, 2):
+        try:
+            with WindowStore.open(path) as store:
+                store.clear()
+                return store.stats()
+        except (NotAStore, StoreDamaged):
+            if attempt == 2:
+                raise
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{Path(path).expanduser() / DB_NAME}{suffix}").unlink(missing_ok=True)
+    raise AssertionError("unreachable")
 
 
 def format_stats(stats: dict) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from pipeline.errors import ConfigError, RunError
-from pipeline.store import (DB_NAME, NotAStore, WindowStore, checksum, clear_store, default_cache,
+from pipeline.store import (DB_NAME, NotAStore, StoreDamaged, WindowStore, checksum, clear_store, default_cache,
                             format_stats, pool_key, window_key)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -359,6 +359,26 @@ def test_a_file_not_of_ours_is_refused_then_cleared(tmp_path, make, message):
     ids = block_ids(1, 0, 2)
     store.put_many(KEY, ids, vectors_of(ids))
     assert np.array_equal(np.stack(store.get_many(KEY, ids)), vectors_of(ids))
+
+
+def test_damaged_pages_are_a_run_error_then_cleared(tmp_path):
+    store = open_registered(tmp_path)
+    ids = [w for b in range(20) for w in block_ids(1, b)]
+    for start in range(0, len(ids), BLOCK):
+        store.put_many(KEY, ids[start:start + BLOCK], vectors_of(ids[start:start + BLOCK]))
+    store.close()
+    with open(tmp_path / DB_NAME, "r+b") as f:   # pages 4 and 5 of 71 (B-tree pages of the windows table)
+        f.seek(3 * 32768)
+        f.write(b"\xff" * 2 * 32768)
+    store = open_registered(tmp_path)
+    with pytest.raises(StoreDamaged) as err:
+        store.get_many(KEY, ids)
+    assert isinstance(err.value, RunError)
+    assert str(err.value) == f"{tmp_path / DB_NAME} is damaged (database disk image is malformed); " + HINT.format(
+        tmp_path)
+    store.close()
+    assert clear_store(tmp_path)["entries"] == 0
+    assert open_registered(tmp_path).get_many(KEY, ids[:3]) == [None] * 3
 
 
 def test_clear_store_keeps_nothing_and_refuses_a_file(tmp_path):
