@@ -189,10 +189,10 @@ def _init_schema(conn: sqlite3.Connection, db_file: Path | None) -> None:
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         elif app_id != APPLICATION_ID:
             raise NotAStore(f"{db_file} is not a longbert window store (an SQLite database of something "
-                              f"else); {_clear_hint(db_file)} (--clear deletes that file)")
+                            f"else); {_clear_hint(db_file)} (--clear deletes that file)")
         elif version > SCHEMA_VERSION:
             raise NotAStore(f"{db_file} was written by a newer longbert (store version {version}; this one "
-                              f"reads {SCHEMA_VERSION}); upgrade longbert, or {_clear_hint(db_file)}")
+                            f"reads {SCHEMA_VERSION}); upgrade longbert, or {_clear_hint(db_file)}")
         elif not {"models", "windows"} <= tables:
             raise NotAStore(f"{db_file} is a damaged window store (tables missing); {_clear_hint(db_file)}")
         conn.execute("COMMIT")
@@ -477,7 +477,7 @@ def clear_store(path: str | Path) -> dict:
                 raise
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{Path(path).expanduser() / DB_NAME}{suffix}").unlink(missing_ok=True)
-    raise AssertionError("unreachable")
+    raise AssertionError("unreachable")  # the second attempt returned or raised
 
 
 def format_stats(stats: dict) -> str:
