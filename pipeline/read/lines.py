@@ -178,6 +178,8 @@ class _LineReader:
         if missing:
             return None, f"no key {missing[0]!r} (keys: {sorted(obj)[:10]})"
         values = {k: _json_text(obj[k]) for k in self.cols.needed}
+        if "\\ud" not in text and "\\uD" not in text:
+            return values, None  # strictly decoded UTF-8 holds no surrogates: only a \\u escape makes one
         for key, value in values.items():
             lone = _SURROGATE.search(value)
             if lone:

@@ -11,6 +11,7 @@ read as UTF-8 bytes. A zip (.xlsx), PNG, PDF, JPEG or old Office file is named a
 from __future__ import annotations
 
 import codecs
+import functools
 import gzip
 import hashlib
 from collections.abc import Iterator
@@ -24,11 +25,13 @@ CHUNK_BYTES = 1 << 20
 _MAGIC = {b"PAR1": "a parquet file", b"\x1f\x8b": "gzip-compressed", b"\x28\xb5\x2f\xfd": "zstd-compressed"}
 
 
+@functools.lru_cache(maxsize=None)
 def python_encoding(encoding: str) -> str:
     """utf-8 is read as utf-8-sig, so a byte-order mark before the header is dropped, not kept in a name."""
     return "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
 
 
+@functools.lru_cache(maxsize=None)
 def line_decoding(encoding: str) -> str:
     """The codec for one line at a time: UTF-8's byte-order mark is dropped by hand, at offset 0 only;
     UTF-16 / UTF-32 lines come as UTF-8 from ``open_binary``."""
