@@ -23,7 +23,7 @@ def _fail(err: PipelineError) -> None:
 def _opt(section: type, name: str, *decls: str, help: str, shown: str | None = None, **kw: Any):
     """The one click option of field ``name`` of the config dataclass ``section``.
 
-    --help shows the field's default (a tuple as 1,2; True as on; None and False show nothing), or
+    --help shows the field's default (a tuple as 1,2; True as on; 0.0 as 0; None and False show nothing), or
     ``shown`` for a default derived at run time (e.g. "the model's, 512"). The option's own default is
     None (not given), so a --config file's value can fill it and PipelineConfig.from_options applies
     the field's default.
@@ -31,7 +31,8 @@ def _opt(section: type, name: str, *decls: str, help: str, shown: str | None = N
     field = next(f for f in dataclasses.fields(section) if f.name == name)
     value = field.default if field.default is not dataclasses.MISSING else None
     if shown is None and value is not None and value is not False and value != ():
-        shown = {True: "on"}.get(value, ",".join(map(str, value)) if isinstance(value, tuple) else str(value))
+        shown = "on" if value is True else ",".join(map(str, value)) if isinstance(value, tuple) else \
+            f"{value:g}" if isinstance(value, float) else str(value)
     kw.setdefault("default", None)
     return click.option(*(decls or ("--" + name.replace("_", "-"),)),
                         help=help if shown is None else f"{help}  [default: {shown}]", **kw)

@@ -10,7 +10,7 @@ import pytest
 from conftest import invoke, words
 
 import cli
-from pipeline.config import EncodeConfig, PoolConfig, ReadConfig, SegmentConfig, WriteConfig
+from pipeline.config import EncodeConfig, PoolConfig, RayConfig, ReadConfig, SegmentConfig, WriteConfig
 
 INPUT_AND_WINDOW = {"text_col", "id_col", "keep_cols", "format", "delimiter", "with_source", "encoding",
                     "on_bad_lines", "block_rows", "config_file", "strategy", "max_length", "head_tokens",
@@ -48,12 +48,12 @@ def same(a: click.Parameter, b: click.Parameter) -> bool:
     (ReadConfig, "text_col", "--text-col"), (ReadConfig, "encoding", "--encoding"),
     (ReadConfig, "block_rows", "--block-rows"), (SegmentConfig, "overlap", "--overlap"),
     (EncodeConfig, "batch_size", "--batch-size"), (PoolConfig, "aggregate", "--aggregate"),
-    (WriteConfig, "out_dtype", "--out-dtype"), (WriteConfig, "output", "--output")])
+    (WriteConfig, "out_dtype", "--out-dtype"), (WriteConfig, "output", "--output"), (RayConfig, "workers", "--workers")])
 def test_help_defaults_are_the_dataclass_fields(section, name, flag):
     field = next(f for f in dataclasses.fields(section) if f.name == name)
     option = params(cli.main.commands["extract"])[name]
     assert flag in option.opts and option.default is None
-    assert option.help.endswith(f"  [default: {field.default}]")
+    assert option.help.endswith(f"  [default: {field.default}]")   # workers: 1, not True's "on"
 
 
 def test_probe_reads_a_semicolon_corpus(runner, tiny_model_dir, tmp_path):
