@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -16,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .config import PipelineConfig
-from .durable import fsync_dir, place_durably, replace_durably
+from .durable import fsync_dir, place_durably, remove_stale_partials, replace_durably
 from .errors import ConfigError, RunError
 from .types import ModelFacts
 
@@ -180,30 +179,6 @@ def option_changes(old: dict | None, new: dict | None) -> str:
     diffs = [f"--{key.rsplit('.', 1)[-1].replace('_', '-')}: {a.get(key)!r} then, {b.get(key)!r} now"
              for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
     return f" ({'; '.join(diffs)})" if diffs else ""
-
-
-def remove_stale_partials(path: Path) -> None:
-    """Remove ``.NAME.PID.partial`` files or folders beside ``path`` left by a killed run (its PID is
-    gone); those of a run still alive are kept."""
-    prefix = f".{path.name}."
-    for stale in path.parent.glob(f"{prefix}*.partial"):
-        pid = stale.name[len(prefix):-len(".partial")]
-        if not pid.isdigit() or _alive(int(pid)):
-            continue
-        if stale.is_dir():
-            shutil.rmtree(stale, ignore_errors=True)
-        else:
-            stale.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass
