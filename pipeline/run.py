@@ -1,9 +1,9 @@
 """The local engine: scan the inputs into a plan of blocks, then read_block -> block function -> sink, block by
 block; called by cli.py.
 
-The next block is read, tokenized and segmented in a background thread while the model runs on the
-current one (the fast tokenizer and pandas' parser release the GIL), so at most two blocks are in
-memory at once.
+The next blocks are read, tokenized and segmented in worker threads (pipeline.feed, one per torch CPU
+thread) while the model runs on the current one (the fast tokenizer and pandas' parser release the
+GIL), so at most workers + 1 blocks are in memory at once.
 """
 from __future__ import annotations
 
