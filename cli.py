@@ -96,9 +96,12 @@ POOL_OPTIONS = [
                  help="STRATEGY:POOLING[:LAYERS[:LAYER_AGG]], repeatable: one column per feature from one pass, "
                       "e.g. --feature head:cls --feature chunk:mean:-4..-1:concat.  One --feature is the same as "
                       "--strategy/--pooling/--layers/--layer-agg."),
-    _opt(PoolConfig, "aggregate", type=click.Choice(AGGREGATES), help="Windows -> one document vector."),
+    _opt(PoolConfig, "aggregate",
+         help=f"Windows -> one document vector: {' | '.join(AGGREGATES)}, or a comma list of them, concatenated "
+              "in that order (first,last,mean,max: 4 x D columns)."),
     _opt(PoolConfig, "level", type=click.Choice(LEVELS),
-         help="document: one vector per row; token: also per-token features."),
+         help="document: one vector per row; token: also per-token features; window: one row per window "
+              "(window, spans, n_tokens, features)."),
     _opt(PoolConfig, "normalize", is_flag=True, shown="off",
          help="Scale each document vector to unit L2 norm after aggregation (sentence-transformers' "
               "normalize_embeddings)."),

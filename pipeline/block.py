@@ -21,7 +21,7 @@ from .dedup import WindowPlan, plan_windows
 from .encode import Encoder
 from .errors import ConfigError
 from .model import check_pooler, checkpoint_folder, model_facts, model_sha256, resolve_model_path
-from .pool import aggregate, normalize, pool_offsets, window_pools
+from .pool import aggregate_parts, normalize, pool_offsets, window_pools
 from .segment import covered_tokens, segment
 from .tokenize import tokenize_block
 from .types import ModelFacts, TokenizedDoc, Window
@@ -70,7 +70,7 @@ def check_features(cfg: PipelineConfig, seg) -> None:
         return
     for strategy in dict.fromkeys(f.strategy for f in cfg.feature_list()):
         dataclasses.replace(seg, strategy=strategy)  # __post_init__ runs check_window for this strategy
-    names = {f.name for f in cfg.feature_list()}
+    names = {name for name, _ in feature_columns(cfg, 0)}
     clash = [c for c in cfg.read.keep_cols if c in names]
     if clash:
         raise ConfigError(f"--keep-col {clash[0]!r} clashes with the feature column of that name; rename the "
@@ -78,10 +78,11 @@ def check_features(cfg: PipelineConfig, seg) -> None:
 
 
 def feature_dim(cfg: PipelineConfig, hidden: int) -> tuple[int, int]:
-    """(D of ``features``, D of ``token_features``) of a one-feature run: Feature.dim for both (token
-    vectors are pooled as the feature's layers are; pooler takes only the last layer)."""
+    """(D of ``features``, D of ``token_features``) of a one-feature run: Feature.dim for the token
+    vectors (pooled as the feature's layers are; pooler takes only the last layer), times the
+    --aggregate parts for ``features``."""
     dim = cfg.feature_list()[0].dim(hidden)
-    return dim, dim
+    return dim * cfg.pool.parts, dim
 
 
 def output_for(cfg: PipelineConfig, tokenizer, id_type: pa.DataType) -> tuple[PipelineConfig, pa.Schema]:
@@ -228,7 +229,7 @@ class Extractor:
                     vecs = []
                     for f, (a, b) in zip(self.features, self.slices):
                         weights = np.array([w.n_content for w in wins[f.strategy]], dtype=np.float64)
-                        vec = aggregate(enc.vectors[rows[f.strategy], a:b], weights, self.cfg.pool.aggregate)
+                        vec = aggregate_parts(enc.vectors[rows[f.strategy], a:b], weights, self.cfg.pool.aggregates)
                         vecs.append(normalize(vec) if self.cfg.pool.normalize else vec)
                     if self.cfg.write.out_dtype == "float16" and not all(np.isfinite(v.astype(np.float16)).all()
                                                                          for v in vecs):

@@ -17,8 +17,8 @@ from .features_config import (LAYER_AGGS, POOLINGS, SHORTHAND, STRATEGIES, Featu
                               parse_layers, window_dim)
 
 # Each closed set of choices is one tuple, used by click.Choice and by the checks below.
-AGGREGATES = ("mean", "max", "weighted")
-LEVELS = ("document", "token")
+AGGREGATES = ("first", "last", "mean", "max", "weighted")   # --aggregate takes one, or a comma list of several
+LEVELS = ("document", "token", "window")
 DTYPES = ("float32", "float16", "bfloat16")
 OUT_DTYPES = ("float32", "float16")
 QUANTIZE = ("none", "int8")
@@ -190,16 +190,18 @@ class PoolConfig:
     pooling: Pooling = "mean"
     layers: tuple[int, ...] = (-1,)        # hidden-state indices: 0 embeddings, 1..L layers, -1 last
     layer_agg: Literal["mean", "sum", "concat"] = "mean"
-    aggregate: Literal["mean", "max", "weighted"] = "mean"   # windows -> one document vector
-    level: Literal["document", "token"] = "document"
-    normalize: bool = False                # scale each document vector to unit L2 norm (after aggregate)
+    aggregate: str = "mean"                # windows -> one document vector: one of AGGREGATES, or a comma list
+                                           # ("first,last,mean,max"): the parts concatenated in that order
+    level: Literal["document", "token", "window"] = "document"
+    normalize: bool = False                # scale each document vector to unit L2 norm (after aggregate, the
+                                           # whole concatenated vector); --level window: each window vector
     features: tuple[Feature, ...] = (Feature(),)   # every feature of the run, one column each
 
     def __post_init__(self) -> None:
         fault = feature_fault("head_tail", self.pooling, self.layers, self.layer_agg, shorthand=True)
         if fault:
             raise ConfigError(fault)
-        check_choice("--aggregate", self.aggregate, AGGREGATES)
+        object.__setattr__(self, "aggregate", check_aggregate(self.aggregate))  # frozen: canonical form, once
         check_choice("--level", self.level, LEVELS)
         names = [f.name for f in self.features]
         repeated = sorted({n for n in names if names.count(n) > 1})
@@ -208,6 +210,22 @@ class PoolConfig:
         if len(self.features) > 1 and self.level == "token":
             raise ConfigError(f"--level token writes the token vectors of one feature, but {len(self.features)} "
                               "--feature options were given; give one feature with --level token")
+        strategies = list(dict.fromkeys(f.strategy for f in self.features))
+        if self.level == "window" and len(strategies) > 1:
+            raise ConfigError(f"--level window writes one row per window of one strategy, but the features use "
+                              f"{', '.join(strategies)}; give features of one strategy (e.g. --feature chunk:cls "
+                              "--feature chunk:mean), and run once per strategy")
+
+    @property
+    def aggregates(self) -> tuple[str, ...]:
+        """The parts of --aggregate, in order: "first,last,mean,max" -> ("first", "last", "mean", "max")."""
+        return tuple(self.aggregate.split(","))
+
+    @property
+    def parts(self) -> int:
+        """How many window aggregates a written vector concatenates: len(aggregates), 1 at --level window
+        (each window's own vector, no aggregate)."""
+        return 1 if self.level == "window" else len(self.aggregates)
 
     @property
     def pool_key(self) -> tuple[str, tuple[int, ...], str]:
@@ -225,6 +243,25 @@ class PoolConfig:
                 raise ConfigError(f"--layers contains {layer}, but the model has {num_hidden_layers} layers; "
                                   f"use indices in [-{num_hidden_layers + 1}, {num_hidden_layers}] "
                                   "(0 = embeddings, -1 = last layer)")
+
+
+def check_aggregate(value: str) -> str:
+    """The canonical --aggregate text: parts stripped, joined by commas (" first, max" -> "first,max").
+
+    Raises:
+        ConfigError: an empty list, a part not in AGGREGATES, or a part given twice (names --aggregate).
+    """
+    parts = [p.strip() for p in str(value).split(",")]
+    if not any(parts):
+        raise ConfigError(f"--aggregate={value!r} is empty; give one or more of {', '.join(AGGREGATES)}, "
+                          "e.g. mean or first,last,mean,max")
+    for part in parts:
+        check_choice("--aggregate", part, AGGREGATES)
+    repeated = sorted({p for p in parts if parts.count(p) > 1}, key=parts.index)
+    if repeated:
+        raise ConfigError(f"--aggregate={value!r} repeats {', '.join(repeated)}; name each part once, "
+                          "e.g. first,last,mean,max")
+    return ",".join(parts)
 
 
 @dataclass(frozen=True)
@@ -316,6 +353,9 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if not self.pool.features:
             raise ConfigError("a run needs at least one feature; give --feature or --strategy/--pooling")
+        if self.pool.level == "window" and self.ray.engine == "ray":
+            raise ConfigError("--level window runs on the local engine only (the Ray engine counts one row per "
+                              "document); drop --engine ray")
 
     def feature_list(self) -> tuple[Feature, ...]:
         """Every feature of the run (``pool.features``): the --feature list, or the one feature of
@@ -399,6 +439,9 @@ def option_warnings(cfg: PipelineConfig, given: set[str], cpu_only: bool, max_le
             flag = "--" + name.replace("_", "-")
             out.append(f"{flag} {getattr(seg, name)} has no effect: it applies only to --strategy head_tail "
                        f"(this run: {this_run})")
+    if "aggregate" in given and cfg.pool.level == "window":
+        out.append(f"--aggregate {cfg.pool.aggregate} has no effect: it applies only to --level document and "
+                   "token (this run: window, one vector per window)")
     if "dtype" in given and cfg.model.dtype == "float16" and cpu_only:
         out.append("--dtype float16 on the CPU: CPUs have no fast float16 matrix product, so the model runs "
                    "several times slower than in float32 and less exact; drop --dtype (or use --dtype bfloat16, "
@@ -455,6 +498,8 @@ def _coerce(key: str, value: Any) -> Any:
         if isinstance(value, (str, Path)):
             return (str(value),)
         return tuple(str(v) for v in value)
+    if key == "aggregate" and isinstance(value, (list, tuple)):   # YAML: [first, last, mean, max]
+        return ",".join(str(v) for v in value)
     if key == "quantize" and value in (False, None):
         return "none"
     if isinstance(value, Path):

@@ -55,7 +55,7 @@ def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: in
         "pooling": cfg.pool.pooling,
         "layers": list(cfg.pool.layers),
         "layer_agg": cfg.pool.layer_agg,
-        "aggregate": cfg.pool.aggregate,
+        "aggregate": aggregate_metadata(cfg),
         "level": cfg.pool.level,
         "normalize": cfg.pool.normalize,
         "dtype": cfg.model.dtype,
@@ -67,6 +67,8 @@ def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: in
         "version": _version("longbert"),
         "libraries": {name: _version(name) for name in ("torch", "transformers", "tokenizers", "pyarrow", "pandas")},
     }
+    if cfg.pool.parts > 1:  # D = parts x window_dim: part k is feature[k * window_dim:(k + 1) * window_dim]
+        meta["window_dim"] = dim // cfg.pool.parts
     meta["features"] = features_metadata(cfg, model.hidden_size)
     if cfg.multi_feature:  # no one strategy/pooling describes the file: see meta["features"]
         meta.update(strategy=None, pooling=None, layers=None, layer_agg=None, feature_dim=None)
@@ -88,22 +90,36 @@ def strategy_metadata(cfg: PipelineConfig, name: str) -> dict:
 def feature_columns(cfg: PipelineConfig, hidden: int) -> list[tuple[str, int]]:
     """(column name, D) of each feature: ``[("features", D)]`` for one feature, else one per --feature.
 
-    D = Feature.dim(hidden): hidden for pooler, else hidden x len(layers) with layer_agg concat, else hidden.
+    D = Feature.dim(hidden) x the --aggregate parts (1 at --level window); Feature.dim is hidden for
+    pooler, else hidden x len(layers) with layer_agg concat, else hidden. With several --aggregate parts
+    each --feature column's name (Feature.name) gains ``_agg-`` and the parts joined by ``-``, e.g.
+    ``f_chunk_mean_agg-first-last-mean-max``; one part adds nothing (``features`` never changes).
     """
-    feats = cfg.feature_list()
+    feats, parts = cfg.feature_list(), cfg.pool.parts
     if not cfg.multi_feature:
-        return [("features", feats[0].dim(hidden))]
-    return [(f.name, f.dim(hidden)) for f in feats]
+        return [("features", feats[0].dim(hidden) * parts)]
+    suffix = "" if parts == 1 else "_agg-" + "-".join(cfg.pool.aggregates)
+    return [(f.name + suffix, f.dim(hidden) * parts) for f in feats]
+
+
+def aggregate_metadata(cfg: PipelineConfig) -> str | list[str] | None:
+    """The metadata's ``aggregate``: the one name ("mean"), the list of parts in vector order
+    (["first", "last", "mean", "max"]), or None at --level window (window vectors are not aggregated)."""
+    if cfg.pool.level == "window":
+        return None
+    return cfg.pool.aggregate if len(cfg.pool.aggregates) == 1 else list(cfg.pool.aggregates)
 
 
 def features_metadata(cfg: PipelineConfig, hidden: int) -> list[dict]:
     """Every feature column with its full settings: column, spec, strategy dict, pooling, layers,
-    layer_agg, aggregate, feature_dim."""
+    layer_agg, aggregate (aggregate_metadata), feature_dim (and window_dim with several aggregate parts)."""
     out = []
     for f, (column, dim) in zip(cfg.feature_list(), feature_columns(cfg, hidden)):
         out.append({"column": column, "spec": f.spec, "strategy": strategy_metadata(cfg, f.strategy),
                     "pooling": f.pooling, "layers": list(f.layers), "layer_agg": f.layer_agg,
-                    "aggregate": cfg.pool.aggregate, "feature_dim": dim})
+                    "aggregate": aggregate_metadata(cfg), "feature_dim": dim})
+        if cfg.pool.parts > 1:
+            out[-1]["window_dim"] = dim // cfg.pool.parts
     return out
 
 
