@@ -25,6 +25,7 @@ from .pool import aggregate_parts, normalize, pool_offsets, window_pools
 from .segment import covered_tokens, segment
 from .tokenize import tokenize_block
 from .types import ModelFacts, TokenizedDoc, Window
+from .window_rows import window_table
 from .write import feature_columns, output_schema, passthrough_columns
 
 NON_FINITE = "non-finite features (overflow in half precision, also in the float32 recompute)"
@@ -205,6 +206,9 @@ class Extractor:
         token_level = self.cfg.pool.level == "token"
         oom, fp32 = self.encoder.stats.oom_splits, self.encoder.stats.fp32_recomputed
         enc = self.encoder.encode(prep.windows, with_tokens=token_level)
+        if self.cfg.pool.level == "window":
+            table, row_errors = window_table(self, prep, enc)
+            return table, self._counts(prep, row_errors, oom, fp32)
         n = len(prep.docs)
         strategies = list(prep.strategy_windows)
         index = dict(zip(strategies, prep.plan.index))                     # strategy -> (n_req,) into windows
@@ -247,15 +251,21 @@ class Extractor:
             if token_level:
                 for key, value in zip(token_cols, tokens or (None, None, None, None)):
                     token_cols[key].append(value)
-        release_free_heap()
-        counts = BlockCounts(
-            documents=n, tokens=sum(d.n_tokens for d in prep.docs), unknown=sum(d.n_unknown for d in prep.docs),
-            windows=len(prep.windows), errors=sum(e is not None for e in errors),
-            windows_requested=prep.plan.requested, windows_saved=prep.plan.saved,
-            oom_splits=self.encoder.stats.oom_splits - oom, fp32_recomputed=self.encoder.stats.fp32_recomputed - fp32)
-        self.stats.add(counts)
+        counts = self._counts(prep, errors, oom, fp32)
         return self._table(prep.block, features, valid, errors, prep.docs, n_windows, truncated,
                            token_cols if token_level else None), counts
+
+    def _counts(self, prep: Prepared, errors: list[str | None], oom: int, fp32: int) -> BlockCounts:
+        """The block's counts (``errors``: one per output row), added to ``self.stats``; frees heap pages."""
+        release_free_heap()
+        counts = BlockCounts(
+            documents=len(prep.docs), tokens=sum(d.n_tokens for d in prep.docs),
+            unknown=sum(d.n_unknown for d in prep.docs), windows=len(prep.windows),
+            errors=sum(e is not None for e in errors), windows_requested=prep.plan.requested,
+            windows_saved=prep.plan.saved, oom_splits=self.encoder.stats.oom_splits - oom,
+            fp32_recomputed=self.encoder.stats.fp32_recomputed - fp32)
+        self.stats.add(counts)
+        return counts
 
     def _table(self, block, features, valid, errors, docs, n_windows, truncated, token_cols) -> pa.Table:
         schema = self.schema

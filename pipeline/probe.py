@@ -84,6 +84,9 @@ def probe_file(path: str | Path, label_col: str, folds: int = 5, seed: int = 0) 
     results = []
     for name in names:
         ids, X, meta = load_features(path, feature=name)
+        if meta.get("level") == "window":
+            raise InputError(f"{path} is a --level window output (one row per window); probe scores one vector "
+                             "per document: extract with --level document (e.g. --aggregate first,last,mean,max)")
         y = _labels(path, label_col, ids, meta)                              # (N,) str
         classes, counts = check_classes(y, folds, str(path), label_col)
         strategy = meta.get("strategy") or {}

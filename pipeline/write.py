@@ -138,13 +138,20 @@ def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, 
     features fixed_size_list<float32|float16>[dim] (with several --feature: one such column per
     feature, named as Feature.name, instead), error string; with --level token also token_ids
     list<int32>, positions list<int32>, offsets list<fixed_size_list<int32>[2]>, token_features
-    list<fixed_size_list<float>[token_dim]>. Metadata key ``longbert``: run_metadata as JSON.
+    list<fixed_size_list<float>[token_dim]>. With --level window one row per window instead: id or row,
+    the --keep-col (and source) columns, window int32 (0-based within the document), spans
+    list<fixed_size_list<int32>[2]> ([start, end) content-token positions), n_tokens int32 (content
+    tokens of the window), the feature column(s), error. Metadata key ``longbert``: run_metadata as JSON.
     """
     value = pa.float16() if cfg.write.out_dtype == "float16" else pa.float32()
     fields = [pa.field("row" if pa.types.is_integer(id_type) else "id", id_type)]
     fields += [pa.field(c, pa.string()) for c in passthrough_columns(cfg)]
-    fields += [pa.field("n_tokens", pa.int32()), pa.field("n_unknown", pa.int32()), pa.field("n_windows", pa.int32()),
-               pa.field("truncated", pa.bool_())]
+    if cfg.pool.level == "window":  # one row per window (pipeline.window_rows)
+        fields += [pa.field("window", pa.int32()), pa.field("spans", pa.list_(pa.list_(pa.int32(), 2))),
+                   pa.field("n_tokens", pa.int32())]
+    else:
+        fields += [pa.field("n_tokens", pa.int32()), pa.field("n_unknown", pa.int32()),
+                   pa.field("n_windows", pa.int32()), pa.field("truncated", pa.bool_())]
     if cfg.multi_feature:
         fields += [pa.field(name, pa.list_(value, d)) for name, d in feature_columns(cfg, model.hidden_size)]
     else:
@@ -354,7 +361,7 @@ class PartsSink:
             by_rows = {}
             for p in old["parts"]:
                 if part_ok(self.path / p["file"], p):
-                    by_rows[(p["first_row"], p["rows"])] = p
+                    by_rows[(p["first_row"], p.get("documents", p["rows"]))] = p   # older parts: rows = documents
                 elif (self.path / p["file"]).exists():
                     (self.path / p["file"]).unlink()
                     self.redone += 1
@@ -388,7 +395,7 @@ class PartsSink:
         size = tmp.stat().st_size
         replace_durably(tmp, self.path / name)
         self.parts[index] = {"file": name, "block": index, "first_row": spec.first_row, "rows": table.num_rows,
-                             "bytes": size}
+                             "documents": spec.n_rows, "bytes": size}   # rows > documents at --level window
         self._save(complete=False)
 
     def commit(self) -> int:
