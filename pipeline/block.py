@@ -61,15 +61,21 @@ def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig,
 
 
 def check_features(cfg: PipelineConfig, seg) -> None:
-    """With several --feature: each strategy's window options against the window size, and no
-    --keep-col named like a feature column.
+    """With several --feature: each strategy's window options against the window size, no --keep-col
+    named like a feature column, and one strategy at --level window.
 
     Raises:
-        ConfigError: as SegmentConfig.check_window for that strategy, or a clashing --keep-col.
+        ConfigError: as SegmentConfig.check_window for that strategy, a clashing --keep-col, or
+            features of several strategies at --level window (a row per window of one strategy).
     """
     if not cfg.multi_feature:
         return
-    for strategy in dict.fromkeys(f.strategy for f in cfg.feature_list()):
+    strategies = list(dict.fromkeys(f.strategy for f in cfg.feature_list()))
+    if cfg.pool.level == "window" and len(strategies) > 1:
+        raise ConfigError(f"--level window writes one row per window of one strategy, but the features use "
+                          f"{', '.join(strategies)}; give features of one strategy (e.g. --feature chunk:cls "
+                          "--feature chunk:mean), and run once per strategy")
+    for strategy in strategies:
         dataclasses.replace(seg, strategy=strategy)  # __post_init__ runs check_window for this strategy
     names = {name for name, _ in feature_columns(cfg, 0)}
     clash = [c for c in cfg.read.keep_cols if c in names]

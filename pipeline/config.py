@@ -12,12 +12,11 @@ from typing import Any, Literal
 import yaml
 
 from .errors import ConfigError
-from .features_config import (LAYER_AGGS, POOLINGS, SHORTHAND, STRATEGIES, Feature, Pooling, Strategy,  # noqa: F401
-                              check_choice, compact_layers, feature_fault, fold_features, format_layers, parse_feature,
-                              parse_layers, window_dim)
+from .features_config import (AGGREGATES, LAYER_AGGS, POOLINGS, SHORTHAND, STRATEGIES, Feature, Pooling,  # noqa: F401
+                              Strategy, check_aggregate, check_choice, compact_layers, feature_fault, fold_features,
+                              format_layers, parse_feature, parse_layers, window_dim)
 
 # Each closed set of choices is one tuple, used by click.Choice and by the checks below.
-AGGREGATES = ("first", "last", "mean", "max", "weighted")   # --aggregate takes one, or a comma list of several
 LEVELS = ("document", "token", "window")
 DTYPES = ("float32", "float16", "bfloat16")
 OUT_DTYPES = ("float32", "float16")
@@ -190,11 +189,9 @@ class PoolConfig:
     pooling: Pooling = "mean"
     layers: tuple[int, ...] = (-1,)        # hidden-state indices: 0 embeddings, 1..L layers, -1 last
     layer_agg: Literal["mean", "sum", "concat"] = "mean"
-    aggregate: str = "mean"                # windows -> one document vector: one of AGGREGATES, or a comma list
-                                           # ("first,last,mean,max"): the parts concatenated in that order
+    aggregate: str = "mean"                # windows -> document: one of AGGREGATES or a comma list, concatenated
     level: Literal["document", "token", "window"] = "document"
-    normalize: bool = False                # scale each document vector to unit L2 norm (after aggregate, the
-                                           # whole concatenated vector); --level window: each window vector
+    normalize: bool = False                # unit L2 norm: the (whole) document vector, or each window's vector
     features: tuple[Feature, ...] = (Feature(),)   # every feature of the run, one column each
 
     def __post_init__(self) -> None:
@@ -210,11 +207,6 @@ class PoolConfig:
         if len(self.features) > 1 and self.level == "token":
             raise ConfigError(f"--level token writes the token vectors of one feature, but {len(self.features)} "
                               "--feature options were given; give one feature with --level token")
-        strategies = list(dict.fromkeys(f.strategy for f in self.features))
-        if self.level == "window" and len(strategies) > 1:
-            raise ConfigError(f"--level window writes one row per window of one strategy, but the features use "
-                              f"{', '.join(strategies)}; give features of one strategy (e.g. --feature chunk:cls "
-                              "--feature chunk:mean), and run once per strategy")
 
     @property
     def aggregates(self) -> tuple[str, ...]:
@@ -223,8 +215,7 @@ class PoolConfig:
 
     @property
     def parts(self) -> int:
-        """How many window aggregates a written vector concatenates: len(aggregates), 1 at --level window
-        (each window's own vector, no aggregate)."""
+        """Aggregates a written vector concatenates: len(aggregates); 1 at --level window (no aggregate)."""
         return 1 if self.level == "window" else len(self.aggregates)
 
     @property
@@ -243,25 +234,6 @@ class PoolConfig:
                 raise ConfigError(f"--layers contains {layer}, but the model has {num_hidden_layers} layers; "
                                   f"use indices in [-{num_hidden_layers + 1}, {num_hidden_layers}] "
                                   "(0 = embeddings, -1 = last layer)")
-
-
-def check_aggregate(value: str) -> str:
-    """The canonical --aggregate text: parts stripped, joined by commas (" first, max" -> "first,max").
-
-    Raises:
-        ConfigError: an empty list, a part not in AGGREGATES, or a part given twice (names --aggregate).
-    """
-    parts = [p.strip() for p in str(value).split(",")]
-    if not any(parts):
-        raise ConfigError(f"--aggregate={value!r} is empty; give one or more of {', '.join(AGGREGATES)}, "
-                          "e.g. mean or first,last,mean,max")
-    for part in parts:
-        check_choice("--aggregate", part, AGGREGATES)
-    repeated = sorted({p for p in parts if parts.count(p) > 1}, key=parts.index)
-    if repeated:
-        raise ConfigError(f"--aggregate={value!r} repeats {', '.join(repeated)}; name each part once, "
-                          "e.g. first,last,mean,max")
-    return ",".join(parts)
 
 
 @dataclass(frozen=True)
@@ -353,9 +325,8 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if not self.pool.features:
             raise ConfigError("a run needs at least one feature; give --feature or --strategy/--pooling")
-        if self.pool.level == "window" and self.ray.engine == "ray":
-            raise ConfigError("--level window runs on the local engine only (the Ray engine counts one row per "
-                              "document); drop --engine ray")
+        if self.pool.level == "window" and self.ray.engine == "ray":  # the Ray writer counts a row per document
+            raise ConfigError("--level window runs on the local engine only; drop --engine ray")
 
     def feature_list(self) -> tuple[Feature, ...]:
         """Every feature of the run (``pool.features``): the --feature list, or the one feature of

@@ -327,6 +327,22 @@ def variant_name(f: Feature, aggregate: str) -> str:
     return f.name if aggregate == "mean" else f"{f.name}_agg-{aggregate.replace(',', '-')}"
 
 
+def _load_and_extract(cfg: PipelineConfig, tokenizer, texts: list[str], picked: np.ndarray, echo):
+    """Load the model (extract's "loading model" line first, with cfg.write.progress) and run
+    _extract_sample; returns (the Extractor, _extract_sample's result)."""
+    import pyarrow as pa
+
+    from .block import Extractor
+    from .config import DEFAULT_MODEL
+    from .model import model_label
+
+    name = cfg.model.model
+    if echo and cfg.write.progress:
+        echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
+    extractor = Extractor(cfg, tokenizer, id_type=pa.int64())
+    return extractor, _extract_sample(extractor, texts, picked, cfg.read.block_rows, cfg.write.progress)
+
+
 def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: int = 5, seed: int = 0,
                  echo=None) -> dict[str, Any]:
     """Extract every probe feature (probe_feature_set) in one pass over a stratified sample of the
@@ -356,11 +372,7 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     import dataclasses
     import time
 
-    import pyarrow as pa
-
-    from .block import Extractor
-    from .config import DEFAULT_MODEL
-    from .model import model_facts, model_label
+    from .model import model_facts
 
     if folds < 2:
         raise ConfigError(f"--folds={folds} must be >= 2")
@@ -373,10 +385,7 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     texts, labels, picked, dropped, corpus = _sampled_corpus(cfg, label_col, sample, folds, seed)
 
     t0 = time.perf_counter()
-    if echo and cfg.write.progress:
-        echo(f"loading model {model_label(cfg.model.model) if cfg.model.model == DEFAULT_MODEL else cfg.model.model} ...")
-    extractor = Extractor(cfg, tokenizer, id_type=pa.int64())
-    columns, n_tokens, errors = _extract_sample(extractor, texts, picked, cfg.read.block_rows, cfg.write.progress)
+    extractor, (columns, n_tokens, errors) = _load_and_extract(cfg, tokenizer, texts, picked, echo)
     extract_seconds = time.perf_counter() - t0
     if echo:
         echo(f"one pass: {len(texts)} documents, {extractor.stats.windows} windows encoded for "
@@ -388,7 +397,7 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     tokens = np.asarray(n_tokens)[ok]
     from .write import strategy_metadata
 
-    t1 = time.perf_counter()
+    t1 = time.perf_counter()  # each feature's mean, and for chunk and sliding mean,max and first,last,mean,max
     variants = probe_variants(features, [columns[name][ok] for name, _ in extractor.columns],
                               lambda f: f.dim(extractor.hidden))
     del columns, extractor.encoder  # the model is done: free it before the classifiers run
@@ -397,13 +406,10 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     from joblib import Parallel, delayed
     scores = Parallel(n_jobs=_probe_jobs(len(variants)))(
         delayed(cross_validate_probe)(X, y, folds, seed) for _, _, X in variants)
-    results = []
-    for (f, agg, X), score in zip(variants, scores):
-        results.append({"feature": variant_name(f, agg), "spec": f.spec, "strategy": f.strategy,
-                        "pooling": f.pooling, "layers": list(f.layers), "layer_agg": f.layer_agg, "aggregate": agg,
-                        "dimension": int(X.shape[1]),
-                        "windows_per_doc": windows_per_doc(strategy_metadata(extractor.cfg, f.strategy), tokens),
-                        "extract_options": f.extract_options(), **score})
+    results = [{"feature": variant_name(f, agg), "spec": f.spec, "strategy": f.strategy, "pooling": f.pooling,
+                "layers": list(f.layers), "layer_agg": f.layer_agg, "aggregate": agg, "dimension": int(X.shape[1]),
+                "windows_per_doc": windows_per_doc(strategy_metadata(extractor.cfg, f.strategy), tokens),
+                "extract_options": f.extract_options(), **score} for (f, agg, X), score in zip(variants, scores)]
     probe_seconds = time.perf_counter() - t1
     results.sort(key=lambda r: -r["accuracy_mean"])  # stable: ties keep the feature order
     best = results[0]

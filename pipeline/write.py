@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from .config import PipelineConfig
 from .durable import fsync_dir, place_durably, replace_durably
 from .errors import ConfigError, RunError
+from .features_config import aggregate_metadata, feature_columns  # noqa: F401 - feature_columns: re-exported (block)
 from .types import ModelFacts
 
 MANIFEST = "_manifest.json"          # while the run goes on (pandas and pyarrow skip a leading _)
@@ -85,29 +86,6 @@ def strategy_metadata(cfg: PipelineConfig, name: str) -> dict:
     if name == "sliding":
         strategy.update(overlap=seg.overlap, step=seg.max_length - 2 - seg.overlap)
     return strategy
-
-
-def feature_columns(cfg: PipelineConfig, hidden: int) -> list[tuple[str, int]]:
-    """(column name, D) of each feature: ``[("features", D)]`` for one feature, else one per --feature.
-
-    D = Feature.dim(hidden) x the --aggregate parts (1 at --level window); Feature.dim is hidden for
-    pooler, else hidden x len(layers) with layer_agg concat, else hidden. With several --aggregate parts
-    each --feature column's name (Feature.name) gains ``_agg-`` and the parts joined by ``-``, e.g.
-    ``f_chunk_mean_agg-first-last-mean-max``; one part adds nothing (``features`` never changes).
-    """
-    feats, parts = cfg.feature_list(), cfg.pool.parts
-    if not cfg.multi_feature:
-        return [("features", feats[0].dim(hidden) * parts)]
-    suffix = "" if parts == 1 else "_agg-" + "-".join(cfg.pool.aggregates)
-    return [(f.name + suffix, f.dim(hidden) * parts) for f in feats]
-
-
-def aggregate_metadata(cfg: PipelineConfig) -> str | list[str] | None:
-    """The metadata's ``aggregate``: the one name ("mean"), the list of parts in vector order
-    (["first", "last", "mean", "max"]), or None at --level window (window vectors are not aggregated)."""
-    if cfg.pool.level == "window":
-        return None
-    return cfg.pool.aggregate if len(cfg.pool.aggregates) == 1 else list(cfg.pool.aggregates)
 
 
 def features_metadata(cfg: PipelineConfig, hidden: int) -> list[dict]:
