@@ -197,10 +197,13 @@ def _build(**options: Any) -> PipelineConfig:
 
 
 def _env_cache(cfg: PipelineConfig) -> PipelineConfig:
-    """$LONGBERT_CACHE as the default of --cache: used when neither the command line nor --config set it."""
+    """$LONGBERT_CACHE as the default of --cache (used when neither the command line nor --config set it),
+    made absolute: Ray workers, whose working folder may be another, open the same store."""
     from pipeline.store import default_cache
 
     folder = default_cache(cfg.encode.cache)
+    if folder is not None:
+        folder = str(Path(folder).expanduser().absolute())
     if folder == cfg.encode.cache:
         return cfg
     return dataclasses.replace(cfg, encode=dataclasses.replace(cfg.encode, cache=folder))
