@@ -100,9 +100,12 @@ POOL_OPTIONS = [
                  help="STRATEGY:POOLING[:LAYERS[:LAYER_AGG]], repeatable: one column per feature from one pass, "
                       "e.g. --feature head:cls --feature chunk:mean:-4..-1:concat.  One --feature is the same as "
                       "--strategy/--pooling/--layers/--layer-agg."),
-    _opt(PoolConfig, "aggregate", type=click.Choice(AGGREGATES), help="Windows -> one document vector."),
+    _opt(PoolConfig, "aggregate",
+         help=f"Windows -> one document vector: {' | '.join(AGGREGATES)}, or a comma list of them, concatenated "
+              "in that order (first,last,mean,max: 4 x D columns)."),
     _opt(PoolConfig, "level", type=click.Choice(LEVELS),
-         help="document: one vector per row; token: also per-token features."),
+         help="document: one vector per row; token: also per-token features; window: one row per window "
+              "(window, spans, n_tokens, features)."),
     _opt(PoolConfig, "normalize", is_flag=True, shown="off",
          help="Scale each document vector to unit L2 norm after aggregation (sentence-transformers' "
               "normalize_embeddings)."),
@@ -113,7 +116,7 @@ WRITE_OPTIONS = [
     _opt(WriteConfig, "overwrite", is_flag=True, help="Replace an existing output."),
     _opt(WriteConfig, "resume", is_flag=True, help="Continue a DIR/ output: only the blocks without a finished part are run."),
     _opt(WriteConfig, "strict", is_flag=True, help="Exit 1 at the first row that cannot be embedded."),
-    _opt(WriteConfig, "progress", "--progress/--no-progress", help="Show the progress bar."),
+    (PROGRESS := _opt(WriteConfig, "progress", "--progress/--no-progress", help="Show the progress bar.")),
 ]
 RAY_OPTIONS = [
     _opt(RayConfig, "engine", type=click.Choice(ENGINES), help="local or ray."),
@@ -127,7 +130,7 @@ RAY_OPTIONS = [
 # window, model and batch groups.
 EXTRACT_GROUPS = (READ_OPTIONS, SEGMENT_OPTIONS, MODEL_OPTIONS, ENCODE_OPTIONS, POOL_OPTIONS, WRITE_OPTIONS,
                   RAY_OPTIONS)
-PROBE_GROUPS = (READ_OPTIONS, SEGMENT_OPTIONS, MODEL_OPTIONS, ENCODE_OPTIONS)
+PROBE_GROUPS = (READ_OPTIONS, SEGMENT_OPTIONS, MODEL_OPTIONS, ENCODE_OPTIONS, [PROGRESS])
 
 
 def option_groups(*groups: list):
@@ -338,6 +341,7 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
     from pipeline.probe import (format_corpus_probe, format_probe, plot_corpus_probe, plot_probe, probe_corpus,
                                 probe_files)
     try:
+        progress = options.pop("progress")
         corpus = [not _is_features_output(p) for p in inputs]
         if any(corpus) and not all(corpus):
             raise ConfigError("probe takes either a corpus (CSV, TSV, JSON Lines, parquet table...) or extract's "
@@ -354,12 +358,12 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
                 plot_probe(results, plot)
                 click.echo(f"chart -> {plot}")
             return
-        cfg = _env_cache(_build(inputs=inputs, progress=False, **options))
+        cfg = _env_cache(_build(inputs=inputs, progress=progress, **options))
         for line in no_effect_warnings(options, PROBE_IGNORES, "probe extracts every strategy x pooling x layers "
                                        "of its own feature set"):
             click.echo(f"Warning: {line}", err=True)
         report = probe_corpus(cfg, label_col=label_col, sample=500 if sample is None else sample, folds=folds,
-                              seed=seed)
+                              seed=seed, echo=lambda m: click.echo(m, err=True))
         click.echo(format_corpus_probe(report, cfg))
         if plot is not None:
             plot_corpus_probe(report, plot)

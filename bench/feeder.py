@@ -311,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     if one and many:
         notes.append(f"all cores against one (feeder, tokens/s): {many['seconds'] and one['seconds'] / many['seconds']:.2f}x "
                      f"on {len(os.sched_getaffinity(0))} cores.")
+    load = os.getloadavg()[0]
+    notes.append(f"1-minute load average at the end: {load:.2f} on {os.cpu_count()} cores"
+                 + (" (above the core count: other jobs shared the CPUs, so wall times and tokens/s are not the "
+                    "machine's; CPU seconds are less affected)." if load > (os.cpu_count() or 1) else "."))
     counts = {r["tokens"] for r in results.values()}
     if len(counts) > 1:
         notes.append(f"warning: the runs counted different tokens: {sorted(counts)}")

@@ -21,11 +21,12 @@ from .dedup import WindowPlan, plan_windows
 from .encode import Encoder
 from .errors import ConfigError
 from .model import check_pooler, checkpoint_folder, model_facts, model_sha256, resolve_model_path
-from .pool import aggregate, normalize, pool_offsets, window_pools
+from .pool import aggregate_parts, normalize, pool_offsets, window_pools
 from .segment import covered_tokens, segment
 from .tokenize import tokenize_block
 from .types import ModelFacts, TokenizedDoc, Window
 from .window_cache import WindowCache, encode_unique
+from .window_rows import window_table
 from .write import feature_columns, output_schema, passthrough_columns
 
 NON_FINITE = "non-finite features (overflow in half precision, also in the float32 recompute)"
@@ -61,17 +62,23 @@ def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig,
 
 
 def check_features(cfg: PipelineConfig, seg) -> None:
-    """With several --feature: each strategy's window options against the window size, and no
-    --keep-col named like a feature column.
+    """With several --feature: each strategy's window options against the window size, no --keep-col
+    named like a feature column, and one strategy at --level window.
 
     Raises:
-        ConfigError: as SegmentConfig.check_window for that strategy, or a clashing --keep-col.
+        ConfigError: as SegmentConfig.check_window for that strategy, a clashing --keep-col, or
+            features of several strategies at --level window (a row per window of one strategy).
     """
     if not cfg.multi_feature:
         return
-    for strategy in dict.fromkeys(f.strategy for f in cfg.feature_list()):
+    strategies = list(dict.fromkeys(f.strategy for f in cfg.feature_list()))
+    if cfg.pool.level == "window" and len(strategies) > 1:
+        raise ConfigError(f"--level window writes one row per window of one strategy, but the features use "
+                          f"{', '.join(strategies)}; give features of one strategy (e.g. --feature chunk:cls "
+                          "--feature chunk:mean), and run once per strategy")
+    for strategy in strategies:
         dataclasses.replace(seg, strategy=strategy)  # __post_init__ runs check_window for this strategy
-    names = {f.name for f in cfg.feature_list()}
+    names = {name for name, _ in feature_columns(cfg, 0)}
     clash = [c for c in cfg.read.keep_cols if c in names]
     if clash:
         raise ConfigError(f"--keep-col {clash[0]!r} clashes with the feature column of that name; rename the "
@@ -79,10 +86,11 @@ def check_features(cfg: PipelineConfig, seg) -> None:
 
 
 def feature_dim(cfg: PipelineConfig, hidden: int) -> tuple[int, int]:
-    """(D of ``features``, D of ``token_features``) of a one-feature run: Feature.dim for both (token
-    vectors are pooled as the feature's layers are; pooler takes only the last layer)."""
+    """(D of ``features``, D of ``token_features``) of a one-feature run: Feature.dim for the token
+    vectors (pooled as the feature's layers are; pooler takes only the last layer), times the
+    --aggregate parts for ``features``."""
     dim = cfg.feature_list()[0].dim(hidden)
-    return dim, dim
+    return dim * cfg.pool.parts, dim
 
 
 def output_for(cfg: PipelineConfig, tokenizer, id_type: pa.DataType) -> tuple[PipelineConfig, pa.Schema]:
@@ -212,6 +220,9 @@ class Extractor:
         token_level = self.cfg.pool.level == "token"
         oom, fp32 = self.encoder.stats.oom_splits, self.encoder.stats.fp32_recomputed
         enc, cached = encode_unique(self.encoder, self.cache, prep.windows, with_tokens=token_level)
+        if self.cfg.pool.level == "window":
+            table, row_errors = window_table(self, prep, enc)
+            return table, self._counts(prep, row_errors, oom, fp32, cached)
         n = len(prep.docs)
         strategies = list(prep.strategy_windows)
         index = dict(zip(strategies, prep.plan.index))                     # strategy -> (n_req,) into windows
@@ -236,7 +247,7 @@ class Extractor:
                     vecs = []
                     for f, (a, b) in zip(self.features, self.slices):
                         weights = np.array([w.n_content for w in wins[f.strategy]], dtype=np.float64)
-                        vec = aggregate(enc.vectors[rows[f.strategy], a:b], weights, self.cfg.pool.aggregate)
+                        vec = aggregate_parts(enc.vectors[rows[f.strategy], a:b], weights, self.cfg.pool.aggregates)
                         vecs.append(normalize(vec) if self.cfg.pool.normalize else vec)
                     if self.cfg.write.out_dtype == "float16" and not all(np.isfinite(v.astype(np.float16)).all()
                                                                          for v in vecs):
@@ -254,15 +265,22 @@ class Extractor:
             if token_level:
                 for key, value in zip(token_cols, tokens or (None, None, None, None)):
                     token_cols[key].append(value)
-        release_free_heap()
-        counts = BlockCounts(
-            documents=n, tokens=sum(d.n_tokens for d in prep.docs), unknown=sum(d.n_unknown for d in prep.docs),
-            windows=len(prep.windows) - cached, windows_cached=cached, errors=sum(e is not None for e in errors),
-            windows_requested=prep.plan.requested, windows_saved=prep.plan.saved,
-            oom_splits=self.encoder.stats.oom_splits - oom, fp32_recomputed=self.encoder.stats.fp32_recomputed - fp32)
-        self.stats.add(counts)
+        counts = self._counts(prep, errors, oom, fp32, cached)
         return self._table(prep.block, features, valid, errors, prep.docs, n_windows, truncated,
                            token_cols if token_level else None), counts
+
+    def _counts(self, prep: Prepared, errors: list[str | None], oom: int, fp32: int, cached: int = 0) -> BlockCounts:
+        """The block's counts (``errors``: one per output row; ``cached``: windows from the store, not
+        encoded), added to ``self.stats``; frees heap pages."""
+        release_free_heap()
+        counts = BlockCounts(
+            documents=len(prep.docs), tokens=sum(d.n_tokens for d in prep.docs),
+            unknown=sum(d.n_unknown for d in prep.docs), windows=len(prep.windows) - cached,
+            windows_cached=cached, errors=sum(e is not None for e in errors), windows_requested=prep.plan.requested,
+            windows_saved=prep.plan.saved, oom_splits=self.encoder.stats.oom_splits - oom,
+            fp32_recomputed=self.encoder.stats.fp32_recomputed - fp32)
+        self.stats.add(counts)
+        return counts
 
     def _table(self, block, features, valid, errors, docs, n_windows, truncated, token_cols) -> pa.Table:
         schema = self.schema

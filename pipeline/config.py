@@ -12,13 +12,12 @@ from typing import Any, Literal
 import yaml
 
 from .errors import ConfigError
-from .features_config import (LAYER_AGGS, POOLINGS, SHORTHAND, STRATEGIES, Feature, Pooling, Strategy,  # noqa: F401
-                              check_choice, compact_layers, feature_fault, fold_features, format_layers, parse_feature,
-                              parse_layers, window_dim)
+from .features_config import (AGGREGATES, LAYER_AGGS, POOLINGS, SHORTHAND, STRATEGIES, Feature, Pooling,  # noqa: F401
+                              Strategy, check_aggregate, check_choice, compact_layers, feature_fault, fold_features,
+                              format_layers, parse_feature, parse_layers, window_dim)
 
 # Each closed set of choices is one tuple, used by click.Choice and by the checks below.
-AGGREGATES = ("mean", "max", "weighted")
-LEVELS = ("document", "token")
+LEVELS = ("document", "token", "window")
 DTYPES = ("float32", "float16", "bfloat16")
 OUT_DTYPES = ("float32", "float16")
 QUANTIZE = ("none", "int8")
@@ -194,16 +193,16 @@ class PoolConfig:
     pooling: Pooling = "mean"
     layers: tuple[int, ...] = (-1,)        # hidden-state indices: 0 embeddings, 1..L layers, -1 last
     layer_agg: Literal["mean", "sum", "concat"] = "mean"
-    aggregate: Literal["mean", "max", "weighted"] = "mean"   # windows -> one document vector
-    level: Literal["document", "token"] = "document"
-    normalize: bool = False                # scale each document vector to unit L2 norm (after aggregate)
+    aggregate: str = "mean"                # windows -> document: one of AGGREGATES or a comma list, concatenated
+    level: Literal["document", "token", "window"] = "document"
+    normalize: bool = False                # unit L2 norm: the (whole) document vector, or each window's vector
     features: tuple[Feature, ...] = (Feature(),)   # every feature of the run, one column each
 
     def __post_init__(self) -> None:
         fault = feature_fault("head_tail", self.pooling, self.layers, self.layer_agg, shorthand=True)
         if fault:
             raise ConfigError(fault)
-        check_choice("--aggregate", self.aggregate, AGGREGATES)
+        object.__setattr__(self, "aggregate", check_aggregate(self.aggregate))  # frozen: canonical form, once
         check_choice("--level", self.level, LEVELS)
         names = [f.name for f in self.features]
         repeated = sorted({n for n in names if names.count(n) > 1})
@@ -212,6 +211,16 @@ class PoolConfig:
         if len(self.features) > 1 and self.level == "token":
             raise ConfigError(f"--level token writes the token vectors of one feature, but {len(self.features)} "
                               "--feature options were given; give one feature with --level token")
+
+    @property
+    def aggregates(self) -> tuple[str, ...]:
+        """The parts of --aggregate, in order: "first,last,mean,max" -> ("first", "last", "mean", "max")."""
+        return tuple(self.aggregate.split(","))
+
+    @property
+    def parts(self) -> int:
+        """Aggregates a written vector concatenates: len(aggregates); 1 at --level window (no aggregate)."""
+        return 1 if self.level == "window" else len(self.aggregates)
 
     @property
     def pool_key(self) -> tuple[str, tuple[int, ...], str]:
@@ -320,6 +329,8 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if not self.pool.features:
             raise ConfigError("a run needs at least one feature; give --feature or --strategy/--pooling")
+        if self.pool.level == "window" and self.ray.engine == "ray":  # the Ray writer counts a row per document
+            raise ConfigError("--level window runs on the local engine only; drop --engine ray")
 
     def feature_list(self) -> tuple[Feature, ...]:
         """Every feature of the run (``pool.features``): the --feature list, or the one feature of
@@ -404,6 +415,9 @@ def option_warnings(cfg: PipelineConfig, given: set[str], cpu_only: bool, max_le
             flag = "--" + name.replace("_", "-")
             out.append(f"{flag} {getattr(seg, name)} has no effect: it applies only to --strategy head_tail "
                        f"(this run: {this_run})")
+    if "aggregate" in given and cfg.pool.level == "window":
+        out.append(f"--aggregate {cfg.pool.aggregate} has no effect: it applies only to --level document and "
+                   "token (this run: window, one vector per window)")
     if "dtype" in given and cfg.model.dtype == "float16" and cpu_only:
         out.append("--dtype float16 on the CPU: CPUs have no fast float16 matrix product, so the model runs "
                    "several times slower than in float32 and less exact; drop --dtype (or use --dtype bfloat16, "
@@ -460,6 +474,8 @@ def _coerce(key: str, value: Any) -> Any:
         if isinstance(value, (str, Path)):
             return (str(value),)
         return tuple(str(v) for v in value)
+    if key == "aggregate" and isinstance(value, (list, tuple)):   # YAML: [first, last, mean, max]
+        return ",".join(str(v) for v in value)
     if key == "quantize" and value in (False, None):
         return "none"
     if isinstance(value, Path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 from pathlib import Path
 
 from .errors import RunError
@@ -89,3 +90,27 @@ def write_failure(err: OSError, output: Path | str, is_directory: bool) -> RunEr
     kept = "; its finished parts are kept for --resume" if is_directory else ""
     where = f" ({err.filename})" if err.filename else ""
     return RunError(f"writing {output} failed{where}: {os_cause(err)}{kept}")
+
+
+def remove_stale_partials(path: Path) -> None:
+    """Remove ``.NAME.PID.partial`` files or folders beside ``path`` left by a killed run (its PID is
+    gone); those of a run still alive are kept."""
+    prefix = f".{path.name}."
+    for stale in path.parent.glob(f"{prefix}*.partial"):
+        pid = stale.name[len(prefix):-len(".partial")]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

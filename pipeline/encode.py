@@ -170,8 +170,7 @@ class Encoder:
             length = windows[i].input_ids.shape[0]
             ids[j, :length] = windows[i].input_ids
             mask[j, :length] = 1
-        ids_t = torch.from_numpy(ids).to(self.device)
-        mask_t = torch.from_numpy(mask).to(self.device)
+        ids_t, mask_t = self._to_device(ids), self._to_device(mask)
         with torch.inference_mode():
             extra = {"token_type_ids": torch.zeros_like(ids_t)} if self.token_type_ids else {}
             out = model(input_ids=ids_t, attention_mask=mask_t, output_hidden_states=self.need_hidden, **extra)
@@ -198,6 +197,15 @@ class Encoder:
                 if tok_np is not None:
                     tok_np[pos[i]] = r_tok[k]
         return batch, vec_np, tok_np
+
+    def _to_device(self, array: np.ndarray) -> torch.Tensor:
+        """(b, seq) int64 host array -> the same on the model's device. On CUDA the host copy is pinned
+        and the copy is non-blocking, so it overlaps the previous batch's work on the stream (PyTorch's
+        "pinned memory" note); on CPU the array is shared, not copied."""
+        tensor = torch.from_numpy(array)
+        if self.device.type == "cuda":
+            return tensor.pin_memory().to(self.device, non_blocking=True)
+        return tensor.to(self.device)
 
     def _float32_model(self):
         if self._fp32 is None:

@@ -132,6 +132,12 @@ def load_features(path: str | Path, feature: str | None = None) -> tuple[np.ndar
               "truncated": bool (N,)} (n_unknown only in files written since it exists);
               ``meta["left_out"]``: [{"id": ..., "error": str}, ...] for rows with null features;
               ``meta["n_rows"]``: rows in the file(s), with or without features.
+          A ``--level window`` output (meta["level"] == "window") has one row per window: ``ids`` repeats
+          a document's id for each of its windows (document order, input order), X is (N windows, D),
+          ``meta["window"]`` is (N,) int32, each row's window number within its document, and
+          ``meta["spans"]`` a list of N lists of [start, end) content-token positions;
+          ``meta["rows"]`` holds ``n_tokens`` (the window's content tokens); left_out entries carry
+          ``window`` (None for a document that made no window). Group by ids to get back to documents.
 
     Raises:
         InputError: the path is missing, not parquet, not a longbert output, or a directory whose run
@@ -161,6 +167,11 @@ def load_features(path: str | Path, feature: str | None = None) -> tuple[np.ndar
     id_col = table.column_names[0]                              # "id", or "row" (row numbers)
     meta["left_out"] = [{"id": i, "error": e} for i, e in
                         zip(left.column(id_col).to_pylist(), left.column("error").to_pylist())]
+    if meta.get("level") == "window":  # one row per window: its number and spans, aligned with X
+        for entry, w in zip(meta["left_out"], left.column("window").to_pylist()):
+            entry["window"] = w
+        meta["window"] = kept_table.column("window").to_numpy().astype(np.int32)
+        meta["spans"] = kept_table.column("spans").to_pylist()
     meta["n_rows"] = table.num_rows
     meta["kept"] = {c: kept_table.column(c).to_numpy(zero_copy_only=False)
                     for c in meta.get("keep_cols", []) if c in kept_table.column_names}

@@ -106,14 +106,16 @@ def aggregate(vectors: np.ndarray, weights: np.ndarray, how: str) -> np.ndarray:
     Args:
         vectors: (n_windows, D) float32, in window order.
         weights: (n_windows,) content tokens per window, used by how="weighted".
-        how: "mean" (chunk and average), "max" (element-wise), or "weighted" (mean weighted by each
-            window's content tokens).
+        how: "mean" (chunk and average), "max" (element-wise), "weighted" (mean weighted by each
+            window's content tokens), "first" or "last" (the first or last window's vector).
 
     Returns:
         (D,) float32. Example: vectors [[0, 2], [2, 4]], weights [1, 3], weighted -> [1.5, 3.5].
     """
-    if vectors.shape[0] == 1:
+    if vectors.shape[0] == 1 or how == "first":
         return vectors[0]
+    if how == "last":
+        return vectors[-1]
     if how == "max":
         return vectors.max(axis=0)
     if how == "weighted":
@@ -122,11 +124,30 @@ def aggregate(vectors: np.ndarray, weights: np.ndarray, how: str) -> np.ndarray:
     return vectors.astype(np.float64).mean(axis=0).astype(np.float32)
 
 
+def aggregate_parts(vectors: np.ndarray, weights: np.ndarray, hows: tuple[str, ...]) -> np.ndarray:
+    """Windows of one document -> the ``aggregate`` of each of ``hows``, concatenated in that order.
+
+    The concatenation of several summaries of the chunk vectors follows the hierarchical read-outs of
+    Sun et al. 2019 and Pappagari et al. 2019 (first, last, mean and max of the segment vectors).
+
+    Args:
+        vectors: (n_windows, D) float32; weights: (n_windows,) content tokens per window.
+        hows: e.g. ("first", "last", "mean", "max").
+
+    Returns:
+        (len(hows) * D,) float32. Example: [[0, 2], [2, 4]], ("first", "max") -> [0, 2, 2, 4].
+    """
+    if len(hows) == 1:
+        return aggregate(vectors, weights, hows[0])
+    return np.concatenate([aggregate(vectors, weights, how) for how in hows])  # (k * D,)
+
+
 def normalize(vector: np.ndarray) -> np.ndarray:
     """(D,) float32 -> (D,) float32 of unit L2 norm (``--normalize``); a zero vector stays zero.
 
     As sentence-transformers' ``normalize_embeddings`` (torch.nn.functional.normalize, eps 1e-12),
-    applied to the document vector, after ``aggregate``. Example: [3, 4] -> [0.6, 0.8].
+    applied to the document vector, after ``aggregate`` (with several --aggregate parts, to the whole
+    concatenated vector), or to each window's vector at --level window. Example: [3, 4] -> [0.6, 0.8].
     """
     norm = float(np.linalg.norm(vector.astype(np.float64)))
     return (vector.astype(np.float64) / max(norm, 1e-12)).astype(np.float32)

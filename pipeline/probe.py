@@ -8,6 +8,7 @@ every feature, so strategies, poolings and layers are compared on equal terms.
 """
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from .config import STRATEGIES, Feature, PipelineConfig
 from .errors import ConfigError, InputError
 from .features import load_features
 from .folds import check_classes, cross_validate_probe, stratified_sample  # noqa: F401 - re-exported
+from .probe_plot import layers_text, plot_corpus_probe  # noqa: F401 - plot_corpus_probe: re-exported (cli.py)
 
 
 def _strategy_text(strategy: dict[str, Any]) -> str:
@@ -84,6 +86,9 @@ def probe_file(path: str | Path, label_col: str, folds: int = 5, seed: int = 0) 
     results = []
     for name in names:
         ids, X, meta = load_features(path, feature=name)
+        if meta.get("level") == "window":
+            raise InputError(f"{path} is a --level window output (one row per window); probe scores one vector "
+                             "per document: extract with --level document (e.g. --aggregate first,last,mean,max)")
         y = _labels(path, label_col, ids, meta)                              # (N,) str
         classes, counts = check_classes(y, folds, str(path), label_col)
         strategy = meta.get("strategy") or {}
@@ -255,24 +260,87 @@ def _sampled_corpus(cfg: PipelineConfig, label_col: str, sample: int, folds: int
     return [texts[i] for i in picked], labels[picked].astype(str), picked, dropped, corpus
 
 
-def _extract_sample(extractor, texts: list[str], picked: np.ndarray, rows: int):
-    """Run the block function over the sample, ``rows`` documents a block.
+PROBE_PARTS = ("mean", "first", "last", "max")   # the sample's --aggregate: every variant is a slice of it
+# the aggregations ranked for the multi-window strategies, beside the mean (parts in PROBE_PARTS order)
+PROBE_AGGREGATES = {"mean": (0,), "mean,max": (0, 3), "first,last,mean,max": (1, 2, 0, 3)}
+MULTI_WINDOW = ("chunk", "sliding")
+
+
+def _extract_sample(extractor, texts: list[str], picked: np.ndarray, rows: int, progress: bool):
+    """Run the block function over the sample, ``rows`` documents a block, with extract's progress bar.
 
     Returns:
-        ({feature column: [its arrays, one per block]}, n_tokens per document, error per document).
+        ({feature column: (N, k x D) float32, the PROBE_PARTS a feature needs: all four for chunk and
+        sliding, the mean alone (k = 1) otherwise; rows with an error hold zeros}, n_tokens per
+        document, error per document).
     """
     import pyarrow as pa
 
-    columns: dict[str, list] = {name: [] for name, _ in extractor.columns}
+    from .progress import progress_bar
+    from .run import BatchProgress
+
+    keep = {name: dim if f.strategy in MULTI_WINDOW else dim // len(PROBE_PARTS)
+            for f, (name, dim) in zip(extractor.features, extractor.columns)}
+    columns: dict[str, list] = {name: [] for name in keep}
     n_tokens, errors = [], []
-    for start in range(0, len(texts), rows):
-        table = extractor(pa.table({"id": pa.array(picked[start:start + rows], type=pa.int64()),
-                                    "text": pa.array(texts[start:start + rows], type=pa.string())}))
-        for name in columns:
-            columns[name].append(table.column(name))
-        n_tokens += table.column("n_tokens").to_pylist()
-        errors += table.column("error").to_pylist()
-    return columns, n_tokens, errors
+    bar = progress_bar(len(texts), 0, progress)
+    tracker = BatchProgress(bar)
+    extractor.encoder.on_batch = tracker.batch
+    try:
+        for start in range(0, len(texts), rows):
+            prep = extractor.prepare(pa.table({"id": pa.array(picked[start:start + rows], type=pa.int64()),
+                                               "text": pa.array(texts[start:start + rows], type=pa.string())}))
+            tracker.start_block(len(prep.docs), sum(len(w.input_ids) for w in prep.windows))
+            table, _ = extractor.finish(prep)
+            for name, width in keep.items():
+                col = table.column(name).combine_chunks()
+                values = col.values.to_numpy(zero_copy_only=False)            # (n * 4D,), nulls as zeros
+                columns[name].append(values.reshape(len(col), -1)[:, :width].astype(np.float32))   # (n, width)
+            n_tokens += table.column("n_tokens").to_pylist()
+            errors += table.column("error").to_pylist()
+            tracker.end_block()
+    finally:
+        bar.close()
+    return {name: np.concatenate(blocks) for name, blocks in columns.items()}, n_tokens, errors
+
+
+def probe_variants(features, matrices: list[np.ndarray], dim_of) -> list[tuple[Feature, str, np.ndarray]]:
+    """(feature, aggregate, X) to probe: each feature's mean, and for chunk and sliding also mean,max and
+    first,last,mean,max (PROBE_AGGREGATES: slices of the sample's PROBE_PARTS vectors).
+
+    Args:
+        features: the probe features; matrices: their (N, k x D) sample vectors (_extract_sample);
+        dim_of: feature -> D of one window vector.
+    """
+    out = []
+    for f, M in zip(features, matrices):
+        d = dim_of(f)
+        for agg, parts in PROBE_AGGREGATES.items():
+            if agg == "mean" or f.strategy in MULTI_WINDOW:
+                out.append((f, agg, np.concatenate([M[:, k * d:(k + 1) * d] for k in parts], axis=1)))
+    return out
+
+
+def variant_name(f: Feature, aggregate: str) -> str:
+    """The column extract would write for the feature with this --aggregate (several features: the
+    _agg- suffix of pipeline.write.feature_columns). Example: chunk:mean, "mean,max" -> f_chunk_mean_agg-mean-max."""
+    return f.name if aggregate == "mean" else f"{f.name}_agg-{aggregate.replace(',', '-')}"
+
+
+def _load_and_extract(cfg: PipelineConfig, tokenizer, texts: list[str], picked: np.ndarray, echo):
+    """Load the model (extract's "loading model" line first, with cfg.write.progress) and run
+    _extract_sample; returns (the Extractor, _extract_sample's result)."""
+    import pyarrow as pa
+
+    from .block import Extractor
+    from .config import DEFAULT_MODEL
+    from .model import model_label
+
+    name = cfg.model.model
+    if echo and cfg.write.progress:
+        echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
+    extractor = Extractor(cfg, tokenizer, id_type=pa.int64())
+    return extractor, _extract_sample(extractor, texts, picked, cfg.read.block_rows, cfg.write.progress)
 
 
 def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: int = 5, seed: int = 0,
@@ -288,12 +356,15 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
         folds, seed: the stratified k-fold, as probe_files (the same folds for every feature).
 
     Returns:
-        {"results": one dict per feature ranked by accuracy_mean (best first) with feature, spec,
-        windows_per_doc (the feature's own windows per document, run alone), dimension and the
-        cross_validate_probe keys; "best", "cheapest" (results entries: the cheapest in windows per
+        {"results": one dict per feature and aggregation (each feature's mean; chunk and sliding also
+        mean,max and first,last,mean,max: PROBE_AGGREGATES) ranked by accuracy_mean (best first) with
+        feature (the column name extract gives it), spec, strategy, pooling, layers, layer_agg,
+        aggregate, windows_per_doc (the feature's own windows per document, run alone), dimension and
+        the cross_validate_probe keys; "best", "cheapest" (results entries: the cheapest in windows per
         document, then dimension, among those within one sd of the best's mean); "documents",
         "dropped_labels", "left_out", "classes", "majority", "windows_encoded", "windows_requested",
-        "extract_seconds", "probe_seconds"}.
+        "extract_seconds", "probe_seconds", "label_col"}. With ``echo`` and cfg.write.progress it prints
+        extract's "loading model" line, and a document progress bar runs on stderr.
 
     Raises:
         ConfigError, ModelError, InputError: as extract, plus the label checks of probe_files.
@@ -301,9 +372,6 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     import dataclasses
     import time
 
-    import pyarrow as pa
-
-    from .block import Extractor
     from .model import model_facts
 
     if folds < 2:
@@ -312,12 +380,12 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
         raise ConfigError(f"--sample={sample} must be >= 2")
     facts, tokenizer = model_facts(cfg.model)
     features = probe_feature_set(facts.num_hidden_layers, bool(facts.has_pooler))
-    cfg = dataclasses.replace(cfg, pool=dataclasses.replace(cfg.pool, features=features, level="document"))
+    cfg = dataclasses.replace(cfg, pool=dataclasses.replace(cfg.pool, features=features, level="document",
+                                                            aggregate=",".join(PROBE_PARTS)))
     texts, labels, picked, dropped, corpus = _sampled_corpus(cfg, label_col, sample, folds, seed)
 
     t0 = time.perf_counter()
-    extractor = Extractor(cfg, tokenizer, id_type=pa.int64())
-    columns, n_tokens, errors = _extract_sample(extractor, texts, picked, cfg.read.block_rows)
+    extractor, (columns, n_tokens, errors) = _load_and_extract(cfg, tokenizer, texts, picked, echo)
     extract_seconds = time.perf_counter() - t0
     if echo:
         echo(f"one pass: {len(texts)} documents, {extractor.stats.windows} windows encoded for "
@@ -327,23 +395,21 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     y = labels[ok]
     classes, counts = check_classes(y, folds, ", ".join(cfg.read.inputs), label_col, corpus)
     tokens = np.asarray(n_tokens)[ok]
-    from .features import features_matrix
     from .write import strategy_metadata
 
-    t1 = time.perf_counter()
-    matrices = [features_matrix(pa.chunked_array(columns[name]).filter(pa.array(ok))) for name, _ in extractor.columns]
+    t1 = time.perf_counter()  # each feature's mean, and for chunk and sliding mean,max and first,last,mean,max
+    variants = probe_variants(features, [columns[name][ok] for name, _ in extractor.columns],
+                              lambda f: f.dim(extractor.hidden))
     del columns, extractor.encoder  # the model is done: free it before the classifiers run
     # one feature per process (joblib's default loky backend): the fits are single-threaded, so the
     # cores share the features; the scores are those of cross_validate_probe run one by one.
     from joblib import Parallel, delayed
-    scores = Parallel(n_jobs=_probe_jobs(len(features)))(
-        delayed(cross_validate_probe)(X, y, folds, seed) for X in matrices)
-    results = []
-    for f, (name, _), X, score in zip(features, extractor.columns, matrices, scores):
-        results.append({"feature": name, "spec": f.spec, "strategy": f.strategy, "pooling": f.pooling,
-                        "layers": list(f.layers), "layer_agg": f.layer_agg, "dimension": int(X.shape[1]),
-                        "windows_per_doc": windows_per_doc(strategy_metadata(extractor.cfg, f.strategy), tokens),
-                        "extract_options": f.extract_options(), **score})
+    scores = Parallel(n_jobs=_probe_jobs(len(variants)))(
+        delayed(cross_validate_probe)(X, y, folds, seed) for _, _, X in variants)
+    results = [{"feature": variant_name(f, agg), "spec": f.spec, "strategy": f.strategy, "pooling": f.pooling,
+                "layers": list(f.layers), "layer_agg": f.layer_agg, "aggregate": agg, "dimension": int(X.shape[1]),
+                "windows_per_doc": windows_per_doc(strategy_metadata(extractor.cfg, f.strategy), tokens),
+                "extract_options": f.extract_options(), **score} for (f, agg, X), score in zip(variants, scores)]
     probe_seconds = time.perf_counter() - t1
     results.sort(key=lambda r: -r["accuracy_mean"])  # stable: ties keep the feature order
     best = results[0]
@@ -353,7 +419,7 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
             "dropped_labels": dropped, "left_out": int((~ok).sum()), "classes": len(classes),
             "majority": float(counts.max() / counts.sum()), "folds": folds,
             "windows_encoded": extractor.stats.windows, "windows_requested": extractor.stats.windows_requested,
-            "extract_seconds": extract_seconds, "probe_seconds": probe_seconds}
+            "extract_seconds": extract_seconds, "probe_seconds": probe_seconds, "label_col": label_col}
 
 
 def _probe_jobs(n_features: int) -> int:
@@ -364,10 +430,10 @@ def _probe_jobs(n_features: int) -> int:
     return max(1, min(cpus, n_features))
 
 
-def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[str, ...]) -> str:
-    """The ``longbert extract`` command line that makes one probed feature on the whole corpus."""
-    import shlex
-
+def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[str, ...],
+                    label_col: str | None = None) -> str:
+    """The ``longbert extract`` command line that makes one probed feature (with its --aggregate) on the
+    whole corpus, keeping the label column (``--keep-col label_col``) so its output can be probed."""
     from .config import DEFAULT_MODEL
 
     parts = ["longbert extract", *(shlex.quote(str(i)) for i in inputs)]
@@ -389,8 +455,11 @@ def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[
         parts.append(f"--overlap {seg.overlap}")
     if seg.max_tokens_per_doc is not None:
         parts.append(f"--max-tokens-per-doc {seg.max_tokens_per_doc}")
-    if cfg.pool.aggregate != "mean":
-        parts.append(f"--aggregate {cfg.pool.aggregate}")
+    if label_col is not None:   # so that `longbert probe features.parquet --label-col LABEL` works
+        parts.append(f"--keep-col {shlex.quote(label_col)}")
+    aggregate = feature.get("aggregate", "mean")
+    if aggregate != "mean":
+        parts.append(f"--aggregate {aggregate}")
     parts += [feature["extract_options"], "-o features.parquet"]
     return " ".join(parts)
 
@@ -398,15 +467,15 @@ def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[
 def format_corpus_probe(report: dict[str, Any], cfg: PipelineConfig) -> str:
     """The ranked table of probe_corpus, the cost of the pass, and the cheapest feature near the best
     with the extract command that makes it."""
-    head = ("rank", "feature", "windows/doc", "dim", "accuracy", "macro-F1")
+    head = ("rank", "feature", "layers", "aggregate", "windows/doc", "dim", "accuracy", "macro-F1")
     rows = [head]
     for i, r in enumerate(report["results"], 1):
-        rows.append((str(i), r["feature"], f"{r['windows_per_doc']:.2f}", str(r["dimension"]),
-                     f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
+        rows.append((str(i), r["feature"], layers_text(r), r.get("aggregate", "mean"), f"{r['windows_per_doc']:.2f}",
+                     str(r["dimension"]), f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
                      f"{r['f1_macro_mean']:.3f} ± {r['f1_macro_std']:.3f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) if i == 1 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
-             for row in rows]
+    lines = ["  ".join(cell.ljust(w) if i in (1, 2, 3) else cell.rjust(w)
+                       for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
     best, cheap = report["best"], report["cheapest"]
     saved = report["windows_requested"] - report["windows_encoded"]
     lines.append(f"{report['documents']} documents (stratified sample), {len(report['results'])} features from one "
@@ -420,34 +489,7 @@ def format_corpus_probe(report: dict[str, Any], cfg: PipelineConfig) -> str:
     lines.append(f"best: {best['feature']} {best['accuracy_mean']:.3f} ± {best['accuracy_std']:.3f}; cheapest within "
                  f"one sd of it: {cheap['feature']} ({cheap['windows_per_doc']:.2f} windows/doc, "
                  f"accuracy {cheap['accuracy_mean']:.3f} ± {cheap['accuracy_std']:.3f})")
-    lines.append("  " + extract_command(cfg, cheap, cfg.read.inputs))
+    lines.append("  " + extract_command(cfg, cheap, cfg.read.inputs, report.get("label_col")))
+    if report.get("label_col") is not None:
+        lines.append(f"  longbert probe features.parquet --label-col {shlex.quote(report['label_col'])}")
     return "\n".join(lines)
-
-
-def plot_corpus_probe(report: dict[str, Any], path: str | Path) -> None:
-    """Accuracy (mean ± sd over folds) against windows per document, one point per feature, coloured
-    by pooling; the best and the cheapest near it labelled. PNG at ``path``.
-
-    Raises:
-        ConfigError: matplotlib is not installed.
-    """
-    from .stats import pyplot, save_figure
-
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    colours = {"cls": "#4c72b0", "mean": "#dd8452", "max": "#55a868", "pooler": "#c44e52"}
-    for pooling, colour in colours.items():
-        rs = [r for r in report["results"] if r["pooling"] == pooling]
-        if rs:
-            ax.errorbar([r["windows_per_doc"] for r in rs], [r["accuracy_mean"] for r in rs],
-                        yerr=[r["accuracy_std"] for r in rs], fmt="o", ms=4, capsize=2, color=colour,
-                        alpha=0.8, label=pooling)
-    for key in ("best", "cheapest") if report["best"] is not report["cheapest"] else ("best",):
-        r = report[key]
-        ax.annotate(f"{key}: {r['feature']}", (r["windows_per_doc"], r["accuracy_mean"]), fontsize=7,
-                    xytext=(6, 6 if key == "best" else -12), textcoords="offset points")
-    ax.axhline(report["majority"], color="grey", linestyle=":", label="majority class")
-    ax.set_xlabel("windows per document (the feature alone)")
-    ax.set_ylabel(f"accuracy, mean ± sd over {report['folds']} folds")
-    ax.legend(loc="lower right", fontsize=8, frameon=False)
-    save_figure(fig, path)

@@ -1,13 +1,14 @@
 """The local engine: scan the inputs into a plan of blocks, then read_block -> block function -> sink, block by
 block; called by cli.py.
 
-The next block is read, tokenized and segmented in a background thread while the model runs on the
-current one (the fast tokenizer and pandas' parser release the GIL), so at most two blocks are in
-memory at once.
+The next blocks are read, tokenized and segmented in worker threads (pipeline.feed, one per torch CPU
+thread) while the model runs on the current one (the fast tokenizer and pandas' parser release the
+GIL), so at most workers + 1 blocks are in memory at once.
 """
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -249,9 +250,13 @@ def fail_on_row_error(table: pa.Table, spec: BlockSpec) -> None:
     """--strict: raise RunError at the first row with an error, naming its id and its file and line
     (the run then leaves no output)."""
     errors = table.column("error").to_pylist()
+    # the document of each output row: rows are documents, or at --level window a document's windows,
+    # whose first row has window 0 (or null: no window)
+    windows = table.column("window").to_pylist() if "window" in table.column_names else [None] * len(errors)
+    docs = list(itertools.accumulate(int(w is None or w == 0) for w in windows))
     for i, error in enumerate(errors):
         if error is not None:
             row_id = table.column(0)[i].as_py()
             what = f"row with id {row_id!r}" if table.column_names[0] == "id" else f"row {row_id}"
-            raise RunError(f"{what} ({row_location(spec, i)}): {error}; --strict stops at the first row that "
+            raise RunError(f"{what} ({row_location(spec, docs[i] - 1)}): {error}; --strict stops at the first row that "
                            "cannot be embedded (drop --strict to keep such rows with null features)")

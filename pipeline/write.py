@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -16,8 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .config import PipelineConfig
-from .durable import fsync_dir, place_durably, replace_durably
+from .durable import fsync_dir, place_durably, remove_stale_partials, replace_durably
 from .errors import ConfigError, RunError
+from .features_config import aggregate_metadata, feature_columns  # noqa: F401 - feature_columns: re-exported (block)
 from .types import ModelFacts
 
 MANIFEST = "_manifest.json"          # while the run goes on (pandas and pyarrow skip a leading _)
@@ -55,7 +55,7 @@ def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: in
         "pooling": cfg.pool.pooling,
         "layers": list(cfg.pool.layers),
         "layer_agg": cfg.pool.layer_agg,
-        "aggregate": cfg.pool.aggregate,
+        "aggregate": aggregate_metadata(cfg),
         "level": cfg.pool.level,
         "normalize": cfg.pool.normalize,
         "dtype": cfg.model.dtype,
@@ -67,6 +67,8 @@ def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: in
         "version": _version("longbert"),
         "libraries": {name: _version(name) for name in ("torch", "transformers", "tokenizers", "pyarrow", "pandas")},
     }
+    if cfg.pool.parts > 1:  # D = parts x window_dim: part k is feature[k * window_dim:(k + 1) * window_dim]
+        meta["window_dim"] = dim // cfg.pool.parts
     meta["features"] = features_metadata(cfg, model.hidden_size)
     if cfg.multi_feature:  # no one strategy/pooling describes the file: see meta["features"]
         meta.update(strategy=None, pooling=None, layers=None, layer_agg=None, feature_dim=None)
@@ -85,25 +87,16 @@ def strategy_metadata(cfg: PipelineConfig, name: str) -> dict:
     return strategy
 
 
-def feature_columns(cfg: PipelineConfig, hidden: int) -> list[tuple[str, int]]:
-    """(column name, D) of each feature: ``[("features", D)]`` for one feature, else one per --feature.
-
-    D = Feature.dim(hidden): hidden for pooler, else hidden x len(layers) with layer_agg concat, else hidden.
-    """
-    feats = cfg.feature_list()
-    if not cfg.multi_feature:
-        return [("features", feats[0].dim(hidden))]
-    return [(f.name, f.dim(hidden)) for f in feats]
-
-
 def features_metadata(cfg: PipelineConfig, hidden: int) -> list[dict]:
     """Every feature column with its full settings: column, spec, strategy dict, pooling, layers,
-    layer_agg, aggregate, feature_dim."""
+    layer_agg, aggregate (aggregate_metadata), feature_dim (and window_dim with several aggregate parts)."""
     out = []
     for f, (column, dim) in zip(cfg.feature_list(), feature_columns(cfg, hidden)):
         out.append({"column": column, "spec": f.spec, "strategy": strategy_metadata(cfg, f.strategy),
                     "pooling": f.pooling, "layers": list(f.layers), "layer_agg": f.layer_agg,
-                    "aggregate": cfg.pool.aggregate, "feature_dim": dim})
+                    "aggregate": aggregate_metadata(cfg), "feature_dim": dim})
+        if cfg.pool.parts > 1:
+            out[-1]["window_dim"] = dim // cfg.pool.parts
     return out
 
 
@@ -122,13 +115,20 @@ def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, 
     features fixed_size_list<float32|float16>[dim] (with several --feature: one such column per
     feature, named as Feature.name, instead), error string; with --level token also token_ids
     list<int32>, positions list<int32>, offsets list<fixed_size_list<int32>[2]>, token_features
-    list<fixed_size_list<float>[token_dim]>. Metadata key ``longbert``: run_metadata as JSON.
+    list<fixed_size_list<float>[token_dim]>. With --level window one row per window instead: id or row,
+    the --keep-col (and source) columns, window int32 (0-based within the document), spans
+    list<fixed_size_list<int32>[2]> ([start, end) content-token positions), n_tokens int32 (content
+    tokens of the window), the feature column(s), error. Metadata key ``longbert``: run_metadata as JSON.
     """
     value = pa.float16() if cfg.write.out_dtype == "float16" else pa.float32()
     fields = [pa.field("row" if pa.types.is_integer(id_type) else "id", id_type)]
     fields += [pa.field(c, pa.string()) for c in passthrough_columns(cfg)]
-    fields += [pa.field("n_tokens", pa.int32()), pa.field("n_unknown", pa.int32()), pa.field("n_windows", pa.int32()),
-               pa.field("truncated", pa.bool_())]
+    if cfg.pool.level == "window":  # one row per window (pipeline.window_rows)
+        fields += [pa.field("window", pa.int32()), pa.field("spans", pa.list_(pa.list_(pa.int32(), 2))),
+                   pa.field("n_tokens", pa.int32())]
+    else:
+        fields += [pa.field("n_tokens", pa.int32()), pa.field("n_unknown", pa.int32()),
+                   pa.field("n_windows", pa.int32()), pa.field("truncated", pa.bool_())]
     if cfg.multi_feature:
         fields += [pa.field(name, pa.list_(value, d)) for name, d in feature_columns(cfg, model.hidden_size)]
     else:
@@ -180,30 +180,6 @@ def option_changes(old: dict | None, new: dict | None) -> str:
     diffs = [f"--{key.rsplit('.', 1)[-1].replace('_', '-')}: {a.get(key)!r} then, {b.get(key)!r} now"
              for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
     return f" ({'; '.join(diffs)})" if diffs else ""
-
-
-def remove_stale_partials(path: Path) -> None:
-    """Remove ``.NAME.PID.partial`` files or folders beside ``path`` left by a killed run (its PID is
-    gone); those of a run still alive are kept."""
-    prefix = f".{path.name}."
-    for stale in path.parent.glob(f"{prefix}*.partial"):
-        pid = stale.name[len(prefix):-len(".partial")]
-        if not pid.isdigit() or _alive(int(pid)):
-            continue
-        if stale.is_dir():
-            shutil.rmtree(stale, ignore_errors=True)
-        else:
-            stale.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass
@@ -338,7 +314,7 @@ class PartsSink:
             by_rows = {}
             for p in old["parts"]:
                 if part_ok(self.path / p["file"], p):
-                    by_rows[(p["first_row"], p["rows"])] = p
+                    by_rows[(p["first_row"], p.get("documents", p["rows"]))] = p   # older parts: rows = documents
                 elif (self.path / p["file"]).exists():
                     (self.path / p["file"]).unlink()
                     self.redone += 1
@@ -372,7 +348,7 @@ class PartsSink:
         size = tmp.stat().st_size
         replace_durably(tmp, self.path / name)
         self.parts[index] = {"file": name, "block": index, "first_row": spec.first_row, "rows": table.num_rows,
-                             "bytes": size}
+                             "documents": spec.n_rows, "bytes": size}   # rows > documents at --level window
         self._save(complete=False)
 
     def commit(self) -> int:

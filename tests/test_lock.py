@@ -67,7 +67,7 @@ def test_two_concurrent_runs_one_proceeds_the_other_exits_2_naming_it(runner, ti
     assert f"is being written by another run (process {first.pid} on host {socket.gethostname()}, started 20" \
         in result.output
     assert "loading model" not in result.output
-    assert seconds < 5
+    assert seconds < 5, seconds
     assert first.wait(timeout=300) == 0, first.stderr.read()
     expected = [f"d{i}" for i in range(300)]
     assert pq.read_table(out).column("id").to_pylist() == expected

@@ -259,11 +259,18 @@ def test_probe_corpus_one_pass_agrees_with_single_feature_files(runner, tiny_mod
                              "--sample", 1000, "--plot", plot])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].split() == ["rank", "feature", "windows/doc", "dim", "accuracy", "macro-F1"]
-    table = [line.split() for line in lines[1:51]]
-    # 5 strategies x (cls, mean, max) x (-1, -2, -2..-1 mean: the tiny model has 2 layers) + 5 pooler
-    assert len({row[1] for row in table}) == 50 and lines[51].startswith("24 documents (stratified sample), 50 ")
-    assert sum(row[1].endswith("_pooler") for row in table) == 5
+    assert lines[0] == f"loading model {tiny_model_dir} ..."       # as extract prints it (stderr)
+    lines = lines[lines.index([x for x in lines if x.startswith("rank ")][0]):]
+    assert lines[0].split() == ["rank", "feature", "layers", "aggregate", "windows/doc", "dim", "accuracy", "macro-F1"]
+    table = [line.split() for line in lines[1:91]]
+    # 5 strategies x (cls, mean, max) x (-1, -2, -2..-1 mean: the tiny model has 2 layers) + 5 pooler, each
+    # with the mean; chunk and sliding's 20 also with mean,max and first,last,mean,max
+    assert len({row[1] for row in table}) == 90 and lines[91].startswith("24 documents (stratified sample), 90 ")
+    assert sum(row[1].endswith("_pooler") for row in table) == 5 and sum("_pooler" in row[1] for row in table) == 9
+    assert sorted({(row[2], row[3]) for row in table if row[1].startswith("f_chunk_cls")}) == sorted(
+        (layers, agg) for agg in ("first,last,mean,max", "mean", "mean,max") for layers in ("-1", "-2", "mean(-2..-1)"))
+    assert {row[5] for row in table if row[3] == "first,last,mean,max"} == {"128"}
+    table = [[row[0], row[1], *row[4:]] for row in table]    # without layers and aggregate, as below
     accuracy = [float(row[4]) for row in table]
     assert accuracy == sorted(accuracy, reverse=True)
     n = np.array([len(r["text"].split()) for r in LABELLED])
@@ -278,6 +285,7 @@ def test_probe_corpus_one_pass_agrees_with_single_feature_files(runner, tiny_mod
         [x for x in lines if x.startswith("best: ")][0]) + 1]
     name = best.split("cheapest within one sd of it: ")[1].split()[0]
     assert cheap.startswith(f"  longbert extract {src} --model {tiny_model_dir} --max-length {ML}")
+    assert "--keep-col label" in cheap and lines[lines.index(cheap) + 1] == "  longbert probe features.parquet --label-col label"
     options = cheap.split(f"--max-length {ML}")[1].split(" -o ")[0].split()
     row = [r for r in table if r[1] == name][0]
     top = table[0]
@@ -286,7 +294,7 @@ def test_probe_corpus_one_pass_agrees_with_single_feature_files(runner, tiny_mod
     keep = write_csv(tmp_path / "again.csv", LABELLED)
     out = tmp_path / "kept.parquet"
     assert invoke(runner, ["extract", keep, "-o", out, "--model", tiny_model_dir, "--no-progress", *SEG,
-                           "--keep-col", "label", *options]).exit_code == 0
+                           *options]).exit_code == 0          # options hold --keep-col label (and --aggregate)
     (r,) = probe_files([out], label_col="label", folds=3)
     assert r["feature"] == "features" and abs(r["accuracy_mean"] - float(row[4])) <= 0.02
 

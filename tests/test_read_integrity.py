@@ -14,13 +14,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from conftest import CASES, invoke
+from conftest import invoke
 
 from pipeline.config import PipelineConfig
 from pipeline.errors import InputError
 from pipeline.read import read_blocks, scan
 from pipeline.run import Summary
 
+# copies of ../shared/cases/B38_*: kept apart from tests/cases, whose CSVs test_ray reads as one valid corpus
+CASES = Path(__file__).resolve().parent / "read_cases"
 ROWS = [{"id": str(i), "text": f"document {i} " + "word " * 40} for i in range(60)]
 JSONL = "".join(json.dumps(r) + "\n" for r in ROWS).encode()
 
