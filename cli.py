@@ -87,10 +87,6 @@ ENCODE_OPTIONS = [
     _opt(EncodeConfig, "batch_size", type=int, help="Windows per forward pass, at most."),
     _opt(EncodeConfig, "max_batch_tokens", type=int, help="Padded tokens per forward pass, at most.",
          shown=str(EncodeConfig().token_budget)),
-    _opt(EncodeConfig, "cache", type=click.Path(file_okay=False), metavar="DIR",
-         help="Window store folder (made if missing): windows found there are not encoded again, new ones are "
-              "added; shared by runs on one machine (not over a network file system). See `longbert cache`.",
-         shown="$LONGBERT_CACHE if set, else none"),
 ]
 POOL_OPTIONS = [
     _opt(PoolConfig, "pooling", type=click.Choice(POOLINGS), help="cls | pooler | mean | max, per window."),
@@ -117,6 +113,10 @@ WRITE_OPTIONS = [
     _opt(WriteConfig, "resume", is_flag=True, help="Continue a DIR/ output: only the blocks without a finished part are run."),
     _opt(WriteConfig, "strict", is_flag=True, help="Exit 1 at the first row that cannot be embedded."),
     (PROGRESS := _opt(WriteConfig, "progress", "--progress/--no-progress", help="Show the progress bar.")),
+    (CACHE := _opt(WriteConfig, "cache", type=click.Path(file_okay=False), metavar="DIR",
+                   help="Window store folder (made if missing): windows found there are not encoded again, new "
+                        "ones are added; shared by runs on one machine (not over a network file system). See "
+                        "`longbert cache`.", shown="$LONGBERT_CACHE if set, else none")),
 ]
 RAY_OPTIONS = [
     _opt(RayConfig, "engine", type=click.Choice(ENGINES), help="local or ray."),
@@ -130,7 +130,7 @@ RAY_OPTIONS = [
 # window, model and batch groups.
 EXTRACT_GROUPS = (READ_OPTIONS, SEGMENT_OPTIONS, MODEL_OPTIONS, ENCODE_OPTIONS, POOL_OPTIONS, WRITE_OPTIONS,
                   RAY_OPTIONS)
-PROBE_GROUPS = (READ_OPTIONS, SEGMENT_OPTIONS, MODEL_OPTIONS, ENCODE_OPTIONS, [PROGRESS])
+PROBE_GROUPS = (READ_OPTIONS, SEGMENT_OPTIONS, MODEL_OPTIONS, ENCODE_OPTIONS, [PROGRESS, CACHE])
 
 
 def option_groups(*groups: list):
@@ -204,12 +204,12 @@ def _env_cache(cfg: PipelineConfig) -> PipelineConfig:
     made absolute: Ray workers, whose working folder may be another, open the same store."""
     from pipeline.store import default_cache
 
-    folder = default_cache(cfg.encode.cache)
+    folder = default_cache(cfg.write.cache)
     if folder is not None:
         folder = str(Path(folder).expanduser().absolute())
-    if folder == cfg.encode.cache:
+    if folder == cfg.write.cache:
         return cfg
-    return dataclasses.replace(cfg, encode=dataclasses.replace(cfg.encode, cache=folder))
+    return dataclasses.replace(cfg, write=dataclasses.replace(cfg.write, cache=folder))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

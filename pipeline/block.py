@@ -160,7 +160,7 @@ class Extractor:
             from cfg.read.id_col.
         model: an already loaded model for cfg.model (pipeline.vectorizer's per-process cache); None: load it.
         store: an open pipeline.store.WindowStore to use (the vectorizer's in-memory one); None: the
-            store of ``cfg.encode.cache`` (--cache DIR), or none.
+            store of ``cfg.write.cache`` (--cache DIR), or none.
 
     Raises:
         ConfigError / ModelError as resolve_config and pipeline.encode.load_model; ConfigError as

@@ -167,16 +167,12 @@ class SegmentConfig:
 class EncodeConfig:
     batch_size: int = 32                   # windows per forward pass, at most
     max_batch_tokens: int | None = None    # padded tokens per forward pass, at most; None: 16384
-    cache: str | None = None               # --cache DIR: window store folder (pipeline.store); not fingerprinted
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ConfigError(f"--batch-size={self.batch_size} must be >= 1")
         if self.max_batch_tokens is not None and self.max_batch_tokens < 1:
             raise ConfigError(f"--max-batch-tokens={self.max_batch_tokens} must be >= 1")
-        if self.cache is not None and not str(self.cache).strip():
-            raise ConfigError("--cache '' names no folder; give the window store's folder, e.g. --cache "
-                              "~/.cache/longbert, or drop --cache")
 
     @property
     def token_budget(self) -> int:
@@ -248,6 +244,7 @@ class WriteConfig:
     out_dtype: Literal["float32", "float16"] = "float32"
     strict: bool = False                   # any row error makes the run exit 1
     progress: bool = True
+    cache: str | None = None               # --cache DIR: window store (pipeline.store); changes no value
 
     def __post_init__(self) -> None:
         check_choice("--out-dtype", self.out_dtype, OUT_DTYPES)
@@ -361,10 +358,9 @@ class PipelineConfig:
         """The options fingerprint() hashes, as nested plain data (a DIR/ manifest keeps them, so --resume
         can name the option that differs)."""
         d = self.to_dict()
-        for key in ("output", "overwrite", "resume", "progress", "strict"):
+        for key in ("output", "overwrite", "resume", "progress", "strict", "cache"):
             d["write"].pop(key)
         d.pop("ray")
-        d["encode"].pop("cache")  # the store changes no value (pipeline.window_cache), only what is encoded
         d["read"].pop("inputs")  # inputs are compared by content, not by name (pipeline.read)
         for key, default in (("format", None), ("delimiter", None), ("with_source", False)):
             if d["read"][key] == default:  # added later: a run without them keeps its fingerprint (resume)

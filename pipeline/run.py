@@ -225,7 +225,7 @@ def open_run(cfg: PipelineConfig, schema: pa.Schema, plan: Plan, echo: Callable[
     sink = open_sink(cfg, schema, run_fingerprint(cfg, plan))
     summary = Summary(output=str(cfg.write.output), skipped_lines=plan.n_bad_lines,
                       duplicate_ids=plan.duplicate_ids, id_note=plan.id_note, skipped_files=plan.skipped_files,
-                      cache=cfg.encode.cache is not None)
+                      cache=cfg.write.cache is not None)
     done = sink.open(plan.blocks)
     todo = [spec for spec in plan.blocks if spec.index not in done]
     summary.resumed_from = sum(spec.n_rows for spec in plan.blocks if spec.index in done)

@@ -84,7 +84,7 @@ def cached_extractor(cfg: PipelineConfig, echo=None, memory: bool = False):
     """An Extractor for ``cfg`` whose tokenizer and model come from the per-process cache.
 
     ``memory``: the Extractor looks windows up in (and adds them to) ``memory_store()``; a
-    ``cfg.encode.cache`` folder is used otherwise.
+    ``cfg.write.cache`` folder is used otherwise.
 
     The first call (or one with another ``model_key``) loads the model, dropping the previous one
     first, so at most one model is held; other options (strategy, pooling, batch size, ...) reuse

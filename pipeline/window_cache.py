@@ -61,24 +61,24 @@ class WindowCache:
 
     @classmethod
     def open(cls, cfg: PipelineConfig, facts: ModelFacts, store: WindowStore | None = None) -> WindowCache | None:
-        """The cache of a run: ``store`` if given, else the store in ``cfg.encode.cache``; None when neither.
+        """The cache of a run: ``store`` if given, else the store in ``cfg.write.cache``; None when neither.
 
         Args:
             cfg: the run's config (max_length resolved); facts: its model's facts, sha256 filled
                 once the weights are local (pipeline.block.Extractor).
-            store: an open store (the vectorizer's in-memory one), used instead of cfg.encode.cache.
+            store: an open store (the vectorizer's in-memory one), used instead of cfg.write.cache.
 
         Raises:
             ConfigError: the model's weights were not hashed (no local config.json and weight
                 files), or as WindowStore.open (not a writable folder, not a store).
         """
-        if store is None and cfg.encode.cache is None:
+        if store is None and not cfg.write.cache:  # "" counts as not given, as default_cache has it
             return None
         if not facts.sha256:
             raise ConfigError(f"--cache needs the model's sha256, but {cfg.model.model!r} has no local config.json "
                               "and weight files to hash; download the model into a folder (e.g. huggingface-cli "
                               f"download {cfg.model.model} --local-dir DIR) and pass --model DIR, or drop --cache")
-        store = store if store is not None else WindowStore.open(cfg.encode.cache)
+        store = store if store is not None else WindowStore.open(cfg.write.cache)
         pools = window_pools(cfg)
         slices = pool_offsets(pools, facts.hidden_size)
         keys = []

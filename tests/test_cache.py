@@ -213,7 +213,7 @@ def test_token_level_encodes_and_fills_the_store(runner, tiny_model_dir, tmp_pat
 def test_cache_is_not_in_the_resume_fingerprint(runner, tiny_model_dir, tmp_path):
     a = PipelineConfig.from_options(inputs=("x.csv",))
     b = PipelineConfig.from_options(inputs=("x.csv",), cache=str(tmp_path))
-    assert a.fingerprint() == b.fingerprint() and b.to_dict()["encode"]["cache"] == str(tmp_path)
+    assert a.fingerprint() == b.fingerprint() and b.to_dict()["write"]["cache"] == str(tmp_path)
     src = write_csv(tmp_path / "r.csv", [{"text": t} for t in TEXTS])
     out = tmp_path / "parts/"
     args = ["extract", src, "-o", f"{out}/", "--model", tiny_model_dir, "--no-progress", *SEG, "--block-rows", 4]
@@ -255,7 +255,7 @@ def test_no_sha256_refuses_cache(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError) as err:
         WindowCache.open(cfg, dataclasses.replace(facts, sha256=None))
     assert "--cache needs the model's sha256" in str(err.value) and "--model DIR" in str(err.value)
-    assert WindowCache.open(dataclasses.replace(cfg, encode=dataclasses.replace(cfg.encode, cache=None)),
+    assert WindowCache.open(dataclasses.replace(cfg, write=dataclasses.replace(cfg.write, cache=None)),
                             facts) is None
 
 
