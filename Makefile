@@ -33,11 +33,14 @@ test: install-test
 # Issue 4's benchmark, about 10 minutes on 2 cores: one markdown table, also written to bench/results.md.
 # Shorter: make bench BENCH_ARGS="--docs 100 --quick" (--quick skips the scale pair: 150 and 1,500 documents).
 # Then issue 19's feeder section (forward pass stubbed, about 2 minutes): bench/results_feeder.md; FEEDER_ARGS="--docs 500".
+# Then issue 18's window store rows (first, second, other aggregation, grown corpus, cold-store overhead, bytes per
+# 1,000 windows): bench/results_cache.md; CACHE_ARGS="--docs 300 --strategy chunk --repeats 2 --probe 100".
 bench: install
 	$(BIN)/python -c "import sentence_transformers, ray.data" 2>/dev/null || $(PIP) install -e '.[bench,ray]'
 	$(BIN)/python bench/run_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/read_speed.py
 	$(BIN)/python bench/feeder.py $(FEEDER_ARGS)
+	$(BIN)/python bench/cache_bench.py $(CACHE_ARGS)
 
 # Issue 19's device benchmark, one command on a CUDA machine (fits in 5 minutes on one H200): bench/results_gpu.md.
 # Without CUDA it prints one line and exits 2. No install step: a GPU machine's own python3 holds its CUDA torch

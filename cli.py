@@ -113,6 +113,10 @@ WRITE_OPTIONS = [
     _opt(WriteConfig, "resume", is_flag=True, help="Continue a DIR/ output: only the blocks without a finished part are run."),
     _opt(WriteConfig, "strict", is_flag=True, help="Exit 1 at the first row that cannot be embedded."),
     (PROGRESS := _opt(WriteConfig, "progress", "--progress/--no-progress", help="Show the progress bar.")),
+    (CACHE := _opt(WriteConfig, "cache", type=click.Path(file_okay=False), metavar="DIR",
+                   help="Window store folder (made if missing): windows found there are not encoded again, new "
+                        "ones are added; shared by runs on one machine (not over a network file system). See "
+                        "`longbert cache`.", shown="$LONGBERT_CACHE if set, else none")),
 ]
 RAY_OPTIONS = [
     _opt(RayConfig, "engine", type=click.Choice(ENGINES), help="local or ray."),
@@ -126,7 +130,7 @@ RAY_OPTIONS = [
 # window, model and batch groups.
 EXTRACT_GROUPS = (READ_OPTIONS, SEGMENT_OPTIONS, MODEL_OPTIONS, ENCODE_OPTIONS, POOL_OPTIONS, WRITE_OPTIONS,
                   RAY_OPTIONS)
-PROBE_GROUPS = (READ_OPTIONS, SEGMENT_OPTIONS, MODEL_OPTIONS, ENCODE_OPTIONS, [PROGRESS])
+PROBE_GROUPS = (READ_OPTIONS, SEGMENT_OPTIONS, MODEL_OPTIONS, ENCODE_OPTIONS, [PROGRESS, CACHE])
 
 
 def option_groups(*groups: list):
@@ -195,6 +199,19 @@ def _build(**options: Any) -> PipelineConfig:
     return PipelineConfig.from_options(**options)
 
 
+def _env_cache(cfg: PipelineConfig) -> PipelineConfig:
+    """$LONGBERT_CACHE as the default of --cache (used when neither the command line nor --config set it),
+    made absolute: Ray workers, whose working folder may be another, open the same store."""
+    from pipeline.store import default_cache
+
+    folder = default_cache(cfg.write.cache)
+    if folder is not None:
+        folder = str(Path(folder).expanduser().absolute())
+    if folder == cfg.write.cache:
+        return cfg
+    return dataclasses.replace(cfg, write=dataclasses.replace(cfg.write, cache=folder))
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="longbert", message="%(version)s")
 def main() -> None:
@@ -218,7 +235,7 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
         longbert extract docs.csv --feature head:cls --feature chunk:mean -o out/both.parquet
     """
     try:
-        cfg = _build(config_file=config_file, inputs=inputs, **options)
+        cfg = _env_cache(_build(config_file=config_file, inputs=inputs, **options))
         _warn_ignored(cfg, options)
         if cfg.ray.engine == "ray":
             from pipeline.ray_engine import run
@@ -341,7 +358,7 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
                 plot_probe(results, plot)
                 click.echo(f"chart -> {plot}")
             return
-        cfg = _build(inputs=inputs, progress=progress, **options)
+        cfg = _env_cache(_build(inputs=inputs, progress=progress, **options))
         for line in no_effect_warnings(options, PROBE_IGNORES, "probe extracts every strategy x pooling x layers "
                                        "of its own feature set"):
             click.echo(f"Warning: {line}", err=True)
@@ -351,6 +368,37 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
         if plot is not None:
             plot_corpus_probe(report, plot)
             click.echo(f"chart -> {plot}")
+    except PipelineError as err:
+        _fail(err)
+
+
+@main.command()
+@click.argument("folder", required=False)
+@click.option("--clear", is_flag=True,
+              help="Delete every stored window vector (a file that is not a readable store is deleted and made again).")
+def cache(folder: str | None, clear: bool) -> None:
+    """Size, entries per model and hit rate of the window store in FOLDER (default: $LONGBERT_CACHE),
+    the store that extract and probe fill with --cache FOLDER.
+
+    \b
+    Example:
+        longbert cache ~/.cache/longbert
+        longbert cache ~/.cache/longbert --clear
+    """
+    from pipeline.errors import ConfigError
+    from pipeline.store import DB_NAME, WindowStore, clear_store, default_cache, format_stats
+    folder = default_cache(folder)
+    try:
+        if folder is None:
+            raise ConfigError("no store folder; pass FOLDER or set LONGBERT_CACHE")
+        if not clear and not (Path(folder).expanduser() / DB_NAME).is_file():
+            raise ConfigError(f"{folder}: no window store there (no {DB_NAME}); runs with --cache {folder} make one")
+        if clear:
+            stats = clear_store(folder)
+        else:
+            with WindowStore.open(folder) as store:
+                stats = store.stats()
+        click.echo(format_stats(stats))
     except PipelineError as err:
         _fail(err)
 

@@ -25,6 +25,7 @@ from .pool import aggregate_parts, normalize, pool_offsets, window_pools
 from .segment import covered_tokens, segment
 from .tokenize import tokenize_block
 from .types import ModelFacts, TokenizedDoc, Window
+from .window_cache import WindowCache, encode_unique
 from .window_rows import window_table
 from .write import feature_columns, output_schema, passthrough_columns
 
@@ -126,12 +127,13 @@ class BlockCounts:
     documents: int = 0
     tokens: int = 0
     unknown: int = 0             # tokens the tokenizer mapped to its unknown token
-    windows: int = 0             # windows encoded (unique)
+    windows: int = 0             # windows encoded (unique, not found in the --cache store)
     errors: int = 0              # rows with an error (null features)
     windows_requested: int = 0   # windows all features asked for, before de-duplication
     windows_saved: int = 0       # requested - encoded: shared by strategies, or identical token ids
     oom_splits: int = 0          # batches split in two after an out-of-memory error
     fp32_recomputed: int = 0     # windows recomputed in float32 after a non-finite half-precision result
+    windows_cached: int = 0      # unique windows taken from the window store (--cache), not encoded
 
     def add(self, other: BlockCounts) -> None:
         """Add ``other``'s counts to these, field by field."""
@@ -157,12 +159,16 @@ class Extractor:
         id_type: pa.int64() (row numbers) or pa.string() (id column values, text file paths); None:
             from cfg.read.id_col.
         model: an already loaded model for cfg.model (pipeline.vectorizer's per-process cache); None: load it.
+        store: an open pipeline.store.WindowStore to use (the vectorizer's in-memory one); None: the
+            store of ``cfg.write.cache`` (--cache DIR), or none.
 
     Raises:
-        ConfigError / ModelError as resolve_config and pipeline.encode.load_model.
+        ConfigError / ModelError as resolve_config and pipeline.encode.load_model; ConfigError as
+        pipeline.window_cache.WindowCache.open (--cache without a hashable model, not a store).
     """
 
-    def __init__(self, cfg: PipelineConfig, tokenizer=None, id_type: pa.DataType | None = None, model=None):
+    def __init__(self, cfg: PipelineConfig, tokenizer=None, id_type: pa.DataType | None = None, model=None,
+                 store=None):
         self.cfg, self.tokenizer, self.facts = resolve_config(cfg, tokenizer)
         self.hidden = self.facts.hidden_size
         self.dim, self.token_dim = feature_dim(self.cfg, self.hidden)
@@ -179,6 +185,7 @@ class Extractor:
             folder = checkpoint_folder(resolve_model_path(cfg.model.model))
             if folder is not None:
                 self.facts = dataclasses.replace(self.facts, sha256=model_sha256(folder))
+        self.cache = WindowCache.open(self.cfg, self.facts, store)   # None without --cache
         self.schema = output_schema(self.cfg, id_type, self.facts, self.dim, self.token_dim)
         self.stats = BlockCounts()  # every block's counts, summed
 
@@ -204,17 +211,18 @@ class Extractor:
         return Prepared(block, docs, plan.unique, strategy_windows, plan)
 
     def finish(self, prep: Prepared) -> tuple[pa.Table, BlockCounts]:
-        """Encode the block's unique windows, pool them per feature and document, build the output table.
+        """Encode the block's unique windows (those not in the --cache store), pool them per feature and
+        document, build the output table.
 
         Returns:
             (the output rows, ``self.schema``; the block's counts, also added to ``self.stats``).
         """
         token_level = self.cfg.pool.level == "token"
         oom, fp32 = self.encoder.stats.oom_splits, self.encoder.stats.fp32_recomputed
-        enc = self.encoder.encode(prep.windows, with_tokens=token_level)
+        enc, cached = encode_unique(self.encoder, self.cache, prep.windows, with_tokens=token_level)
         if self.cfg.pool.level == "window":
             table, row_errors = window_table(self, prep, enc)
-            return table, self._counts(prep, row_errors, oom, fp32)
+            return table, self._counts(prep, row_errors, oom, fp32, cached)
         n = len(prep.docs)
         strategies = list(prep.strategy_windows)
         index = dict(zip(strategies, prep.plan.index))                     # strategy -> (n_req,) into windows
@@ -257,17 +265,18 @@ class Extractor:
             if token_level:
                 for key, value in zip(token_cols, tokens or (None, None, None, None)):
                     token_cols[key].append(value)
-        counts = self._counts(prep, errors, oom, fp32)
+        counts = self._counts(prep, errors, oom, fp32, cached)
         return self._table(prep.block, features, valid, errors, prep.docs, n_windows, truncated,
                            token_cols if token_level else None), counts
 
-    def _counts(self, prep: Prepared, errors: list[str | None], oom: int, fp32: int) -> BlockCounts:
-        """The block's counts (``errors``: one per output row), added to ``self.stats``; frees heap pages."""
+    def _counts(self, prep: Prepared, errors: list[str | None], oom: int, fp32: int, cached: int = 0) -> BlockCounts:
+        """The block's counts (``errors``: one per output row; ``cached``: windows from the store, not
+        encoded), added to ``self.stats``; frees heap pages."""
         release_free_heap()
         counts = BlockCounts(
             documents=len(prep.docs), tokens=sum(d.n_tokens for d in prep.docs),
-            unknown=sum(d.n_unknown for d in prep.docs), windows=len(prep.windows),
-            errors=sum(e is not None for e in errors), windows_requested=prep.plan.requested,
+            unknown=sum(d.n_unknown for d in prep.docs), windows=len(prep.windows) - cached,
+            windows_cached=cached, errors=sum(e is not None for e in errors), windows_requested=prep.plan.requested,
             windows_saved=prep.plan.saved, oom_splits=self.encoder.stats.oom_splits - oom,
             fp32_recomputed=self.encoder.stats.fp32_recomputed - fp32)
         self.stats.add(counts)

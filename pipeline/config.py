@@ -244,6 +244,7 @@ class WriteConfig:
     out_dtype: Literal["float32", "float16"] = "float32"
     strict: bool = False                   # any row error makes the run exit 1
     progress: bool = True
+    cache: str | None = None               # --cache DIR: window store (pipeline.store); changes no value
 
     def __post_init__(self) -> None:
         check_choice("--out-dtype", self.out_dtype, OUT_DTYPES)
@@ -357,7 +358,7 @@ class PipelineConfig:
         """The options fingerprint() hashes, as nested plain data (a DIR/ manifest keeps them, so --resume
         can name the option that differs)."""
         d = self.to_dict()
-        for key in ("output", "overwrite", "resume", "progress", "strict"):
+        for key in ("output", "overwrite", "resume", "progress", "strict", "cache"):
             d["write"].pop(key)
         d.pop("ray")
         d["read"].pop("inputs")  # inputs are compared by content, not by name (pipeline.read)

@@ -443,6 +443,8 @@ def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[
         parts.append(f"--text-col {shlex.quote(cfg.read.text_col)}")
     if cfg.model.model != DEFAULT_MODEL:
         parts.append(f"--model {shlex.quote(cfg.model.model)}")
+    if cfg.write.cache is not None:  # the probe's windows are in this store: extract reuses them
+        parts.append(f"--cache {shlex.quote(str(cfg.write.cache))}")
     seg = cfg.segment
     if seg.max_length is not None:
         parts.append(f"--max-length {seg.max_length}")

@@ -49,6 +49,8 @@ class Summary:
     id_note: str | None = None
     windows_saved: int = 0       # windows not encoded: shared between strategies or identical token ids
     skipped_files: int = 0       # files in input folders left out for their extension
+    windows_cached: int = 0      # unique windows taken from the window store, not encoded
+    cache: bool = False          # --cache was given: the line says how many windows came from the store
     notes: list[str] = field(default_factory=list)   # e.g. parts redone, a lock taken over
 
     def add(self, counts: BlockCounts) -> None:
@@ -61,10 +63,13 @@ class Summary:
         self.oom_splits += counts.oom_splits
         self.fp32_recomputed += counts.fp32_recomputed
         self.unknown_tokens += counts.unknown
+        self.windows_cached += counts.windows_cached
 
     def line(self) -> str:
-        """documents, tokens, windows, rows with errors, seconds, output path (+ counts that are non-zero)."""
-        text = (f"{self.documents} documents, {self.tokens} tokens, {self.windows} windows encoded, "
+        """documents, tokens, windows (with --cache: "N windows encoded, M from the cache"), rows with
+        errors, seconds, output path (+ counts that are non-zero)."""
+        cached = f", {self.windows_cached} from the cache" if self.cache else ""
+        text = (f"{self.documents} documents, {self.tokens} tokens, {self.windows} windows encoded{cached}, "
                 f"{self.errors} rows with errors, {self.seconds:.1f} s -> {self.output}")
         extra = []
         if self.id_note:
@@ -219,7 +224,8 @@ def open_run(cfg: PipelineConfig, schema: pa.Schema, plan: Plan, echo: Callable[
     """
     sink = open_sink(cfg, schema, run_fingerprint(cfg, plan))
     summary = Summary(output=str(cfg.write.output), skipped_lines=plan.n_bad_lines,
-                      duplicate_ids=plan.duplicate_ids, id_note=plan.id_note, skipped_files=plan.skipped_files)
+                      duplicate_ids=plan.duplicate_ids, id_note=plan.id_note, skipped_files=plan.skipped_files,
+                      cache=cfg.write.cache is not None)
     done = sink.open(plan.blocks)
     todo = [spec for spec in plan.blocks if spec.index not in done]
     summary.resumed_from = sum(spec.n_rows for spec in plan.blocks if spec.index in done)

@@ -5,6 +5,8 @@ Called by users (through the top-level ``longbert`` module or ``pipeline``), e.g
 Both feed ``pipeline.read.block_from_texts`` blocks to the same ``pipeline.block.Extractor`` that
 ``longbert extract`` runs, so a text gets the same vector here as in extract's parquet. The loaded
 model is kept once per process (``cached_extractor``): clones, folds and repeated calls reuse it.
+``LongBertVectorizer`` also keeps the window vectors it computed in one in-memory window store per
+process (``memory_store``), so cross-validation folds and grid-search candidates encode each window once.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from .read import block_from_texts
 from .tokenize import EMPTY_TEXT
 
 _BLOCK_ROWS = 256  # texts per Extractor call: as extract's default --block-rows
+MEMORY = ":memory:"  # cache= value of the per-process in-memory window store (SQLite's own name for one)
 
 
 class TextError(InputError, ValueError):
@@ -37,6 +40,34 @@ def build_config(**options: Any) -> PipelineConfig:
     return PipelineConfig.from_options(progress=False, **options)
 
 
+_MEMORY_STORE: list = []  # the per-process in-memory WindowStore, opened on first use
+
+
+def memory_store():
+    """The in-memory window store of this process (pipeline.store.WindowStore.open(None)), made once.
+
+    One for every LongBertVectorizer and encode(cache=":memory:") of the process: entries are keyed
+    by model sha256, dtype, quantization, pooling and the window's token ids (pipeline.window_cache),
+    so other options never read a wrong vector. It grows with the distinct windows seen (about
+    1.6 KB per window at 384 dimensions) and lives as long as the process; cache=None avoids it.
+    """
+    from .store import WindowStore
+
+    if not _MEMORY_STORE:
+        _MEMORY_STORE.append(WindowStore.open(None))
+    return _MEMORY_STORE[0]
+
+
+def cache_options(cache: str | None) -> tuple[str | None, bool]:
+    """A ``cache=`` value -> (the config's cache folder, whether the in-memory store is used).
+
+    Example: ":memory:" -> (None, True); "~/.cache/longbert" -> ("~/.cache/longbert", False); None -> (None, False).
+    """
+    if cache == MEMORY:
+        return None, True
+    return (None if cache is None else str(cache)), False
+
+
 # One loaded model per process, shared by every LongBertVectorizer (clones, cross_val_score folds,
 # set_params) and by encode(): {"key": model_key, "tokenizer", "model", "extractor": (cfg, Extractor)}.
 _LOADED: dict[str, Any] = {}
@@ -49,8 +80,11 @@ def model_key(cfg: PipelineConfig) -> tuple:
             any(f.pooling == "pooler" for f in cfg.feature_list()))
 
 
-def cached_extractor(cfg: PipelineConfig, echo=None):
+def cached_extractor(cfg: PipelineConfig, echo=None, memory: bool = False):
     """An Extractor for ``cfg`` whose tokenizer and model come from the per-process cache.
+
+    ``memory``: the Extractor looks windows up in (and adds them to) ``memory_store()``; a
+    ``cfg.write.cache`` folder is used otherwise.
 
     The first call (or one with another ``model_key``) loads the model, dropping the previous one
     first, so at most one model is held; other options (strategy, pooling, batch size, ...) reuse
@@ -62,18 +96,19 @@ def cached_extractor(cfg: PipelineConfig, echo=None):
     from .block import Extractor  # torch loads here, not on import
 
     cached = _LOADED.get("extractor")
-    if cached is not None and cached[0] == cfg:
+    if cached is not None and cached[0] == (cfg, memory):
         return cached[1]
     key = model_key(cfg)
+    store = memory_store() if memory else None
     if _LOADED.get("key") == key:
-        extractor = Extractor(cfg, _LOADED["tokenizer"], model=_LOADED["model"])
+        extractor = Extractor(cfg, _LOADED["tokenizer"], model=_LOADED["model"], store=store)
     else:
         _LOADED.clear()  # free the old model before the new one loads
         if echo is not None:
             echo(f"loading model {cfg.model.model} ...")
-        extractor = Extractor(cfg)
+        extractor = Extractor(cfg, store=store)
         _LOADED.update(key=key, tokenizer=extractor.tokenizer, model=extractor.encoder.model)
-    _LOADED["extractor"] = (cfg, extractor)
+    _LOADED["extractor"] = ((cfg, memory), extractor)
     return extractor
 
 
@@ -84,7 +119,7 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
            overlap: int = 128, max_tokens_per_doc: int | None = None, device: str = "auto",
            dtype: str = "float32", quantize: str = "none", threads: int | None = None,
            allow_pickle: bool = False, normalize: bool = False, show_progress_bar: bool | None = None,
-           return_errors: bool = False) -> np.ndarray | tuple[np.ndarray, list[str | None]]:
+           return_errors: bool = False, cache: str | None = None) -> np.ndarray | tuple[np.ndarray, list[str | None]]:
     """Embed texts in one call: one vector per text, as ``longbert extract`` would write it.
 
     Runs the same block function as extract (pipeline.block.Extractor) in blocks of 256 texts. The
@@ -99,6 +134,9 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
             cosine similarity as a dot product.
         show_progress_bar: a tqdm bar counting texts on stderr; None: shown when stderr is a terminal.
         return_errors: also return the reason for each row (None where the row is fine).
+        cache: a window store folder (extract's --cache DIR: windows found there are not encoded
+            again, new ones are added), ":memory:" for the process's in-memory store
+            (``memory_store``, as LongBertVectorizer uses), or None (no store).
 
     Returns:
         X (n, D) float32, D = the model's hidden size (times len(layers) with layer_agg="concat").
@@ -118,12 +156,13 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
                        aggregate=aggregate, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                        max_length=max_length, head_tokens=head_tokens, tail_tokens=tail_tokens, overlap=overlap,
                        max_tokens_per_doc=max_tokens_per_doc, device=device, dtype=dtype, quantize=quantize,
-                       threads=threads, allow_pickle=allow_pickle, normalize=bool(normalize))
+                       threads=threads, allow_pickle=allow_pickle, normalize=bool(normalize),
+                       cache=cache_options(cache)[0])
     items = [texts] if isinstance(texts, str) else list(texts)
     errors: list[str | None] = [None if isinstance(t, str) else f"not a string ({type(t).__name__})" for t in items]
     show = sys.stderr.isatty() if show_progress_bar is None else bool(show_progress_bar)
     echo = (lambda m: print(m, file=sys.stderr)) if show else None
-    extractor = cached_extractor(cfg, echo)
+    extractor = cached_extractor(cfg, echo, memory=cache_options(cache)[1])
     X = np.full((len(items), extractor.dim), np.nan, dtype=np.float32)       # (n, D)
     good = [i for i, e in enumerate(errors) if e is None]
     from tqdm.auto import tqdm
@@ -169,6 +208,10 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         dtype: float32 | float16 | bfloat16 model compute dtype (half precision is meant for GPUs).
         threads: CPU threads for torch (None: all cores).
         normalize: scale each vector to unit L2 norm (sentence-transformers' normalize_embeddings).
+        cache: ":memory:" (default): window vectors are kept in the process's in-memory store
+            (``memory_store``), so folds, clones and candidates that see a text again do not encode
+            it again; a folder: extract's ``--cache DIR`` store, kept across processes and runs;
+            None: no store. Values never depend on it.
 
     Example:
         >>> clf = make_pipeline(LongBertVectorizer(strategy="chunk"), LogisticRegression(max_iter=1000))
@@ -180,7 +223,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
                  overlap: int = 128, layers: tuple[int, ...] = (-1,), layer_agg: str = "mean",
                  aggregate: str = "mean", batch_size: int = 32, device: str = "auto", quantize: str = "none",
                  max_tokens_per_doc: int | None = None, dtype: str = "float32", threads: int | None = None,
-                 normalize: bool = False):
+                 normalize: bool = False, cache: str | None = MEMORY):
         self.model = model
         self.strategy = strategy
         self.pooling = pooling
@@ -198,6 +241,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         self.dtype = dtype
         self.threads = threads
         self.normalize = normalize
+        self.cache = cache
 
     def config(self) -> PipelineConfig:
         """The PipelineConfig these parameters stand for (validated; loads nothing).
@@ -211,7 +255,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             layers=self.layers, layer_agg=self.layer_agg, aggregate=self.aggregate,
             batch_size=self.batch_size, device=self.device, quantize=self.quantize,
             max_tokens_per_doc=self.max_tokens_per_doc, dtype=self.dtype, threads=self.threads,
-            normalize=bool(self.normalize))
+            normalize=bool(self.normalize), cache=cache_options(self.cache)[0])
 
     def fit(self, X: Iterable[str] | None = None, y: Any = None) -> LongBertVectorizer:
         """No learning (the encoder is frozen); checks the parameters and returns self.
@@ -224,7 +268,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
 
     def _extractor(self):
         """The Extractor for the current parameters, its model from the per-process cache."""
-        return cached_extractor(self.config())
+        return cached_extractor(self.config(), memory=cache_options(self.cache)[1])
 
     def transform(self, X: Iterable[str]) -> np.ndarray:
         """Embed each text: one vector per text, in order.

