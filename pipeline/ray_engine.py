@@ -30,9 +30,8 @@ from .block import BlockCounts, Extractor, output_for
 from .config import PipelineConfig
 from .errors import ConfigError, PipelineError, RunError
 from .read import BlockSpec, read_block
-from .durable import write_failure
 from .lock import holds_output
-from .run import Summary, check, fail_on_row_error, open_run, run_fingerprint
+from .run import Summary, check, fail_on_row_error, open_run, run_fingerprint, writing
 from .write import check_resume
 
 SPEC = "spec"                   # the input column: one BlockSpec as JSON
@@ -225,7 +224,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     ray = import_ray()
     sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
     logging.getLogger("ray.data").setLevel(logging.WARNING if cfg.write.progress else logging.ERROR)
-    try:
+    with writing(sink, cfg, bar):
         if todo:
             for spec, block in _run_ray(ray, cfg, plan.id_type, todo):
                 table, counts = split_counts(block)
@@ -235,13 +234,6 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
                 bar.update(table.num_rows)
                 summary.add(counts)
         summary.n_bytes = sink.commit()
-    except BaseException as err:
-        sink.abort()
-        if isinstance(err, OSError):
-            raise write_failure(err, cfg.write.output, cfg.write.is_directory) from None
-        raise
-    finally:
-        bar.close()
     summary.seconds = time.perf_counter() - started
     return summary
 

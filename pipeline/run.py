@@ -7,6 +7,7 @@ GIL), so at most workers + 1 blocks are in memory at once.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import time
@@ -19,7 +20,7 @@ from tqdm import tqdm
 from .block import BlockCounts, Extractor, Prepared, resolve_config
 from .model import model_label
 from .config import DEFAULT_MODEL, PipelineConfig
-from .errors import InputError, PipelineError, RunError
+from .errors import InputError, RunError
 from .feed import feed_workers, ordered_map
 from .read import BlockSpec, Plan, read_block, row_location, scan
 from .tokenize import UNKNOWN_WARN_SHARE, unknown_warning
@@ -55,43 +56,33 @@ class Summary:
 
     def add(self, counts: BlockCounts) -> None:
         """Add one block's counts (pipeline.block.Extractor.finish), on any engine."""
-        self.documents += counts.documents
-        self.tokens += counts.tokens
-        self.windows += counts.windows
-        self.errors += counts.errors
-        self.windows_saved += counts.windows_saved
-        self.oom_splits += counts.oom_splits
-        self.fp32_recomputed += counts.fp32_recomputed
-        self.unknown_tokens += counts.unknown
-        self.windows_cached += counts.windows_cached
+        for mine, theirs in _ADDED.items():
+            setattr(self, mine, getattr(self, mine) + getattr(counts, theirs))
 
     def line(self) -> str:
         """documents, tokens, windows (with --cache: "N windows encoded, M from the cache"), rows with
-        errors, seconds, output path (+ counts that are non-zero)."""
+        errors, seconds, output path (+ counts that are non-zero, in the order of _NOTED)."""
         cached = f", {self.windows_cached} from the cache" if self.cache else ""
         text = (f"{self.documents} documents, {self.tokens} tokens, {self.windows} windows encoded{cached}, "
                 f"{self.errors} rows with errors, {self.seconds:.1f} s -> {self.output}")
-        extra = []
-        if self.id_note:
-            extra.append(self.id_note)
-        if self.windows_saved:
-            extra.append(f"{self.windows_saved} windows saved by de-duplication")
-        if self.resumed_from:
-            extra.append(f"resumed: {self.resumed_from} rows were done")
-        if self.skipped_lines:
-            extra.append(f"{self.skipped_lines} bad lines skipped")
-        if self.skipped_files:
-            extra.append(f"{self.skipped_files} files skipped (not .txt/.md)")
-        if self.duplicate_ids:
-            extra.append(f"warning: {self.duplicate_ids} duplicate ids (all rows kept)")
-        if self.oom_splits:
-            extra.append(f"{self.oom_splits} batches split after out-of-memory")
-        if self.fp32_recomputed:
-            extra.append(f"{self.fp32_recomputed} windows recomputed in float32")
+        extra = [self.id_note] if self.id_note else []
+        extra += [template.format(getattr(self, name)) for name, template in _NOTED if getattr(self, name)]
         if self.tokens and self.unknown_tokens / self.tokens >= UNKNOWN_WARN_SHARE:
             extra.append(unknown_warning(self.unknown_tokens, self.tokens))
         extra += self.notes
         return text + ("" if not extra else " (" + "; ".join(extra) + ")")
+
+
+# Summary field <- BlockCounts field, for Summary.add
+_ADDED = {"documents": "documents", "tokens": "tokens", "windows": "windows", "errors": "errors",
+          "windows_saved": "windows_saved", "oom_splits": "oom_splits", "fp32_recomputed": "fp32_recomputed",
+          "unknown_tokens": "unknown", "windows_cached": "windows_cached"}
+# The summary line's bracketed counts, shown when non-zero, in this order
+_NOTED = (("windows_saved", "{} windows saved by de-duplication"), ("resumed_from", "resumed: {} rows were done"),
+          ("skipped_lines", "{} bad lines skipped"), ("skipped_files", "{} files skipped (not .txt/.md)"),
+          ("duplicate_ids", "warning: {} duplicate ids (all rows kept)"),
+          ("oom_splits", "{} batches split after out-of-memory"),
+          ("fp32_recomputed", "{} windows recomputed in float32"))
 
 
 class BatchProgress:
@@ -188,7 +179,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     sink, summary, todo, bar = open_run(extractor.cfg, extractor.schema, plan, echo)
     progress = BatchProgress(bar)
     extractor.encoder.on_batch = progress.batch
-    try:
+    with writing(sink, cfg, bar):
         for spec, prepared in _prefetch(todo, extractor.prepare):
             progress.start_block(spec.n_rows, sum(len(w.input_ids) for w in prepared.windows))
             table, counts = extractor.finish(prepared)
@@ -198,17 +189,28 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
             sink.write(spec, table)
             progress.end_block()
         summary.n_bytes = sink.commit()
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+@contextlib.contextmanager
+def writing(sink: FileSink | PartsSink, cfg: PipelineConfig, bar) -> Iterator[None]:
+    """The sink's life on both engines: on any failure inside, abort the sink (no file that looks
+    complete is left) and turn an OSError into write_failure's RunError naming its cause; always
+    close the progress bar.
+
+    Raises:
+        RunError: an OSError while writing (no space, folder removed, permissions, read-only).
+    """
+    try:
+        yield
     except BaseException as err:
         sink.abort()
-        if isinstance(err, PipelineError):
-            raise
         if isinstance(err, OSError):
             raise write_failure(err, cfg.write.output, cfg.write.is_directory) from None
         raise
     finally:
         bar.close()
-    summary.seconds = time.perf_counter() - started
-    return summary
 
 
 def open_run(cfg: PipelineConfig, schema: pa.Schema, plan: Plan, echo: Callable[[str], None] | None
