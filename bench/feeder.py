@@ -136,7 +136,7 @@ def work_raw(args) -> dict:
     import pyarrow.parquet as pq
 
     from pipeline.config import PipelineConfig
-    from pipeline.encode import load_tokenizer
+    from pipeline.model import load_tokenizer
 
     texts = pq.read_table(args.corpus, columns=["text"]).column("text").to_pylist()
     tok = load_tokenizer(PipelineConfig.from_options(inputs=(args.corpus,)).model)

@@ -111,7 +111,7 @@ def base_model_dir(folder: Path, layers: int) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from pipeline.encode import resolve_model_path
+    from pipeline.model import resolve_model_path
 
     torch.manual_seed(0)
     BertModel(BertConfig(**{**BASE, "num_hidden_layers": layers})).save_pretrained(folder)
