@@ -39,3 +39,18 @@ def test_gpu_bench_without_cuda_prints_one_line_and_exits_2():
     assert proc.stdout == (f"gpu_bench: no CUDA device visible to torch {torch.__version__} (CUDA build: none); "
                            "nothing measured, bench/results_gpu.md not written (exit 2)\n")
     assert proc.stderr == ""
+
+
+def test_feeder_benchmark_runs_every_row(tmp_path):
+    """bench/feeder.py on 20 documents: every row of its table runs (a row that fails prints FAILED and
+    is left out; an import moved by a refactor once broke both raw-tokenizer rows without a failing test),
+    and each run counts the same tokens as the raw tokenizer."""
+    out = tmp_path / "feeder.md"
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "feeder.py"), "--docs", "20", "--output", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert "FAILED" not in proc.stdout, proc.stdout
+    rows = [line.split("|") for line in out.read_text().splitlines() if line.startswith(("| raw", "| feeder"))]
+    labels = [r[1].strip() for r in rows if len(r) > 8]
+    assert labels[:2] == ["raw tokenizer, 1 core", "raw tokenizer, all cores"], labels
+    assert len({r[2].strip() for r in rows if len(r) > 8}) == 1, rows   # the same token count in every run
