@@ -67,8 +67,11 @@ def place_durably(tmp: Path, target: Path) -> bool:
     return True
 
 
-def os_cause(err: OSError) -> str:
+def os_cause(err: OSError, part_way: bool = True) -> str:
     """The cause of an OSError in words, with what to do about it.
+
+    ``part_way``: the run was writing (a missing folder was then removed or unmounted meanwhile);
+    False for the check before the run, where a folder that takes no new file is not "gone".
 
     Example: ENOSPC -> 'no space left on the device: free space or pick another --output'.
     """
@@ -76,6 +79,8 @@ def os_cause(err: OSError) -> str:
     what = err.strerror or str(err)
     if code in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
         return f"{what}: no space left on the device; free space or pick another --output"
+    if code == errno.ENOENT and not part_way:
+        return f"{what}: files cannot be created there; pick another --output"
     if code == errno.ENOENT:
         return f"{what}: the folder is gone (removed or unmounted while the run went on); restore it or pick another --output"
     if code in (errno.EACCES, errno.EPERM):

@@ -114,8 +114,8 @@ def check_location(output: Path, is_directory: bool) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ConfigError(f"--output {str(output)!r}: cannot create the folder {folder} ({os_cause(err)}); "
-                          "create it or pick another --output") from None
+        raise ConfigError(f"--output {str(output)!r}: cannot create the folder {folder}: "
+                          f"{os_cause(err, part_way=False)}") from None
     try:
         fd, probe = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".probe", dir=folder)
         os.close(fd)
@@ -123,8 +123,8 @@ def check_location(output: Path, is_directory: bool) -> None:
     except OSError as err:
         if err.errno == errno.ENOTDIR:
             raise ConfigError(f"--output {str(output)!r}: {folder} is not a folder; pick another --output") from None
-        raise ConfigError(f"--output {str(output)!r}: cannot write in {folder} ({os_cause(err)}); "
-                          "pick another --output") from None
+        raise ConfigError(f"--output {str(output)!r}: cannot write in {folder}: {os_cause(err, part_way=False)}"
+                          ) from None
 
 
 def claim_output(cfg: PipelineConfig) -> OutputLock:

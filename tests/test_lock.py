@@ -140,13 +140,24 @@ def test_a_location_that_cannot_be_written_is_exit_2_before_the_model_loads(runn
     no_model_reads(monkeypatch)
     result = invoke(runner, ["extract", src, "-o", "/sys/longbert-test.parquet"])
     assert result.exit_code == 2
-    assert ("Error: --output '/sys/longbert-test.parquet': cannot write in /sys (Permission denied: no permission "
-            "to write there; make the folder writable or pick another --output)") in result.output
+    assert ("Error: --output '/sys/longbert-test.parquet': cannot write in /sys: Permission denied: no permission "
+            "to write there; make the folder writable or pick another --output\n") in result.output
     (tmp_path / "file").write_text("x")
     result = invoke(runner, ["extract", src, "-o", tmp_path / "file" / "o.parquet"])
     assert result.exit_code == 2
     assert f"Error: --output '{tmp_path / 'file' / 'o.parquet'}': cannot create the folder {tmp_path / 'file'}" \
         in result.output
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (no new files there, even for root)")
+def test_a_location_that_takes_no_file_is_not_called_gone(runner, tmp_path, monkeypatch):
+    """/proc exists but takes no new file (ENOENT): before the run that is not "the folder is gone"."""
+    src = write_csv(tmp_path / "in.csv", [{"text": "a b c"}])
+    no_model_reads(monkeypatch)
+    result = invoke(runner, ["extract", src, "-o", "/proc/longbert-test.parquet"])
+    assert result.exit_code == 2
+    assert result.output.endswith("Error: --output '/proc/longbert-test.parquet': cannot write in /proc: No such file "
+                                  "or directory: files cannot be created there; pick another --output\n"), result.output
 
 
 def test_a_missing_parent_folder_is_created(runner, tiny_model_dir, tmp_path):
