@@ -143,14 +143,16 @@ def aggregate_parts(vectors: np.ndarray, weights: np.ndarray, hows: tuple[str, .
 
 
 def normalize(vector: np.ndarray) -> np.ndarray:
-    """(D,) float32 -> (D,) float32 of unit L2 norm (``--normalize``); a zero vector stays zero.
+    """(..., D) float32 -> (..., D) float32, each vector along the last axis of unit L2 norm
+    (``--normalize``); a zero vector stays zero.
 
     As sentence-transformers' ``normalize_embeddings`` (torch.nn.functional.normalize, eps 1e-12),
     applied to the document vector, after ``aggregate`` (with several --aggregate parts, to the whole
-    concatenated vector), or to each window's vector at --level window. Example: [3, 4] -> [0.6, 0.8].
+    concatenated vector), or to each window's vector at --level window (one (n, D) call).
+    Example: [3, 4] -> [0.6, 0.8].
     """
-    norm = float(np.linalg.norm(vector.astype(np.float64)))
-    return (vector.astype(np.float64) / max(norm, 1e-12)).astype(np.float32)
+    v64 = vector.astype(np.float64)
+    return (v64 / np.maximum(np.linalg.norm(v64, axis=-1, keepdims=True), 1e-12)).astype(np.float32)
 
 
 def window_pools(cfg: PipelineConfig) -> tuple[PoolConfig, ...]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from .pool import normalize
+
 NO_WINDOW = "no content tokens: the document makes no window"
 
 
@@ -65,9 +67,8 @@ def window_table(ex, prep, enc) -> tuple[pa.Table, list[str | None]]:
     vectors = []
     for a, b in ex.slices:
         v = enc.vectors[enc_rows, a:b] if len(windows) else np.zeros((len(wins), b - a), np.float32)  # (n_out, D)
-        if ex.cfg.pool.normalize:  # as pipeline.pool.normalize, row by row
-            v64 = v.astype(np.float64)
-            v = (v64 / np.maximum(np.linalg.norm(v64, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+        if ex.cfg.pool.normalize:
+            v = normalize(v)                                                      # (n_out, D), row by row
         vectors.append(np.where(finite[:, None], v, 0).astype(np.float32))
     valid = finite.copy()
     if ex.cfg.write.out_dtype == "float16":
