@@ -27,7 +27,7 @@ from .tokenize import tokenize_block
 from .types import ModelFacts, TokenizedDoc, Window
 from .window_cache import WindowCache, encode_unique
 from .window_rows import window_table
-from .write import feature_columns, output_schema, passthrough_columns
+from .write import feature_columns, fits_float16, output_schema, passthrough_columns
 
 NON_FINITE = "non-finite features (overflow in half precision, also in the float32 recompute)"
 FP16_OVERFLOW = "features overflow float16 (|x| > 65504); use --out-dtype float32"
@@ -249,8 +249,7 @@ class Extractor:
                         weights = np.array([w.n_content for w in wins[f.strategy]], dtype=np.float64)
                         vec = aggregate_parts(enc.vectors[rows[f.strategy], a:b], weights, self.cfg.pool.aggregates)
                         vecs.append(normalize(vec) if self.cfg.pool.normalize else vec)
-                    if self.cfg.write.out_dtype == "float16" and not all(np.isfinite(v.astype(np.float16)).all()
-                                                                         for v in vecs):
+                    if self.cfg.write.out_dtype == "float16" and not all(fits_float16(v) for v in vecs):
                         errors[doc.row] = FP16_OVERFLOW
                     else:
                         for col, vec in zip(features, vecs):
@@ -259,8 +258,7 @@ class Extractor:
                         if token_level:
                             s = strategies[0]
                             tokens = token_features(doc, wins[s], [enc.tokens[i] for i in rows[s]])
-                            # |x| >= 65520 rounds to inf in float16 (65504 is its largest finite value)
-                            if self.cfg.write.out_dtype == "float16" and not (np.abs(tokens[3]) < 65520).all():
+                            if self.cfg.write.out_dtype == "float16" and not fits_float16(tokens[3]):
                                 errors[doc.row], valid[doc.row], tokens = FP16_TOKEN_OVERFLOW, False, None
             if token_level:
                 for key, value in zip(token_cols, tokens or (None, None, None, None)):

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from .pool import normalize
+from .write import fits_float16, passthrough_columns
 
 NO_WINDOW = "no content tokens: the document makes no window"
 
@@ -72,7 +73,7 @@ def window_table(ex, prep, enc) -> tuple[pa.Table, list[str | None]]:
         vectors.append(np.where(finite[:, None], v, 0).astype(np.float32))
     valid = finite.copy()
     if ex.cfg.write.out_dtype == "float16":
-        fits = np.logical_and.reduce([np.isfinite(v.astype(np.float16)).all(axis=1) for v in vectors])
+        fits = np.logical_and.reduce([fits_float16(v, axis=1) for v in vectors])                 # (n_out,)
         for i in np.flatnonzero(valid & ~fits):
             errors[i], valid[i] = FP16_OVERFLOW, False
     return _table(ex, prep.block, docs, [windows[w] if w >= 0 else None for w in wins], vectors, valid,
@@ -82,8 +83,6 @@ def window_table(ex, prep, enc) -> tuple[pa.Table, list[str | None]]:
 def _table(ex, block: pa.Table, docs: list[int], wins: list, vectors: list[np.ndarray], valid: np.ndarray,
            errors: list[str | None]) -> pa.Table:
     """Assemble the columns of ``ex.schema`` (rows: docs[i]'s window wins[i], or None)."""
-    from .write import passthrough_columns
-
     schema = ex.schema
     take = pa.array(docs, type=pa.int64())
     id_field = schema.field(0)

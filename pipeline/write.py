@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -181,6 +182,18 @@ def option_changes(old: dict | None, new: dict | None) -> str:
              for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
     return f" ({'; '.join(diffs)})" if diffs else ""
 
+
+FLOAT16_LIMIT = 65520.0   # |x| >= 65520 rounds to inf in float16 (65504 is its largest finite value)
+
+
+def fits_float16(values: np.ndarray, axis: int | None = None) -> np.ndarray:
+    """True where every value stays finite when written with ``--out-dtype float16``: |x| < 65520
+    (NaN and inf fail), checked without a cast, so without numpy's overflow warning.
+
+    ``axis``: None -> one bool for the whole array; 1 -> one per row of an (n, D) array.
+    Example: [65519.0] -> True (stored as 65504); [65520.0] -> False (inf).
+    """
+    return (np.abs(values) < FLOAT16_LIMIT).all(axis=axis)
 
 @dataclass
 class FileSink:
