@@ -16,6 +16,7 @@ Nothing heavy loads on import: torch and the model load on the first ``encode`` 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.util
 import sys
 from pathlib import Path
@@ -26,7 +27,15 @@ _STAGES_DIR = Path(__file__).resolve().parent / "pipeline"
 _PRIVATE_NAME = "_longbert_pipeline"
 
 __all__ = ["encode", "load_features", "LongBertVectorizer", "PipelineConfig", "PipelineError", "ConfigError",
-           "InputError", "ModelError", "RunError", "TextError", "stages"]
+           "InputError", "ModelError", "RunError", "TextError", "stages", "Batch", "Pipeline", "read", "pool",
+           "aggregate", "save_features"]
+
+# public name -> (module of the stages package, attribute): loaded on first use
+_LAZY = {"encode": ("vectorizer", "encode"), "LongBertVectorizer": ("vectorizer", "LongBertVectorizer"),
+         "TextError": ("vectorizer", "TextError"), "load_features": ("features", "load_features"),
+         "Batch": ("batch", "Batch"), "Pipeline": ("compose", "Pipeline"), "read": ("api", "read"),
+         "pool": ("api", "pool"), "save_features": ("api", "save_features"),
+         "aggregate": ("aggregate", "aggregate_rows")}
 
 
 def _is_ours(origin: str | None) -> bool:
@@ -65,13 +74,36 @@ RunError = stages.RunError
 
 def __getattr__(name: str) -> Any:
     # Lazy: pyarrow / scikit-learn load on first use, torch only when a model loads.
-    if name == "encode":
-        return importlib.import_module(f"{stages.__name__}.vectorizer").encode
-    if name in ("LongBertVectorizer", "TextError"):
-        return getattr(importlib.import_module(f"{stages.__name__}.vectorizer"), name)
-    if name == "load_features":
-        return importlib.import_module(f"{stages.__name__}.features").load_features
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(f"{stages.__name__}.{module}"), attr)
     raise AttributeError(f"module 'longbert' has no attribute {name!r}")
+
+
+class _StageModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import longbert.stages.segment`` (or any module of the stages package) gives that module itself,
+    the very object ``longbert.stages.segment`` names, never a second copy of it."""
+
+    PREFIX = __name__ + ".stages"
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.PREFIX and not fullname.startswith(self.PREFIX + "."):
+            return None
+        real = stages.__name__ + fullname[len(self.PREFIX):]
+        if importlib.util.find_spec(real) is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, self, is_package=True)
+
+    def create_module(self, spec):
+        return importlib.import_module(stages.__name__ + spec.name[len(self.PREFIX):])
+
+    def exec_module(self, module):
+        pass  # already executed under its own name
+
+
+__path__: list[str] = []  # a package to the import system, so that longbert.stages.<module> imports resolve
+if not any(isinstance(f, _StageModules) for f in sys.meta_path):
+    sys.meta_path.insert(0, _StageModules())
 
 
 def __dir__() -> list[str]:

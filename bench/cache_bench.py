@@ -81,7 +81,7 @@ def store_share(texts: list[str], strategy: str) -> tuple[float, float, int]:
     """In this process, a cold run's blocks with a new store: (seconds in all blocks, seconds of those in
     the store's lookups and puts, windows). The store's own cost, apart from the machine's load."""
     import pipeline.window_cache as wc
-    from pipeline.block import Extractor
+    from pipeline.compose import Extractor
     from pipeline.config import PipelineConfig
     from pipeline.read import block_from_texts
 

@@ -283,7 +283,7 @@ def work_ceiling(args: argparse.Namespace) -> Result:
     import numpy as np
     import torch
 
-    from pipeline.block import Extractor
+    from pipeline.compose import Extractor
     from pipeline.encode import plan_batches
     from pipeline.read import read_block, scan
 

@@ -18,7 +18,7 @@ def __getattr__(name: str):
         from .run import run
         return run
     if name == "Extractor":
-        from .block import Extractor
+        from .compose import Extractor
         return Extractor
     if name == "load_features":
         from .features import load_features

@@ -1,8 +1,7 @@
-"""The block function: a block of input rows in, a block of output rows out (the project's schema).
+"""The run's options resolved against the model (no weights load), and a block's counts.
 
-One copy of the logic for every engine: pipeline.run (local), pipeline.vectorizer (scikit-learn) and
-pipeline.ray_engine (Ray Data ``map_batches``) all call ``Extractor``. A document is never split
-across blocks; windows of all documents of a block share batches.
+Called once per run by pipeline.stages.Context (every engine builds one), and by ``longbert stats``
+and the Ray driver through ``output_for``.
 """
 from __future__ import annotations
 
@@ -13,25 +12,13 @@ import functools
 import json
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 
 from .config import PipelineConfig
-from .dedup import WindowPlan, plan_windows
-from .encode import Encoder
 from .errors import ConfigError
-from .model import check_pooler, checkpoint_folder, model_facts, model_sha256, resolve_model_path
-from .pool import aggregate_parts, normalize, pool_offsets, window_pools
-from .segment import covered_tokens, segment
-from .tokenize import tokenize_block
-from .types import ModelFacts, TokenizedDoc, Window
-from .window_cache import WindowCache, encode_unique
-from .window_rows import window_table
-from .write import feature_columns, fits_float16, output_schema, passthrough_columns
-
-NON_FINITE = "non-finite features (overflow in half precision, also in the float32 recompute)"
-FP16_OVERFLOW = "features overflow float16 (|x| > 65504); use --out-dtype float32"
-FP16_TOKEN_OVERFLOW = "per-token features overflow float16 (|x| > 65504); use --out-dtype float32"
+from .model import check_pooler, model_facts
+from .types import ModelFacts
+from .write import feature_columns, output_schema
 
 
 def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig, object, ModelFacts]:
@@ -106,21 +93,6 @@ def output_for(cfg: PipelineConfig, tokenizer, id_type: pa.DataType) -> tuple[Pi
 
 
 @dataclass
-class Prepared:
-    """A block after tokenize and segment, before the model.
-
-    ``windows`` are the unique windows to encode (pipeline.dedup); ``strategy_windows`` holds every
-    requested strategy's own windows, document by document, and ``plan.index`` maps them to ``windows``.
-    """
-
-    block: pa.Table
-    docs: list[TokenizedDoc]
-    windows: list[Window]
-    strategy_windows: dict[str, list[Window]] | None = None
-    plan: WindowPlan | None = None
-
-
-@dataclass
 class BlockCounts:
     """What one block (or, summed with ``add``, a run) did: the block function's counts for the summary."""
 
@@ -150,169 +122,6 @@ class BlockCounts:
         return cls(**json.loads(text))
 
 
-class Extractor:
-    """Loads tokenizer and model once; ``extractor(block) -> output block``.
-
-    Args:
-        cfg: the run's config (max_length may be None: taken from the model).
-        tokenizer: an already loaded fast tokenizer (optional; loaded from cfg.model otherwise).
-        id_type: pa.int64() (row numbers) or pa.string() (id column values, text file paths); None:
-            from cfg.read.id_col.
-        model: an already loaded model for cfg.model (pipeline.vectorizer's per-process cache); None: load it.
-        store: an open pipeline.store.WindowStore to use (the vectorizer's in-memory one); None: the
-            store of ``cfg.write.cache`` (--cache DIR), or none.
-
-    Raises:
-        ConfigError / ModelError as resolve_config and pipeline.encode.load_model; ConfigError as
-        pipeline.window_cache.WindowCache.open (--cache without a hashable model, not a store).
-    """
-
-    def __init__(self, cfg: PipelineConfig, tokenizer=None, id_type: pa.DataType | None = None, model=None,
-                 store=None):
-        self.cfg, self.tokenizer, self.facts = resolve_config(cfg, tokenizer)
-        self.hidden = self.facts.hidden_size
-        self.dim, self.token_dim = feature_dim(self.cfg, self.hidden)
-        self.features = self.cfg.feature_list()
-        self.columns = feature_columns(self.cfg, self.hidden)   # [(name, D)], one per feature
-        if id_type is None:
-            id_type = pa.int64() if cfg.read.id_col is None else pa.string()
-        self.encoder = Encoder.from_config(self.cfg, self.tokenizer, model=model)
-        # where each feature's vector lies in the encoder's concatenated window vector
-        offsets = pool_offsets(self.encoder.pools, self.hidden)
-        pool_keys = [p.pool_key for p in window_pools(self.cfg)]  # before stop_early
-        self.slices = [offsets[pool_keys.index(f.pool_key)] for f in self.features]
-        if self.facts.sha256 is None:  # a hub model's weights are in the cache only now
-            folder = checkpoint_folder(resolve_model_path(cfg.model.model))
-            if folder is not None:
-                self.facts = dataclasses.replace(self.facts, sha256=model_sha256(folder))
-        self.cache = WindowCache.open(self.cfg, self.facts, store)   # None without --cache
-        self.schema = output_schema(self.cfg, id_type, self.facts, self.dim, self.token_dim)
-        self.stats = BlockCounts()  # every block's counts, summed
-
-    def __call__(self, block: pa.Table) -> pa.Table:
-        """Rows in (columns id, text, keep columns) -> output rows (``self.schema``), same order."""
-        return self.finish(self.prepare(block))[0]
-
-    def prepare(self, block: pa.Table) -> Prepared:
-        """Tokenize and segment a block (CPU only; the local engine runs it ahead of the model)."""
-        texts = block.column("text").to_pylist()
-        docs = tokenize_block(texts, self.tokenizer, self.cfg.segment.max_tokens_per_doc,
-                              with_offsets=self.cfg.pool.level == "token")
-        strategy_windows: dict[str, list[Window]] = {}
-        for strategy in dict.fromkeys(f.strategy for f in self.features):
-            seg = self.cfg.segment if strategy == self.cfg.segment.strategy else \
-                dataclasses.replace(self.cfg.segment, strategy=strategy)
-            windows: list[Window] = []
-            for doc in docs:
-                if doc.error is None:
-                    windows.extend(segment(doc, seg, self.facts.cls_id, self.facts.sep_id))
-            strategy_windows[strategy] = windows
-        plan = plan_windows(list(strategy_windows.values()))
-        return Prepared(block, docs, plan.unique, strategy_windows, plan)
-
-    def finish(self, prep: Prepared) -> tuple[pa.Table, BlockCounts]:
-        """Encode the block's unique windows (those not in the --cache store), pool them per feature and
-        document, build the output table.
-
-        Returns:
-            (the output rows, ``self.schema``; the block's counts, also added to ``self.stats``).
-        """
-        token_level = self.cfg.pool.level == "token"
-        oom, fp32 = self.encoder.stats.oom_splits, self.encoder.stats.fp32_recomputed
-        enc, cached = encode_unique(self.encoder, self.cache, prep.windows, with_tokens=token_level)
-        if self.cfg.pool.level == "window":
-            table, row_errors = window_table(self, prep, enc)
-            return table, self._counts(prep, row_errors, oom, fp32, cached)
-        n = len(prep.docs)
-        strategies = list(prep.strategy_windows)
-        index = dict(zip(strategies, prep.plan.index))                     # strategy -> (n_req,) into windows
-        spans = {s: _doc_slices(prep.strategy_windows[s], n) for s in strategies}
-        features = [np.zeros((n, dim), dtype=np.float32) for _, dim in self.columns]
-        valid = np.zeros(n, dtype=bool)
-        errors: list[str | None] = [d.error for d in prep.docs]
-        n_windows = np.zeros(n, dtype=np.int32)
-        truncated = np.zeros(n, dtype=bool)
-        token_cols: dict[str, list] = {"token_ids": [], "positions": [], "offsets": [], "token_features": []}
-        for doc in prep.docs:
-            wins = {s: prep.strategy_windows[s][spans[s][doc.row]] for s in strategies}
-            rows = {s: index[s][spans[s][doc.row]] for s in strategies}    # (windows of doc,) into enc
-            every = [w for s in strategies for w in wins[s]]
-            n_windows[doc.row] = len({w.spans for w in every})
-            truncated[doc.row] = covered_tokens(every) < doc.n_tokens
-            tokens = None
-            if doc.error is None:
-                if not all(enc.finite[rows[s]].all() for s in strategies):
-                    errors[doc.row] = NON_FINITE
-                else:
-                    vecs = []
-                    for f, (a, b) in zip(self.features, self.slices):
-                        weights = np.array([w.n_content for w in wins[f.strategy]], dtype=np.float64)
-                        vec = aggregate_parts(enc.vectors[rows[f.strategy], a:b], weights, self.cfg.pool.aggregates)
-                        vecs.append(normalize(vec) if self.cfg.pool.normalize else vec)
-                    if self.cfg.write.out_dtype == "float16" and not all(fits_float16(v) for v in vecs):
-                        errors[doc.row] = FP16_OVERFLOW
-                    else:
-                        for col, vec in zip(features, vecs):
-                            col[doc.row] = vec
-                        valid[doc.row] = True
-                        if token_level:
-                            s = strategies[0]
-                            tokens = token_features(doc, wins[s], [enc.tokens[i] for i in rows[s]])
-                            if self.cfg.write.out_dtype == "float16" and not fits_float16(tokens[3]):
-                                errors[doc.row], valid[doc.row], tokens = FP16_TOKEN_OVERFLOW, False, None
-            if token_level:
-                for key, value in zip(token_cols, tokens or (None, None, None, None)):
-                    token_cols[key].append(value)
-        counts = self._counts(prep, errors, oom, fp32, cached)
-        return self._table(prep.block, features, valid, errors, prep.docs, n_windows, truncated,
-                           token_cols if token_level else None), counts
-
-    def _counts(self, prep: Prepared, errors: list[str | None], oom: int, fp32: int, cached: int = 0) -> BlockCounts:
-        """The block's counts (``errors``: one per output row; ``cached``: windows from the store, not
-        encoded), added to ``self.stats``; frees heap pages."""
-        release_free_heap()
-        counts = BlockCounts(
-            documents=len(prep.docs), tokens=sum(d.n_tokens for d in prep.docs),
-            unknown=sum(d.n_unknown for d in prep.docs), windows=len(prep.windows) - cached,
-            windows_cached=cached, errors=sum(e is not None for e in errors), windows_requested=prep.plan.requested,
-            windows_saved=prep.plan.saved, oom_splits=self.encoder.stats.oom_splits - oom,
-            fp32_recomputed=self.encoder.stats.fp32_recomputed - fp32)
-        self.stats.add(counts)
-        return counts
-
-    def _table(self, block, features, valid, errors, docs, n_windows, truncated, token_cols) -> pa.Table:
-        schema = self.schema
-        id_field = schema.field(0)  # "id", or "row" for row numbers
-        cols: dict[str, pa.Array] = {id_field.name: block.column("id").combine_chunks().cast(id_field.type)}
-        for name in passthrough_columns(self.cfg):
-            cols[name] = block.column(name).combine_chunks()
-        cols["n_tokens"] = pa.array([d.n_tokens for d in docs], type=pa.int32())
-        cols["n_unknown"] = pa.array([d.n_unknown for d in docs], type=pa.int32())
-        cols["n_windows"] = pa.array(n_windows, type=pa.int32())
-        cols["truncated"] = pa.array(truncated, type=pa.bool_())
-        for (name, _), values in zip(self.columns, features):
-            cols[name] = _fixed_list(values, valid, schema.field(name).type)
-        cols["error"] = pa.array(errors, type=pa.string())
-        if token_cols is not None:
-            for name, items in token_cols.items():
-                cols[name] = _list_array(items, schema.field(name).type)
-        return pa.Table.from_pydict(cols, schema=schema)
-
-
-def _doc_slices(windows: list[Window], n_docs: int) -> list[slice]:
-    """Per document row, the slice of ``windows`` (grouped by document, in row order) that is its own."""
-    out = [slice(0, 0)] * n_docs
-    start = 0
-    while start < len(windows):
-        row = windows[start].doc
-        end = start
-        while end < len(windows) and windows[end].doc == row:
-            end += 1
-        out[row] = slice(start, end)
-        start = end
-    return out
-
-
 @functools.cache
 def _malloc_trim():
     """glibc's malloc_trim, or None (another C library: musl, macOS, Windows)."""
@@ -334,55 +143,3 @@ def release_free_heap() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
-
-
-def _fixed_list(values: np.ndarray, valid: np.ndarray, list_type: pa.FixedSizeListType) -> pa.Array:
-    """(n, D) float32 and (n,) validity -> fixed_size_list<float>[D] with nulls where not valid."""
-    flat = pa.array(values.astype(list_type.value_type.to_pandas_dtype()).reshape(-1), type=list_type.value_type)
-    mask = pa.array(~valid) if not valid.all() else None
-    return pa.FixedSizeListArray.from_arrays(flat, list_size=list_type.list_size, mask=mask)
-
-
-def _list_array(items: list[np.ndarray | None], list_type: pa.ListType) -> pa.Array:
-    """Per row an (m,) or (m, k) array, or None -> list<x> or list<fixed_size_list<x>[k]> with nulls."""
-    inner = list_type.value_type
-    fixed = pa.types.is_fixed_size_list(inner)
-    leaf = inner.value_type if fixed else inner
-    dtype = leaf.to_pandas_dtype()
-    offsets = np.zeros(len(items) + 1, dtype=np.int32)
-    chunks = []
-    for i, item in enumerate(items):
-        offsets[i + 1] = offsets[i] + (item.shape[0] if item is not None else 0)
-        if item is not None:
-            chunks.append(item.astype(dtype).reshape(-1))
-    flat = pa.array(np.concatenate(chunks) if chunks else np.zeros(0, dtype), type=leaf)
-    values = pa.FixedSizeListArray.from_arrays(flat, list_size=inner.list_size) if fixed else flat
-    mask = pa.array([item is None for item in items], type=pa.bool_())
-    return pa.ListArray.from_arrays(pa.array(offsets), values, type=list_type, mask=mask)
-
-
-def token_features(doc: TokenizedDoc, windows: list[Window], window_tokens: list[np.ndarray]):
-    """Per-token output of one document: (token_ids, positions, offsets, token_features).
-
-    Every position that is in some window appears once, ascending. A token in two overlapping
-    windows takes its vector from the window where it has the most context, min(tokens left,
-    tokens right) within the window (the "max context" rule of BERT's SQuAD code, Devlin et al.
-    2019); on a tie the earlier window wins.
-
-    Returns:
-        token_ids int32 (m,), positions int32 (m,), offsets int32 (m, 2), token_features (m, D) float32.
-    """
-    positions = np.unique(np.concatenate([w.positions for w in windows]))           # (m,)
-    dim = window_tokens[0].shape[1]
-    best = np.full(positions.shape[0], -1, dtype=np.int64)
-    feats = np.zeros((positions.shape[0], dim), dtype=np.float32)                    # (m, D)
-    for w, vecs in zip(windows, window_tokens):
-        pos = w.positions                                                            # (k,)
-        k = np.arange(pos.shape[0])
-        score = np.minimum(k, pos.shape[0] - 1 - k)                                  # context, (k,)
-        where = np.searchsorted(positions, pos)
-        better = score > best[where]
-        best[where[better]] = score[better]
-        feats[where[better]] = vecs[better]
-    return (doc.ids[positions].astype(np.int32), positions.astype(np.int32),
-            doc.offsets[positions].astype(np.int32), feats)

@@ -462,6 +462,11 @@ _SECTIONS = {"read": ReadConfig, "model": ModelConfig, "segment": SegmentConfig,
 _OPTION_SECTION = {f.name: section for section, klass in _SECTIONS.items() for f in dataclasses.fields(klass)}
 
 
+def option_sections() -> dict[str, str]:
+    """Option name -> its config section ("read", "model", "segment", "encode", "pool", "write", "ray")."""
+    return dict(_OPTION_SECTION)
+
+
 def _coerce(key: str, value: Any) -> Any:
     """Turn YAML/CLI values into the dataclass field types (tuples for sequences, layers parsed)."""
     if key == "layers":

@@ -145,16 +145,16 @@ def claim_output(cfg: PipelineConfig) -> OutputLock:
 
 
 def holds_output(run):
-    """Decorate an engine's ``run(cfg, echo)``: the output is claimed (claim_output) before the run reads
+    """Decorate an engine's ``run(cfg, echo, **engine_args)``: the output is claimed (claim_output) before the run reads
     any input or model file, and released when it ends, however it ends; a taken-over lock is echoed and
     added to the summary's notes."""
     @functools.wraps(run)
-    def wrapper(cfg: PipelineConfig, echo=None):
+    def wrapper(cfg: PipelineConfig, echo=None, **engine_args):
         lock = claim_output(cfg)
         try:
             if lock.taken_over and echo:
                 echo(f"note: {lock.taken_over}")
-            summary = run(cfg, echo)
+            summary = run(cfg, echo, **engine_args)
         finally:
             lock.release()
         if lock.taken_over:

@@ -332,7 +332,7 @@ def _load_and_extract(cfg: PipelineConfig, tokenizer, texts: list[str], picked: 
     _extract_sample; returns (the Extractor, _extract_sample's result)."""
     import pyarrow as pa
 
-    from .block import Extractor
+    from .compose import Extractor
     from .config import DEFAULT_MODEL
     from .model import model_label
 

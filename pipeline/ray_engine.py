@@ -3,7 +3,7 @@
 Only what is Ray's lives here: start or join Ray, check its resources, run the actor pool, hand the
 results to the sink. Everything else is the local engine's: ``pipeline.run.check`` scans the inputs
 into block specs on the driver (exit 2 before Ray starts), each actor runs ``read_block(spec)`` and
-the block function (``pipeline.block.Extractor``) on its specs, and the driver writes each result
+the block function (``pipeline.compose.Extractor``) on its specs, and the driver writes each result
 through the same sink, by block index:
 
     ray.data.from_items(specs, one block each)
@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .block import BlockCounts, Extractor, output_for
+from .block import BlockCounts, output_for
+from .compose import Extractor
 from .config import PipelineConfig
 from .errors import ConfigError, PipelineError, RunError
 from .read import BlockSpec, read_block

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from tqdm import tqdm
 
-from .block import BlockCounts, Extractor, Prepared, resolve_config
+from .batch import Batch
+from .block import BlockCounts, resolve_config
 from .model import model_label
 from .config import DEFAULT_MODEL, PipelineConfig
 from .errors import InputError, RunError
@@ -55,7 +56,7 @@ class Summary:
     notes: list[str] = field(default_factory=list)   # e.g. parts redone, a lock taken over
 
     def add(self, counts: BlockCounts) -> None:
-        """Add one block's counts (pipeline.block.Extractor.finish), on any engine."""
+        """Add one block's counts (pipeline.compose.Extractor.finish), on any engine."""
         for mine, theirs in _ADDED.items():
             setattr(self, mine, getattr(self, mine) + getattr(counts, theirs))
 
@@ -119,24 +120,21 @@ class BatchProgress:
         self.moved = float(self.docs)
 
 
-def _prefetch(specs: list[BlockSpec], prepare: Callable[[pa.Table], Prepared]) -> Iterator[tuple[BlockSpec, Prepared]]:
-    """Yield (spec, prepare(read_block(spec))) for each spec in plan order, reading and preparing the
-    next blocks in feed_workers() threads meanwhile (pipeline.feed: at most that many blocks ahead)."""
-    def step(spec: BlockSpec) -> Prepared:
-        return prepare(read_block(spec))
+def _prefetch(specs: list[BlockSpec], prepare: Callable[[Batch], Batch]) -> Iterator[tuple[BlockSpec, Batch]]:
+    """Yield (spec, prepare(Batch(read_block(spec)))) for each spec in plan order, reading and preparing
+    the next blocks in feed_workers() threads meanwhile (pipeline.feed: at most that many blocks ahead)."""
+    def step(spec: BlockSpec) -> Batch:
+        return prepare(Batch(rows=read_block(spec)))
 
     yield from ordered_map(step, specs, feed_workers(), name="longbert-read")
 
 
-def check(cfg: PipelineConfig) -> tuple[PipelineConfig, object, Plan]:
-    """Everything that can fail before the run starts, in order: the inputs (scan: no model file is
-    read), then the options that need the model's config and tokenizer. Loads no weights, writes nothing.
-
-    Returns:
-        (config with max_length resolved and --id-col set to the id column found, tokenizer, plan).
+def scan_inputs(cfg: PipelineConfig) -> tuple[PipelineConfig, Plan]:
+    """The inputs scanned and checked once (no model file is read): (config with --id-col set to the
+    id column found, the plan of blocks).
 
     Raises:
-        ConfigError, ModelError, InputError (all exit 2).
+        InputError (exit 2): as pipeline.read.scan, or inputs that hold no rows.
     """
     plan = scan(cfg.read)
     if plan.n_rows == 0:
@@ -144,6 +142,20 @@ def check(cfg: PipelineConfig) -> tuple[PipelineConfig, object, Plan]:
                          "nothing to extract")
     if plan.columns.id_col != cfg.read.id_col:
         cfg = dataclasses.replace(cfg, read=dataclasses.replace(cfg.read, id_col=plan.columns.id_col))
+    return cfg, plan
+
+
+def check(cfg: PipelineConfig) -> tuple[PipelineConfig, object, Plan]:
+    """Everything that can fail before the run starts, in order: the inputs (scan_inputs), then the
+    options that need the model's config and tokenizer. Loads no weights, writes nothing.
+
+    Returns:
+        (config with max_length resolved and --id-col set to the id column found, tokenizer, plan).
+
+    Raises:
+        ConfigError, ModelError, InputError (all exit 2).
+    """
+    cfg, plan = scan_inputs(cfg)
     cfg, tokenizer, _ = resolve_config(cfg)
     return cfg, tokenizer, plan
 
@@ -155,12 +167,14 @@ def run_fingerprint(cfg: PipelineConfig, plan: Plan) -> dict:
 
 
 @holds_output
-def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summary:
+def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=None) -> Summary:
     """Run the whole job on the local engine: inputs in, parquet out.
 
     Args:
-        cfg: the validated config (cli.py builds it).
+        cfg: the validated config (cli.py builds it; pipeline.compose.Pipeline.run passes its own).
         echo: where to print notes (e.g. a resumed run); None prints nothing.
+        pipe: the pipeline.compose.Pipeline to run (inserted or replaced stages included); None: the
+            built-in stages for ``cfg``, resolved against the model once, after the inputs are scanned.
 
     Returns:
         The Summary of the run.
@@ -169,24 +183,30 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
         ConfigError / InputError / ModelError (exit 2): before anything is written.
         RunError (exit 1): part-way; the output path then holds no file that looks complete.
     """
+    from .compose import Pipeline
+
     started = time.perf_counter()
-    cfg, tokenizer, plan = check(cfg)
+    cfg, plan = scan_inputs(cfg)
+    pipe = Pipeline.from_config(cfg) if pipe is None else pipe.with_options(id_col=cfg.read.id_col)
+    cfg, ctx = pipe.cfg, pipe.context
     check_resume(cfg, run_fingerprint(cfg, plan))
     if echo and cfg.write.progress:
         name = cfg.model.model
         echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
-    extractor = Extractor(cfg, tokenizer, id_type=plan.id_type)
-    sink, summary, todo, bar = open_run(extractor.cfg, extractor.schema, plan, echo)
+    ctx.load()
+    sink, summary, todo, bar = open_run(cfg, ctx.schema(plan.id_type), plan, echo)
     progress = BatchProgress(bar)
-    extractor.encoder.on_batch = progress.batch
+    ctx.encoder.on_batch = progress.batch
     with writing(sink, cfg, bar):
-        for spec, prepared in _prefetch(todo, extractor.prepare):
-            progress.start_block(spec.n_rows, sum(len(w.input_ids) for w in prepared.windows))
-            table, counts = extractor.finish(prepared)
-            summary.add(counts)
+        for spec, batch in _prefetch(todo, pipe.prepare):
+            progress.start_block(spec.n_rows, sum(len(w.input_ids) for w in batch.unique))
+            out = pipe.finish(batch)
+            if out.table is None:
+                raise RunError(f"no stage made the output table (stages: {', '.join(pipe.names)}); keep 'rows'")
+            summary.add(out.counts or BlockCounts())
             if cfg.write.strict:
-                fail_on_row_error(table, spec)
-            sink.write(spec, table)
+                fail_on_row_error(out.table, spec)
+            sink.write(spec, out.table)
             progress.end_block()
         summary.n_bytes = sink.commit()
     summary.seconds = time.perf_counter() - started

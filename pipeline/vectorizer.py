@@ -2,7 +2,7 @@
 
 Called by users (through the top-level ``longbert`` module or ``pipeline``), e.g.
 ``make_pipeline(LongBertVectorizer(), LogisticRegression())`` or ``longbert.encode(texts)``.
-Both feed ``pipeline.read.block_from_texts`` blocks to the same ``pipeline.block.Extractor`` that
+Both feed ``pipeline.read.block_from_texts`` blocks to the same ``pipeline.compose.Extractor`` that
 ``longbert extract`` runs, so a text gets the same vector here as in extract's parquet. The loaded
 model is kept once per process (``cached_extractor``): clones, folds and repeated calls reuse it.
 ``LongBertVectorizer`` also keeps the window vectors it computed in one in-memory window store per
@@ -91,9 +91,9 @@ def cached_extractor(cfg: PipelineConfig, echo=None, memory: bool = False):
     the loaded model. ``echo``: called with a one-line note before a load (None: silent).
 
     Raises:
-        ConfigError / ModelError: as pipeline.block.Extractor.
+        ConfigError / ModelError: as pipeline.compose.Extractor.
     """
-    from .block import Extractor  # torch loads here, not on import
+    from .compose import Extractor  # torch loads here, not on import
 
     cached = _LOADED.get("extractor")
     if cached is not None and cached[0] == (cfg, memory):
@@ -122,7 +122,7 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
            return_errors: bool = False, cache: str | None = None) -> np.ndarray | tuple[np.ndarray, list[str | None]]:
     """Embed texts in one call: one vector per text, as ``longbert extract`` would write it.
 
-    Runs the same block function as extract (pipeline.block.Extractor) in blocks of 256 texts. The
+    Runs the same block function as extract (pipeline.compose.Extractor) in blocks of 256 texts. The
     model is loaded on the first call and kept for later calls in this process (one model at a
     time: a call with another model, device, dtype, quantize, threads or pooler need loads again).
 

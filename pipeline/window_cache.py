@@ -65,7 +65,7 @@ class WindowCache:
 
         Args:
             cfg: the run's config (max_length resolved); facts: its model's facts, sha256 filled
-                once the weights are local (pipeline.block.Extractor).
+                once the weights are local (pipeline.compose.Extractor).
             store: an open store (the vectorizer's in-memory one), used instead of cfg.write.cache.
 
         Raises:

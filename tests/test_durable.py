@@ -16,7 +16,7 @@ import pytest
 from conftest import CASES, invoke, words, write_csv
 
 import pipeline.durable as durable
-from pipeline.block import FP16_TOKEN_OVERFLOW
+from pipeline.aggregate import FP16_TOKEN_OVERFLOW
 from pipeline.write import DONE_MANIFEST, MANIFEST, read_manifest
 
 REPO = Path(__file__).resolve().parents[1]

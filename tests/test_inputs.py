@@ -249,7 +249,7 @@ def test_half_precision_overflow_is_recomputed_in_float32(tiny_model_dir, tmp_pa
     """A float16 model whose activations overflow: the windows are recomputed with a float32 copy."""
     import torch
 
-    from pipeline.block import Extractor
+    from pipeline.compose import Extractor
     from pipeline.read import block_from_texts
     cfg = PipelineConfig.from_options(model=str(tiny_model_dir), dtype="float16", pooling="mean")
     ext = Extractor(cfg)
@@ -271,7 +271,7 @@ def test_half_precision_overflow_is_recomputed_in_float32(tiny_model_dir, tmp_pa
 def test_out_of_memory_splits_the_batch(tiny_model_dir, monkeypatch):
     import torch
 
-    from pipeline.block import Extractor
+    from pipeline.compose import Extractor
     from pipeline.read import block_from_texts
     ext = Extractor(PipelineConfig.from_options(model=str(tiny_model_dir), batch_size=8))
     texts = [words(n) for n in (5, 9, 12, 3)]

@@ -216,7 +216,7 @@ def test_duplicate_documents_share_a_pass(runner, tiny_model_dir, tmp_path, enco
 
 @pytest.mark.parametrize("layers,depth", [("-2", 1), ("0", 1), ("1,-3", 1), ("-1", 2), ("-2,-1", 2)])
 def test_early_layer_stop_equals_the_full_pass(runner, tiny_model_dir, tiny_bert, tmp_path, layers, depth):
-    from pipeline.block import Extractor
+    from pipeline.compose import Extractor
 
     model, tok = tiny_bert
     text = words(11)

@@ -1,0 +1,241 @@
+"""The built-in stages and the run context they share; pipeline.compose chains them into a Pipeline.
+
+A stage is any callable ``Batch -> Batch`` with a ``name``. The built-in ones, in order:
+``tokenize`` -> ``segment`` -> ``dedup`` -> ``encode`` -> ``aggregate`` -> ``rows``. Only ``encode``
+touches the model (and torch); the others are CPU work on numpy and pyarrow.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pyarrow as pa
+
+from .aggregate import aggregate_documents, aggregate_windows
+from .batch import Batch
+from .block import BlockCounts, check_features, feature_dim, release_free_heap, resolve_config
+from .config import PipelineConfig
+from .dedup import plan_windows
+from .pool import pool_offsets, window_pools
+from .rows import document_table, window_table
+from .segment import segment as segment_doc
+from .tokenize import tokenize_block
+from .write import feature_columns, output_schema
+
+STAGE_NAMES = ("tokenize", "segment", "dedup", "encode", "aggregate", "rows")
+
+
+class Context:
+    """A run's options resolved against the model once, and the model itself once it is needed.
+
+    Resolving reads the model's config and tokenizer (max length, special tokens, family checks,
+    layers, pooler) and loads no weights; ``load()`` loads the weights, opens the window store
+    (--cache) and is called by the ``encode`` stage on first use.
+
+    Args:
+        cfg: the run's config (max_length may be None: taken from the model).
+        tokenizer: an already loaded fast tokenizer for cfg.model (None: loaded here).
+        model: an already loaded model for cfg.model (the vectorizer's per-process cache); None: loaded by load().
+        store: an open pipeline.store.WindowStore to use (the vectorizer's in-memory one); None: the
+            store of ``cfg.write.cache`` (--cache DIR), or none.
+
+    Raises:
+        ConfigError / ModelError: as pipeline.block.resolve_config.
+    """
+
+    def __init__(self, cfg: PipelineConfig, tokenizer=None, model=None, store=None, _resolved=None):
+        self.cfg, self.tokenizer, self.facts = _resolved or resolve_config(cfg, tokenizer)
+        self.hidden = self.facts.hidden_size
+        self.dim, self.token_dim = feature_dim(self.cfg, self.hidden)
+        self.features = self.cfg.feature_list()
+        self.columns = feature_columns(self.cfg, self.hidden)   # [(name, D)], one per feature
+        pools = window_pools(self.cfg)
+        offsets = pool_offsets(pools, self.hidden)               # where each pool lies in a window vector
+        keys = [p.pool_key for p in pools]
+        self.slices = [offsets[keys.index(f.pool_key)] for f in self.features]
+        self.stats = BlockCounts()   # every block's counts, summed
+        self.encoder = None          # pipeline.encode.Encoder, by load()
+        self.cache = None            # pipeline.window_cache.WindowCache with --cache, by load()
+        self._model, self._store, self._schemas = model, store, {}
+
+    def with_config(self, cfg: PipelineConfig) -> Context:
+        """A context for ``cfg``, which differs from this one's only in its read and write options
+        (inputs, output, --keep-col, --cache...): the tokenizer, the model's facts and a loaded model are shared."""
+        resolved = dataclasses.replace(self.cfg, read=cfg.read, write=cfg.write)
+        check_features(resolved, resolved.segment)   # --keep-col against this run's columns
+        ctx = Context(resolved, self.tokenizer, self._model or (self.encoder and self.encoder.model), self._store,
+                      _resolved=(resolved, self.tokenizer, self.facts))
+        return ctx
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are loaded."""
+        return self.encoder is not None
+
+    def load(self) -> None:
+        """Load the weights (once) and open the --cache store.
+
+        Raises:
+            ModelError: as pipeline.load.load_model. ConfigError: as WindowCache.open (--cache without a
+                hashable model, a folder that is not a store).
+        """
+        if self.encoder is not None:
+            return
+        from .encode import Encoder          # torch loads here, not on import
+        from .model import checkpoint_folder, model_sha256, resolve_model_path
+        from .window_cache import WindowCache
+
+        self.encoder = Encoder.from_config(self.cfg, self.tokenizer, model=self._model)
+        if self.facts.sha256 is None:  # a hub model's weights are in the cache only now
+            folder = checkpoint_folder(resolve_model_path(self.cfg.model.model))
+            if folder is not None:
+                self.facts = dataclasses.replace(self.facts, sha256=model_sha256(folder))
+                self._schemas.clear()
+        self.cache = WindowCache.open(self.cfg, self.facts, self._store)   # None without --cache
+
+    def schema(self, id_type: pa.DataType) -> pa.Schema:
+        """The output schema for ids of ``id_type`` (pa.int64(): a ``row`` column; pa.string(): ``id``)."""
+        key = str(id_type)
+        if key not in self._schemas:
+            self._schemas[key] = output_schema(self.cfg, id_type, self.facts, self.dim, self.token_dim)
+        return self._schemas[key]
+
+
+class Stage:
+    """A built-in stage: ``stage(batch) -> batch`` with ``name``; holds the pipeline's Context."""
+
+    name = ""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+
+    def __call__(self, batch: Batch) -> Batch:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<longbert stage {self.name!r}>"
+
+
+class Tokenize(Stage):
+    """Texts -> ``docs``: content token ids without specials, never truncated but by
+    --max-tokens-per-doc; a text that makes no token gets its error (pipeline.tokenize.tokenize_block)."""
+
+    name = "tokenize"
+
+    def __call__(self, batch: Batch) -> Batch:
+        cfg = self.ctx.cfg
+        docs = tokenize_block(batch.texts, self.ctx.tokenizer, cfg.segment.max_tokens_per_doc,
+                              with_offsets=cfg.pool.level == "token")
+        return batch.replace(docs=docs)
+
+
+class Segment(Stage):
+    """``docs`` -> ``windows``: every requested strategy's windows of each document, at most
+    max_length ids with the model's own specials (pipeline.segment.segment)."""
+
+    name = "segment"
+
+    def __call__(self, batch: Batch) -> Batch:
+        if batch.docs is None:
+            raise _order_error(self.name, "tokenize")
+        cfg, facts = self.ctx.cfg, self.ctx.facts
+        windows: dict[str, list] = {}
+        for strategy in dict.fromkeys(f.strategy for f in self.ctx.features):
+            seg = cfg.segment if strategy == cfg.segment.strategy else dataclasses.replace(cfg.segment, strategy=strategy)
+            windows[strategy] = [w for doc in batch.docs if doc.error is None
+                                 for w in segment_doc(doc, seg, facts.cls_id, facts.sep_id)]
+        return batch.replace(windows=windows)
+
+
+class Dedup(Stage):
+    """``windows`` -> ``plan``: each distinct window once, shared by strategies and by identical
+    token ids (pipeline.dedup.plan_windows)."""
+
+    name = "dedup"
+
+    def __call__(self, batch: Batch) -> Batch:
+        if batch.windows is None:
+            raise _order_error(self.name, "segment")
+        return batch.replace(plan=plan_windows(list(batch.windows.values())))
+
+
+class Encode(Stage):
+    """``plan.unique`` -> ``encoded``: window vectors from the model, or from the window store with
+    --cache (pipeline.window_cache.encode_unique); loads the weights on first use."""
+
+    name = "encode"
+
+    def __call__(self, batch: Batch) -> Batch:
+        if batch.plan is None:
+            raise _order_error(self.name, "dedup")
+        from .window_cache import encode_unique
+
+        ctx = self.ctx
+        ctx.load()
+        stats = ctx.encoder.stats
+        oom, fp32 = stats.oom_splits, stats.fp32_recomputed
+        enc, cached = encode_unique(ctx.encoder, ctx.cache, batch.unique, with_tokens=ctx.cfg.pool.level == "token")
+        counts = BlockCounts(windows=len(batch.unique) - cached, windows_cached=cached,
+                             oom_splits=stats.oom_splits - oom, fp32_recomputed=stats.fp32_recomputed - fp32)
+        return batch.replace(encoded=enc, cached=cached, counts=counts)
+
+
+class Aggregate(Stage):
+    """``encoded`` -> ``vectors``: each feature's window vectors combined per document with
+    --aggregate (pipeline.aggregate), or at --level window one vector per window."""
+
+    name = "aggregate"
+
+    def __call__(self, batch: Batch) -> Batch:
+        if batch.encoded is None:
+            raise _order_error(self.name, "encode")
+        if self.ctx.cfg.pool.level == "window":
+            return aggregate_windows(self.ctx, batch)
+        return aggregate_documents(self.ctx, batch)
+
+
+class Rows(Stage):
+    """``vectors`` -> ``table``: the output rows in the schema extract writes (pipeline.rows), and
+    the block's ``counts`` (added to the context's run totals)."""
+
+    name = "rows"
+
+    def __call__(self, batch: Batch) -> Batch:
+        if batch.vectors is None:
+            raise _order_error(self.name, "aggregate")
+        ctx = self.ctx
+        schema = ctx.schema(batch.rows.column("id").type)
+        build = window_table if ctx.cfg.pool.level == "window" else document_table
+        table = build(schema, ctx.cfg, ctx.columns, batch)
+        counts = block_counts(batch)
+        release_free_heap()
+        ctx.stats.add(counts)
+        return batch.replace(table=table, counts=counts)
+
+
+def block_counts(batch: Batch) -> BlockCounts:
+    """What one block did: its documents, tokens, rows with errors, and the encode stage's window counts."""
+    docs, plan = batch.docs or [], batch.plan
+    counts = dataclasses.replace(batch.counts) if batch.counts is not None else BlockCounts()
+    counts.documents = batch.rows.num_rows
+    counts.tokens = sum(d.n_tokens for d in docs)
+    counts.unknown = sum(d.n_unknown for d in docs)
+    counts.errors = sum(e is not None for e in batch.errors or [])
+    if plan is not None:
+        counts.windows_requested, counts.windows_saved = plan.requested, plan.saved
+    return counts
+
+
+BUILT_IN: dict[str, type[Stage]] = {s.name: s for s in (Tokenize, Segment, Dedup, Encode, Aggregate, Rows)}
+
+
+def _order_error(stage: str, before: str) -> Exception:
+    from .errors import ConfigError
+
+    return ConfigError(f"stage {stage!r} got a batch that stage {before!r} has not filled; run {before!r} "
+                       f"before {stage!r} (pipe.names lists the order)")
+
+
+def describe(stage: Any) -> str:
+    """A stage's name for messages: its ``name``, else its function name."""
+    return getattr(stage, "name", None) or getattr(stage, "__name__", None) or type(stage).__name__
