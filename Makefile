@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # torch first, pinned: 2.13.0 is a CPU wheel on these machines' disk; an unpinned torch pulls a CUDA build.
+# editable_mode=compat: the checkout goes on sys.path, so `import longbert` finds longbert.py even where the
+# working folder holds a folder named longbert (a clone), which would otherwise import as an empty namespace.
 TORCH := torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
@@ -13,11 +15,11 @@ $(BIN)/python:
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(PIP) install $(TORCH)
-	$(PIP) install -e '.[plot]'
+	$(PIP) install -e '.[plot]' --config-settings editable_mode=compat
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
-	$(PIP) install -e '.[plot,test,ray]'
+	$(PIP) install -e '.[plot,test,ray]' --config-settings editable_mode=compat
 	touch $@
 
 install: $(VENV)/.installed

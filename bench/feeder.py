@@ -49,8 +49,8 @@ CONTENDERS = (
     ("feeder, all cores, 1 feed thread (before issue 19)", "feeder", 0, 1),
     ("feeder, all cores, feed threads = cores", "feeder", 0, None),
 )
-STAGES = ("scan", "model load", "read", "tokenize", "segment", "dedup", "batching", "forward stub", "pool",
-          "documents + table", "write")
+STAGES = ("scan", "model load", "read", "tokenize", "segment", "dedup", "encode (less the forward)", "forward stub",
+          "aggregate", "rows", "write")
 
 
 def cpu_seconds() -> float:
@@ -92,21 +92,23 @@ class Clock:
         self.cpu: dict[str, float] = defaultdict(float)
         self.lock = threading.Lock()
 
-    def wrap(self, owner, name: str, stage: str) -> None:
-        """Replace ``owner.name`` (a module function or a class method) by a timed call of itself."""
-        inner = getattr(owner, name)
-
-        @functools.wraps(inner)
+    def timed(self, fn, stage: str):
+        """``fn`` as a timed call of itself: its seconds are added to ``stage``."""
+        @functools.wraps(fn)
         def timed(*a, **kw):
             t, c = time.perf_counter(), time.thread_time()
             try:
-                return inner(*a, **kw)
+                return fn(*a, **kw)
             finally:
                 with self.lock:
                     self.seconds[stage] += time.perf_counter() - t
                     self.cpu[stage] += time.thread_time() - c
 
-        setattr(owner, name, timed)
+        return timed
+
+    def wrap(self, owner, name: str, stage: str) -> None:
+        """Replace ``owner.name`` by a timed call of itself (for the reading and writing around the stages)."""
+        setattr(owner, name, self.timed(getattr(owner, name), stage))
 
 
 class ZeroModel:
@@ -147,63 +149,54 @@ def work_raw(args) -> dict:
     return {"seconds": seconds, "cpu": cpu, "tokens": sum(len(x) for x in ids), "stages": {}}
 
 
-def instrument(clock: Clock, stub: bool = True) -> None:
-    """Time each stage at the seam where pipeline.run, pipeline.block and pipeline.encode call it and, with
-    ``stub``, put the forward-pass stub in place of the model (after the Encoder is built: the real model
-    loads). bench/gpu_bench.py uses it without the stub."""
-    import pipeline.block as block
-    import pipeline.encode as encode
+def timed_pipeline(clock: Clock, cfg, stub: bool = True):
+    """The built-in pipeline for ``cfg`` with each stage timed (``pipe.replace``), its weights loaded and,
+    with ``stub``, the model's forward pass replaced by ZeroModel. Reading and writing are not stages: the
+    run's read_block, scan and the file sink are timed where pipeline.run calls them. bench/gpu_bench.py
+    uses it without the stub."""
     import pipeline.run as run
     import pipeline.write as write
+    from pipeline.compose import Pipeline
 
-    for owner, name, stage in ((run, "scan", "scan"), (run, "read_block", "read"),
-                               (block, "tokenize_block", "tokenize"), (block, "segment", "segment"),
-                               (block, "plan_windows", "dedup"), (encode, "plan_batches", "batching"),
-                               (encode, "pool_all", "pool"), (block, "aggregate", "documents + table"),
-                               (block, "normalize", "documents + table"),
-                               (block.Extractor, "_table", "documents + table"),
-                               (write.FileSink, "write", "write"), (write.FileSink, "commit", "write"),
-                               (encode.Encoder, "_forward", "_forward"), (block.Extractor, "__init__", "model load")):
-        if hasattr(owner, name):
-            clock.wrap(owner, name, stage)
-    if not stub:
-        return
-    built = encode.Encoder.__init__
-
-    def stubbed(self, model, *a, **kw):
-        built(self, model, *a, **kw)
-        self.model = ZeroModel(model)   # Encoder._run hands self.model to _forward, which calls it
-
-    encode.Encoder.__init__ = stubbed
-    clock.wrap(ZeroModel, "__call__", "forward stub")
+    for owner, name, stage in ((run, "scan", "scan"), (run, "read_block", "read"), (write.FileSink, "write", "write"),
+                               (write.FileSink, "commit", "write")):
+        clock.wrap(owner, name, stage)
+    pipe = Pipeline.from_config(cfg)
+    for name in pipe.names:
+        pipe = pipe.replace(name, clock.timed(pipe[name], name))
+    clock.timed(pipe.context.load, "model load")()
+    if stub:
+        encoder = pipe.context.encoder
+        encoder.model = ZeroModel(encoder.model)   # Encoder._run hands self.model to _forward, which calls it
+        clock.wrap(ZeroModel, "__call__", "forward stub")
+    return pipe
 
 
 def stage_split(clock: Clock) -> tuple[dict[str, float], dict[str, float]]:
-    """(wall, CPU) seconds per stage; Encoder._forward's time less the model call and pooling is batching
-    (padding, host-device copies, the copy back)."""
+    """(wall, CPU) seconds per stage; the encode stage's time less the model call is reported apart
+    (batching, padding, pooling, host-device copies, the copy back)."""
     stages, stage_cpu = dict(clock.seconds), dict(clock.cpu)
     for split in (stages, stage_cpu):
-        inner = split.pop("_forward", 0.0)
         model = split.get("forward stub", 0.0) + split.get("forward", 0.0)
-        split["batching"] = split.get("batching", 0.0) + inner - model - split.get("pool", 0.0)
+        split["encode (less the forward)"] = split.pop("encode", 0.0) - model
     return stages, stage_cpu
 
 
 def work_feeder(args) -> dict:
-    """pipeline.run.run on the corpus with the model stubbed; stage seconds from the instrumented seams."""
+    """pipeline.run.run on the corpus with the model stubbed; stage seconds from the timed stages."""
     import pipeline.run as run
     from pipeline.config import PipelineConfig
 
     clock = Clock()
-    instrument(clock)
     if args.feed_workers:
-        run.feed_workers = lambda: args.feed_workers  # the before-issue-19 row: one thread ahead
+        run.feed_workers = lambda: args.feed_workers  # the one-feed-thread row
     cfg = PipelineConfig.from_options(inputs=(args.corpus,), id_col="id", strategy=args.strategy, progress=False,
                                       output=str(Path(args.workdir) / f"{args.tag}.parquet"), overwrite=True,
                                       threads=args.threads)
     import transformers.models.bert.modeling_bert  # noqa: F401 - imported before the clock, as run_bench does
     c0, t0 = cpu_seconds(), time.perf_counter()
-    summary = run.run(cfg)
+    pipe = timed_pipeline(clock, cfg)
+    summary = run.run(cfg, pipe=pipe)
     seconds, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     stages, stage_cpu = stage_split(clock)
     return {"seconds": seconds, "cpu": cpu, "tokens": summary.tokens, "stages": stages, "stage_cpu": stage_cpu,

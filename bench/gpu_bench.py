@@ -130,38 +130,12 @@ def work_embed(args) -> dict:
     import torch
 
     import feeder
-    import pipeline.encode as encode
     import pipeline.run as run
     from pipeline.config import PipelineConfig
 
     clock = feeder.Clock()
-    feeder.instrument(clock, stub=False)
     events: list = []
     marks: dict = {}
-    built = encode.Encoder.__init__
-
-    def hooked(self, model, *a, **kw):
-        built(self, model, *a, **kw)
-
-        def before(_module, _args, _kwargs):
-            marks["t"] = time.perf_counter()
-            if self.device.type == "cuda":
-                start = torch.cuda.Event(enable_timing=True)
-                start.record()
-                marks["event"] = start
-
-        def after(_module, _args, _kwargs, _out):
-            if self.device.type == "cuda":
-                end = torch.cuda.Event(enable_timing=True)
-                end.record()
-                events.append((marks["event"], end))
-            with clock.lock:
-                clock.seconds["forward"] += time.perf_counter() - marks["t"]
-
-        model.register_forward_pre_hook(before, with_kwargs=True)
-        model.register_forward_hook(after, with_kwargs=True)
-
-    encode.Encoder.__init__ = hooked
     options = dict(inputs=(args.csv,), id_col="id", strategy="chunk", max_length=512, progress=False,
                    output=str(Path(args.workdir) / f"{args.tag}.parquet"), overwrite=True, model=args.model,
                    device=args.device, dtype=args.dtype)
@@ -170,7 +144,27 @@ def work_embed(args) -> dict:
     cfg = PipelineConfig.from_options(**options)
     import transformers.models.bert.modeling_bert  # noqa: F401 - imported before the clock
     t0 = time.perf_counter()
-    summary = run.run(cfg)
+    pipe = feeder.timed_pipeline(clock, cfg, stub=False)
+    encoder = pipe.context.encoder
+
+    def before(_module, _args, _kwargs):
+        marks["t"] = time.perf_counter()
+        if encoder.device.type == "cuda":
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            marks["event"] = start
+
+    def after(_module, _args, _kwargs, _out):
+        if encoder.device.type == "cuda":
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            events.append((marks["event"], end))
+        with clock.lock:
+            clock.seconds["forward"] += time.perf_counter() - marks["t"]
+
+    encoder.model.register_forward_pre_hook(before, with_kwargs=True)
+    encoder.model.register_forward_hook(after, with_kwargs=True)
+    summary = run.run(cfg, pipe=pipe)
     seconds = time.perf_counter() - t0
     if args.device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -247,7 +241,7 @@ def measure(args, work: Path, device: str, peak: float) -> tuple[str, list[str]]
     notes = [f"corpus: {n_docs:,} documents (examples/labelled.csv x {args.repeat}), {len(lengths):,} chunk windows, "
              f"{tokens:,} window tokens ([CLS] and [SEP] included, padding not)."]
     lines = ["| model | batch limits | wall s | window tokens/s | model TFLOP/s | of matrix rate | GPU busy s (share "
-             "of wall) | peak GiB | split (s): read / tokenize / segment / batching / forward / pool / table / write |",
+             "of wall) | peak GiB | split (s): read / tokenize / segment / encode less forward / forward / aggregate / rows / write |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     dtype = "bfloat16"
     for name, path, hidden, n_layers in models:
@@ -264,8 +258,8 @@ def measure(args, work: Path, device: str, peak: float) -> tuple[str, list[str]]
                 lines.append(f"| {name} | {'256 / 131,072' if big else '32 / 16,384'} | FAILED: {str(err)[:200]} |")
                 continue
             s = r["stages"]
-            split = " / ".join(f"{s.get(k, 0.0):.1f}" for k in ("read", "tokenize", "segment", "batching", "forward",
-                                                                "pool", "documents + table", "write"))
+            split = " / ".join(f"{s.get(k, 0.0):.1f}" for k in ("read", "tokenize", "segment", "encode (less the forward)",
+                                                                "forward", "aggregate", "rows", "write"))
             rate = flop / r["seconds"] / 1e12
             lines.append(f"| {name} | {'256 windows / 131,072 tokens' if big else '32 windows / 16,384 tokens'} | "
                          f"{r['seconds']:.1f} | {tokens / r['seconds']:,.0f} | {rate:.3g} | {rate / peak:.0%} | "

@@ -148,7 +148,7 @@ def save_features(path: str | Path, ids: Sequence[Any], X: Any, **columns: Seque
                                                          mask=None if valid.all() else pa.array(~valid))
     cols["error"] = pa.array([None if ok else "non-finite vector" for ok in valid], type=pa.string())
     meta = {"source": "external", "model": None, "feature_dim": int(X.shape[1]), "level": "document",
-            "keep_cols": list(columns), "features": [{"column": "features", "feature_dim": int(X.shape[1])}]}
+            "keep_cols": list(columns)}
     table = pa.table(cols).replace_schema_metadata({"longbert": json.dumps(meta)})
     path = Path(path).expanduser()
     tmp = path.with_name(f".{path.name}.tmp")

@@ -156,19 +156,6 @@ class Pipeline:
             raise ConfigError("no stage made the output table; keep the 'rows' stage, or call pipe.process(batch)")
         return out.table
 
-    def with_options(self, **options: Any) -> Pipeline:
-        """The same stages for the read and write options given (inputs, output, keep_cols, cache...),
-        sharing the tokenizer, the model's facts and a loaded model.
-
-        Raises:
-            ConfigError: an option that is not a read or write option, or a value out of range.
-        """
-        cfg = with_io_options(self.cfg, **options)
-        ctx = self.context.with_config(cfg)
-        steps = [(n, type(s)(ctx) if isinstance(s, tuple(BUILT_IN.values())) and getattr(s, "ctx", None) is self.context
-                  else s) for n, s in self.steps]
-        return Pipeline(ctx, steps)
-
     def run(self, inputs: str | Iterable[str], output: str, echo: Callable[[str], None] | None = None,
             **options: Any):
         """Run the pipeline over a corpus, as ``longbert extract`` does: the output lock, ``DIR/`` parts,
@@ -188,8 +175,12 @@ class Pipeline:
         from .run import run
 
         paths = (inputs,) if isinstance(inputs, str) else tuple(str(p) for p in inputs)
-        pipe = self.with_options(inputs=paths, output=str(output), **options)
-        return run(pipe.cfg, echo, pipe=pipe)
+        cfg = with_io_options(self.cfg, inputs=paths, output=str(output), **options)
+        before = self.cfg
+        try:
+            return run(cfg, echo, pipe=self)
+        finally:
+            self.context.set_io(before)   # the run's read and write options do not outlive it
 
 
 def _as_batch(batch: Batch | pa.Table) -> Batch:

@@ -89,7 +89,12 @@ def resolve_model_path(name: str) -> str:
         return name
     if name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name:
         raise ModelError(f"--model {name!r} is not a directory; pass the folder that holds config.json")
-    return _hub_or_cache(name)
+    if name not in _HUB_RESOLVED:   # the hub is probed once per process and name, not at every file read
+        _HUB_RESOLVED[name] = _hub_or_cache(name)
+    return _HUB_RESOLVED[name]
+
+
+_HUB_RESOLVED: dict[str, str] = {}   # hub id -> itself or its cached snapshot folder (resolve_model_path)
 
 
 def _hub_or_cache(repo_id: str) -> str:

@@ -187,7 +187,10 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=Non
 
     started = time.perf_counter()
     cfg, plan = scan_inputs(cfg)
-    pipe = Pipeline.from_config(cfg) if pipe is None else pipe.with_options(id_col=cfg.read.id_col)
+    if pipe is None:
+        pipe = Pipeline.from_config(cfg)
+    else:
+        pipe.context.set_io(cfg)   # the caller's read and write options, with the id column found
     cfg, ctx = pipe.cfg, pipe.context
     check_resume(cfg, run_fingerprint(cfg, plan))
     if echo and cfg.write.progress:

@@ -43,8 +43,8 @@ class Context:
         ConfigError / ModelError: as pipeline.block.resolve_config.
     """
 
-    def __init__(self, cfg: PipelineConfig, tokenizer=None, model=None, store=None, _resolved=None):
-        self.cfg, self.tokenizer, self.facts = _resolved or resolve_config(cfg, tokenizer)
+    def __init__(self, cfg: PipelineConfig, tokenizer=None, model=None, store=None):
+        self.cfg, self.tokenizer, self.facts = resolve_config(cfg, tokenizer)
         self.hidden = self.facts.hidden_size
         self.dim, self.token_dim = feature_dim(self.cfg, self.hidden)
         self.features = self.cfg.feature_list()
@@ -58,14 +58,25 @@ class Context:
         self.cache = None            # pipeline.window_cache.WindowCache with --cache, by load()
         self._model, self._store, self._schemas = model, store, {}
 
-    def with_config(self, cfg: PipelineConfig) -> Context:
-        """A context for ``cfg``, which differs from this one's only in its read and write options
-        (inputs, output, --keep-col, --cache...): the tokenizer, the model's facts and a loaded model are shared."""
+    def set_io(self, cfg: PipelineConfig) -> PipelineConfig:
+        """Take ``cfg``'s read and write options (inputs, output, --keep-col, --out-dtype, --cache...) for
+        the next run; the options resolved against the model, the tokenizer and a loaded model stay.
+
+        Returns:
+            The read and write options that were in place (pass them back to restore them).
+
+        Raises:
+            ConfigError: a --keep-col that clashes with a feature column; as WindowCache.open.
+        """
+        before = self.cfg
         resolved = dataclasses.replace(self.cfg, read=cfg.read, write=cfg.write)
         check_features(resolved, resolved.segment)   # --keep-col against this run's columns
-        ctx = Context(resolved, self.tokenizer, self._model or (self.encoder and self.encoder.model), self._store,
-                      _resolved=(resolved, self.tokenizer, self.facts))
-        return ctx
+        self.cfg = resolved
+        self._schemas.clear()
+        if self.encoder is not None and before.write.cache != resolved.write.cache:
+            from .window_cache import WindowCache
+            self.cache = WindowCache.open(self.cfg, self.facts, self._store)
+        return before
 
     @property
     def loaded(self) -> bool:

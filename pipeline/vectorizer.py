@@ -11,7 +11,7 @@ process (``memory_store``), so cross-validation folds and grid-search candidates
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -119,12 +119,13 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
            overlap: int = 128, max_tokens_per_doc: int | None = None, device: str = "auto",
            dtype: str = "float32", quantize: str = "none", threads: int | None = None,
            allow_pickle: bool = False, normalize: bool = False, show_progress_bar: bool | None = None,
-           return_errors: bool = False, cache: str | None = None) -> np.ndarray | tuple[np.ndarray, list[str | None]]:
+           return_errors: bool = False, cache: str | None = None, feature: str | Sequence[str] | None = None,
+           level: str = "document", preprocess: Callable[[str], str] | None = None) -> Any:
     """Embed texts in one call: one vector per text, as ``longbert extract`` would write it.
 
-    Runs the same block function as extract (pipeline.compose.Extractor) in blocks of 256 texts. The
-    model is loaded on the first call and kept for later calls in this process (one model at a
-    time: a call with another model, device, dtype, quantize, threads or pooler need loads again).
+    Runs the same stages as extract (pipeline.compose) in blocks of 256 texts. The model is loaded on
+    the first call and kept for later calls in this process (one model at a time: a call with another
+    model, device, dtype, quantize, threads or pooler need loads again).
 
     Args:
         texts: a sequence of str (list, numpy array, pandas Series); a single str counts as [str].
@@ -133,16 +134,24 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
         normalize: scale each document vector to unit L2 norm (after aggregating windows), for
             cosine similarity as a dot product.
         show_progress_bar: a tqdm bar counting texts on stderr; None: shown when stderr is a terminal.
-        return_errors: also return the reason for each row (None where the row is fine).
+        return_errors: also return the reason for each text (None where the text is fine).
         cache: a window store folder (extract's --cache DIR: windows found there are not encoded
             again, new ones are added), ":memory:" for the process's in-memory store
             (``memory_store``, as LongBertVectorizer uses), or None (no store).
+        feature: extract's --feature spec(s) instead of strategy/pooling/layers/layer_agg, e.g.
+            "chunk:mean:-2" or ["head:cls", "chunk:mean"] (several: their vectors side by side, in that order).
+        level: "document" (one vector per text), "window" (one per window) or "token" (one per token).
+        preprocess: a function applied to each text before tokenizing (e.g. cleaning); it returns str.
 
     Returns:
-        X (n, D) float32, D = the model's hidden size (times len(layers) with layer_agg="concat").
-        A row that cannot be embedded (not a str, empty or whitespace-only, no tokens after
-        normalisation, non-finite result) is all NaN. With return_errors=True: (X, errors), errors a
-        list of n str | None.
+        document: X (n, D) float32, D = the model's hidden size (times len(layers) with
+        layer_agg="concat", times the --aggregate parts, summed over features). A text that cannot be
+        embedded (not a str, empty or whitespace-only, no tokens after normalisation, non-finite
+        result) is a row of NaN.
+        window: (X (n_windows, D) float32, text (n_windows,) int64: the position of each window's
+        text); texts without a window have no row.
+        token: a list of n (n_tokens_i, D) float32 arrays, None for a text that cannot be embedded.
+        With return_errors=True: (that result, errors), errors a list of n str | None.
 
     Raises:
         ConfigError: an option out of range (before loading). ModelError: the model cannot be loaded.
@@ -152,36 +161,87 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
         >>> X.shape, X.dtype
         ((2, 384), dtype('float32'))
     """
-    cfg = build_config(model=str(model), strategy=strategy, pooling=pooling, layers=layers, layer_agg=layer_agg,
-                       aggregate=aggregate, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+    options = dict(strategy=strategy, pooling=pooling, layers=layers, layer_agg=layer_agg)
+    if feature is not None:   # the shorthand options are the defaults here: only the spec counts
+        options = {"features": (feature,) if isinstance(feature, str) else tuple(feature)}
+    cfg = build_config(model=str(model), aggregate=aggregate, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                        max_length=max_length, head_tokens=head_tokens, tail_tokens=tail_tokens, overlap=overlap,
                        max_tokens_per_doc=max_tokens_per_doc, device=device, dtype=dtype, quantize=quantize,
-                       threads=threads, allow_pickle=allow_pickle, normalize=bool(normalize),
-                       cache=cache_options(cache)[0])
+                       threads=threads, allow_pickle=allow_pickle, normalize=bool(normalize), level=level,
+                       cache=cache_options(cache)[0], **options)
     items = [texts] if isinstance(texts, str) else list(texts)
     errors: list[str | None] = [None if isinstance(t, str) else f"not a string ({type(t).__name__})" for t in items]
+    if preprocess is not None:
+        items, errors = _preprocessed(items, errors, preprocess)
     show = sys.stderr.isatty() if show_progress_bar is None else bool(show_progress_bar)
     echo = (lambda m: print(m, file=sys.stderr)) if show else None
     extractor = cached_extractor(cfg, echo, memory=cache_options(cache)[1])
-    X = np.full((len(items), extractor.dim), np.nan, dtype=np.float32)       # (n, D)
+    result = _Collect(cfg.pool.level, len(items), [name for name, _ in extractor.columns])
     good = [i for i, e in enumerate(errors) if e is None]
     from tqdm.auto import tqdm
 
-    from .features import features_matrix
-
     with tqdm(total=len(items), unit="text", disable=not show, desc="longbert") as bar:
         for start in range(0, len(good), _BLOCK_ROWS):
-            rows = good[start:start + _BLOCK_ROWS]
+            rows = np.asarray(good[start:start + _BLOCK_ROWS], dtype=np.int64)
             table = extractor(block_from_texts([items[i] for i in rows]))
-            features = table.column("features")
-            valid = features.is_valid().to_numpy(zero_copy_only=False)      # (m,) bool
-            if valid.any():
-                X[np.asarray(rows)[valid]] = features_matrix(features.filter(pa.array(valid)))
-            for i, error in zip(rows, table.column("error").to_pylist()):
-                errors[i] = error
+            result.add(table, rows)
+            for i, error in zip(rows[table.column(0).to_numpy()], table.column("error").to_pylist()):
+                errors[i] = errors[i] or error
             bar.update(len(rows))
         bar.update(len(items) - len(good))
-    return (X, errors) if return_errors else X
+    out = result.value(extractor.dim if len(extractor.columns) == 1 else sum(d for _, d in extractor.columns))
+    return (out, errors) if return_errors else out
+
+
+def _preprocessed(items: list, errors: list[str | None], fn: Callable[[str], str]) -> tuple[list, list[str | None]]:
+    """Each str item through ``fn``; a result that is not a str, or an exception, is that item's error."""
+    out, errs = list(items), list(errors)
+    for i, t in enumerate(items):
+        if errs[i] is None:
+            try:
+                out[i] = fn(t)
+            except Exception as err:  # the user's function: its failure is that text's error, not the run's
+                errs[i] = f"preprocess failed: {type(err).__name__}: {err}"
+                continue
+            if not isinstance(out[i], str):
+                errs[i] = f"preprocess returned {type(out[i]).__name__}, not str"
+    return out, errs
+
+
+class _Collect:
+    """encode's result, gathered block by block from the output tables (rows: each block row's text position)."""
+
+    def __init__(self, level: str, n: int, columns: list[str]):
+        self.level, self.n, self.columns = level, n, columns
+        self.parts: list[tuple[np.ndarray, np.ndarray]] = []        # (text positions, (m, D)) per block
+        self.tokens: list[np.ndarray | None] = [None] * n
+
+    def add(self, table: pa.Table, rows: np.ndarray) -> None:
+        from .features import features_matrix
+
+        valid = np.logical_and.reduce([table.column(c).is_valid().to_numpy(zero_copy_only=False) for c in self.columns])
+        texts = rows[table.column(0).to_numpy()]                              # (m,) text position of each row
+        if self.level == "token":
+            for i, ok, vecs in zip(texts, valid, table.column("token_features").to_pylist()):
+                if ok:
+                    self.tokens[i] = np.asarray(vecs, dtype=np.float32).reshape(len(vecs), -1)
+            return
+        if valid.any():
+            keep = pa.array(valid)
+            X = np.hstack([features_matrix(table.column(c).filter(keep)) for c in self.columns])   # (k, D)
+            self.parts.append((texts[valid], X))
+
+    def value(self, dim: int):
+        if self.level == "token":
+            return self.tokens
+        if self.level == "window":
+            if not self.parts:
+                return np.zeros((0, dim), np.float32), np.zeros(0, np.int64)
+            return np.vstack([x for _, x in self.parts]), np.concatenate([t for t, _ in self.parts])
+        X = np.full((self.n, dim), np.nan, dtype=np.float32)                    # (n, D)
+        for texts, x in self.parts:
+            X[texts] = x
+        return X
 
 
 class LongBertVectorizer(TransformerMixin, BaseEstimator):
@@ -208,6 +268,10 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         dtype: float32 | float16 | bfloat16 model compute dtype (half precision is meant for GPUs).
         threads: CPU threads for torch (None: all cores).
         normalize: scale each vector to unit L2 norm (sentence-transformers' normalize_embeddings).
+        feature: extract's --feature spec(s) in place of strategy/pooling/layers/layer_agg, e.g.
+            "chunk:mean:-2"; several give their vectors side by side, in that order.
+        level: "document" only (one row per text, as scikit-learn needs); encode() gives the others.
+        preprocess: a function applied to each text before tokenizing; it returns str.
         cache: ":memory:" (default): window vectors are kept in the process's in-memory store
             (``memory_store``), so folds, clones and candidates that see a text again do not encode
             it again; a folder: extract's ``--cache DIR`` store, kept across processes and runs;
@@ -223,7 +287,8 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
                  overlap: int = 128, layers: tuple[int, ...] = (-1,), layer_agg: str = "mean",
                  aggregate: str = "mean", batch_size: int = 32, device: str = "auto", quantize: str = "none",
                  max_tokens_per_doc: int | None = None, dtype: str = "float32", threads: int | None = None,
-                 normalize: bool = False, cache: str | None = MEMORY):
+                 normalize: bool = False, cache: str | None = MEMORY, feature: str | Sequence[str] | None = None,
+                 level: str = "document", preprocess: Callable[[str], str] | None = None):
         self.model = model
         self.strategy = strategy
         self.pooling = pooling
@@ -242,6 +307,9 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         self.threads = threads
         self.normalize = normalize
         self.cache = cache
+        self.feature = feature
+        self.level = level
+        self.preprocess = preprocess
 
     def config(self) -> PipelineConfig:
         """The PipelineConfig these parameters stand for (validated; loads nothing).
@@ -249,10 +317,18 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         Raises:
             ConfigError: a parameter out of range or not one of its choices.
         """
+        if self.level != "document":
+            from .errors import ConfigError
+            raise ConfigError(f"level={self.level!r}: a scikit-learn transformer gives one row per text, so "
+                              "LongBertVectorizer takes level='document'; use longbert.encode(level=...) for "
+                              "window or token vectors")
+        shorthand = dict(strategy=self.strategy, pooling=self.pooling, layers=self.layers, layer_agg=self.layer_agg)
+        if self.feature is not None:
+            shorthand = {"features": (self.feature,) if isinstance(self.feature, str) else tuple(self.feature)}
         return build_config(
-            model=str(self.model), strategy=self.strategy, pooling=self.pooling, max_length=self.max_length,
+            model=str(self.model), max_length=self.max_length,
             head_tokens=self.head_tokens, tail_tokens=self.tail_tokens, overlap=self.overlap,
-            layers=self.layers, layer_agg=self.layer_agg, aggregate=self.aggregate,
+            aggregate=self.aggregate, **shorthand,
             batch_size=self.batch_size, device=self.device, quantize=self.quantize,
             max_tokens_per_doc=self.max_tokens_per_doc, dtype=self.dtype, threads=self.threads,
             normalize=bool(self.normalize), cache=cache_options(self.cache)[0])
@@ -288,9 +364,13 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             ConfigError / ModelError: as ``config()`` and model loading.
         """
         texts = _as_texts(X)
+        if self.preprocess is not None:
+            texts, errors = _preprocessed(texts, [None] * len(texts), self.preprocess)
+            _raise_on_errors(errors, 0)
         _raise_on_errors([None if t.strip() else EMPTY_TEXT for t in texts], 0)  # all of them, before loading
         extractor = self._extractor()
-        out = np.zeros((len(texts), extractor.dim), dtype=np.float32)   # (n, D)
+        columns = [name for name, _ in extractor.columns]
+        out = np.zeros((len(texts), sum(d for _, d in extractor.columns)), dtype=np.float32)   # (n, D)
         from .features import features_matrix
 
         for start in range(0, len(texts), _BLOCK_ROWS):
@@ -299,12 +379,12 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             _raise_on_errors([d.error for d in prepared.docs], start)     # before any forward pass
             table, _ = extractor.finish(prepared)
             _raise_on_errors(table.column("error").to_pylist(), start)
-            out[start:start + table.num_rows] = features_matrix(table.column("features"))
+            out[start:start + table.num_rows] = np.hstack([features_matrix(table.column(c)) for c in columns])
         return out
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
         """Names of the D output columns: longbert0, longbert1, ... (loads the model to learn D)."""
-        dim = self._extractor().dim
+        dim = sum(d for _, d in self._extractor().columns)
         return np.asarray([f"longbert{i}" for i in range(dim)], dtype=object)
 
     def __sklearn_tags__(self):
