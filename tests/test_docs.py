@@ -137,7 +137,7 @@ def test_python_blocks_of_the_python_page_run(runner, tiny_model_dir, tmp_path, 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "examples").mkdir()
     write_csv(tmp_path / "examples" / "labelled.csv",
-              [{"id": f"d{i}", "label": "ab"[i % 2], "text": words(20 + 37 * i, i)} for i in range(20)])
+              [{"id": f"d{i}", "label": "ab"[i % 2], "text": words(20 + 9 * i, i)} for i in range(20)])
     for line in example_commands(text, inline=False):
         args = shlex.split(line)[1:] + ["--model", str(tiny_model_dir), "--max-length", "64"]
         result = invoke(runner, args)
