@@ -26,7 +26,8 @@ def test_probe_warns_about_unknown_tokens_as_extract_does(runner, tiny_model_dir
     share = f"{100 * unknown / tokens:.1f}%"
     assert (f"warning: {share} of tokens ({unknown} of {tokens}) are unknown to the model's vocabulary, which does "
             "not cover this text; pass --model with one that does (docs/models.md)") in result.output
-    extract = invoke(runner, ["extract", src, "--model", tiny_model_dir, "--max-length", 16, "-o", tmp_path / "o.parquet"])
+    extract = invoke(runner, ["extract", src, "--model", tiny_model_dir, "--max-length", 16,
+                              "-o", tmp_path / "o.parquet"])
     assert f"warning: {share} of tokens ({unknown} of {tokens})" in extract.output   # the same words
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import io
 
-import pytest
 from conftest import invoke, words, write_csv
 from tqdm import tqdm
 
