@@ -18,7 +18,8 @@ from .config import STRATEGIES, Feature, PipelineConfig
 from .errors import ConfigError, InputError
 from .features import load_features
 from .folds import check_classes, cross_validate_probe, stratified_sample  # noqa: F401 - re-exported
-from .probe_plot import layers_text, plot_corpus_probe  # noqa: F401 - plot_corpus_probe: re-exported (cli.py)
+from .probe_plot import layers_text, plot_corpus_probe, plot_probe  # noqa: F401 - the plots: re-exported (cli.py)
+from .tokenize import UNKNOWN_WARN_SHARE, unknown_warning
 
 
 def _strategy_text(strategy: dict[str, Any]) -> str:
@@ -165,42 +166,6 @@ def format_probe(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot_probe(results: list[dict[str, Any]], path: str | Path):
-    """Bar chart: per file, accuracy and macro-F1 means (value on each bar) with ± std error bars, the
-    majority-class accuracy as a dotted line, and a title naming the CV; PNG at ``path``.
-
-    Returns:
-        The matplotlib Figure (already saved and closed).
-
-    Raises:
-        ConfigError: matplotlib is not installed.
-    """
-    from .stats import pyplot, save_figure
-
-    plt = pyplot()
-    n = len(results)
-    x = np.arange(n)
-    width = 0.38
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * n + 2), 4), dpi=120)
-    for offset, key, label, color in ((-width / 2, "accuracy", "accuracy", "#4c72b0"),
-                                      (width / 2, "f1_macro", "macro-F1", "#dd8452")):
-        means = [r[f"{key}_mean"] for r in results]
-        bars = ax.bar(x + offset, means, width, yerr=[r[f"{key}_std"] for r in results], capsize=4, label=label,
-                      color=color)
-        ax.bar_label(bars, labels=[f"{m:.3f}" for m in means], label_type="center", color="white", fontsize=8)
-    if results:
-        ax.axhline(results[0]["majority"], color="grey", linestyle=":", label="majority class")
-        r0 = results[0]
-        ax.set_title(f"Linear probe: {r0['folds']}-fold stratified CV, {r0['classes']} classes, "
-                     f"{r0['rows']:,} rows", fontsize=10)
-    ax.set_xticks(x, [f"{Path(r['file']).name}\n{r['strategy']}, {r['pooling']}" for r in results], fontsize=8)
-    ax.set_ylim(0, 1.2)  # headroom for the legend above the bars
-    ax.set_ylabel(f"mean ± std over {results[0]['folds'] if results else '?'} folds")
-    ax.legend(loc="upper center", ncol=3, frameon=False)
-    save_figure(fig, path)
-    return fig
-
-
 # ---------------------------------------------------------------------------------------------------
 # `longbert probe CORPUS`: every feature from one pass over a stratified sample of the corpus
 
@@ -272,7 +237,7 @@ def _extract_sample(extractor, texts: list[str], picked: np.ndarray, rows: int, 
     Returns:
         ({feature column: (N, k x D) float32, the PROBE_PARTS a feature needs: all four for chunk and
         sliding, the mean alone (k = 1) otherwise; rows with an error hold zeros}, n_tokens per
-        document, error per document).
+        document, error per document, unknown tokens in all).
     """
     import pyarrow as pa
 
@@ -282,7 +247,7 @@ def _extract_sample(extractor, texts: list[str], picked: np.ndarray, rows: int, 
     keep = {name: dim if f.strategy in MULTI_WINDOW else dim // len(PROBE_PARTS)
             for f, (name, dim) in zip(extractor.features, extractor.columns)}
     columns: dict[str, list] = {name: [] for name in keep}
-    n_tokens, errors = [], []
+    n_tokens, errors, unknown = [], [], 0
     bar = progress_bar(len(texts), 0, progress)
     tracker = BatchProgress(bar)
     extractor.encoder.on_batch = tracker.batch
@@ -291,7 +256,8 @@ def _extract_sample(extractor, texts: list[str], picked: np.ndarray, rows: int, 
             prep = extractor.prepare(pa.table({"id": pa.array(picked[start:start + rows], type=pa.int64()),
                                                "text": pa.array(texts[start:start + rows], type=pa.string())}))
             tracker.start_block(len(prep.docs), sum(len(w.input_ids) for w in prep.windows))
-            table, _ = extractor.finish(prep)
+            table, counts = extractor.finish(prep)
+            unknown += counts.unknown
             for name, width in keep.items():
                 col = table.column(name).combine_chunks()
                 values = col.values.to_numpy(zero_copy_only=False)            # (n * 4D,), nulls as zeros
@@ -301,7 +267,7 @@ def _extract_sample(extractor, texts: list[str], picked: np.ndarray, rows: int, 
             tracker.end_block()
     finally:
         bar.close()
-    return {name: np.concatenate(blocks) for name, blocks in columns.items()}, n_tokens, errors
+    return {name: np.concatenate(blocks) for name, blocks in columns.items()}, n_tokens, errors, unknown
 
 
 def probe_variants(features, matrices: list[np.ndarray], dim_of) -> list[tuple[Feature, str, np.ndarray]]:
@@ -363,8 +329,8 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
         the cross_validate_probe keys; "best", "cheapest" (results entries: the cheapest in windows per
         document, then dimension, among those within one sd of the best's mean); "documents",
         "dropped_labels", "left_out", "classes", "majority", "windows_encoded", "windows_requested",
-        "extract_seconds", "probe_seconds", "label_col"}. With ``echo`` and cfg.write.progress it prints
-        extract's "loading model" line, and a document progress bar runs on stderr.
+        "extract_seconds", "probe_seconds", "label_col", "tokens", "unknown_tokens" (the sample's)}. With
+        ``echo`` and cfg.write.progress: extract's "loading model" line and a document progress bar on stderr.
 
     Raises:
         ConfigError, ModelError, InputError: as extract, plus the label checks of probe_files.
@@ -385,11 +351,11 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     texts, labels, picked, dropped, corpus = _sampled_corpus(cfg, label_col, sample, folds, seed)
 
     t0 = time.perf_counter()
-    extractor, (columns, n_tokens, errors) = _load_and_extract(cfg, tokenizer, texts, picked, echo)
+    extractor, (columns, n_tokens, errors, unknown) = _load_and_extract(cfg, tokenizer, texts, picked, echo)
     extract_seconds = time.perf_counter() - t0
     if echo:
         echo(f"one pass: {len(texts)} documents, {extractor.stats.windows} windows encoded for "
-             f"{extractor.stats.windows_requested} asked by {len(features)} features, {extract_seconds:.1f} s")
+             f"{extractor.stats.windows_requested} asked, {extract_seconds:.1f} s")
 
     ok = np.array([e is None for e in errors])
     y = labels[ok]
@@ -419,7 +385,8 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
             "dropped_labels": dropped, "left_out": int((~ok).sum()), "classes": len(classes),
             "majority": float(counts.max() / counts.sum()), "folds": folds,
             "windows_encoded": extractor.stats.windows, "windows_requested": extractor.stats.windows_requested,
-            "extract_seconds": extract_seconds, "probe_seconds": probe_seconds, "label_col": label_col}
+            "extract_seconds": extract_seconds, "probe_seconds": probe_seconds, "label_col": label_col,
+            "tokens": int(sum(n_tokens)), "unknown_tokens": unknown}
 
 
 def _probe_jobs(n_features: int) -> int:
@@ -483,6 +450,8 @@ def format_corpus_probe(report: dict[str, Any], cfg: PipelineConfig) -> str:
                  f"({saved} shared), {report['extract_seconds']:.1f} s; probes {report['probe_seconds']:.1f} s")
     lines.append(f"{report['folds']}-fold stratified CV, StandardScaler + LogisticRegression; {report['classes']} "
                  f"classes, majority-class accuracy {report['majority']:.3f}")
+    if report.get("tokens") and report.get("unknown_tokens", 0) / report["tokens"] >= UNKNOWN_WARN_SHARE:
+        lines.append(unknown_warning(report["unknown_tokens"], report["tokens"]))   # as extract's summary
     if report["left_out"] or report["dropped_labels"]:
         lines.append(f"left out: {report['left_out']} documents without features, {report['dropped_labels']} rows "
                      "with an empty label")

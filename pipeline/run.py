@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -88,27 +89,32 @@ _NOTED = (("windows_saved", "{} windows saved by de-duplication"), ("resumed_fro
 
 class BatchProgress:
     """Moves a document bar after every forward batch, not once per block: a block of D documents whose
-    windows hold T tokens advances by D x (the batch's tokens / T), so the rate and the ETA follow the
-    tokens done; the postfix shows windows/s and tokens/s since the first batch."""
+    windows hold T tokens stands at floor(D x tokens done / T) whole documents, so the rate and the ETA
+    follow the tokens done. The count never runs ahead of the work: it moves by whole documents, and
+    a block's last document counts only once the block is written (end_block), so the bar reaches its
+    total when the output is. The postfix shows windows/s and tokens/s since the first batch."""
 
     def __init__(self, bar: tqdm):
         self.bar = bar
-        self.docs = self.tokens = 0
-        self.moved = 0.0
+        self.docs = self.tokens = self.block_tokens_done = 0
+        self.moved = 0                                     # whole documents of this block on the bar
         self.windows_done = self.tokens_done = 0
         self.t0: float | None = None
 
     def start_block(self, docs: int, tokens: int) -> None:
         """A block of ``docs`` documents whose windows hold ``tokens`` tokens (padding not counted) begins."""
-        self.docs, self.tokens, self.moved = docs, tokens, 0.0
+        self.docs, self.tokens, self.moved, self.block_tokens_done = docs, tokens, 0, 0
         if self.t0 is None:
             self.t0 = time.perf_counter()
 
     def batch(self, windows: int, tokens: int) -> None:
         """One forward batch of ``windows`` windows and ``tokens`` tokens is done."""
-        step = self.docs * tokens / self.tokens if self.tokens else 0.0
-        self.bar.update(step)
-        self.moved += step
+        self.block_tokens_done += tokens
+        share = self.block_tokens_done / self.tokens if self.tokens else 0.0
+        target = min(math.floor(self.docs * share), self.docs - 1)    # the last one waits for the write
+        if target > self.moved:
+            self.bar.update(target - self.moved)
+            self.moved = target
         self.windows_done += windows
         self.tokens_done += tokens
         seconds = max(time.perf_counter() - (self.t0 or 0.0), 1e-9)
@@ -117,7 +123,7 @@ class BatchProgress:
     def end_block(self) -> None:
         """The block is written: the bar stands at its last document (documents without windows included)."""
         self.bar.update(self.docs - self.moved)
-        self.moved = float(self.docs)
+        self.moved = self.docs
 
 
 def _prefetch(specs: list[BlockSpec], prepare: Callable[[Batch], Batch]) -> Iterator[tuple[BlockSpec, Batch]]:

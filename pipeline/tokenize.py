@@ -25,10 +25,10 @@ def unknown_warning(unknown: int, tokens: int) -> str:
     """The warning the run summary and ``longbert stats`` print when unknown tokens reach 5%.
 
     Example: (3817, 4828) -> "warning: 79.1% of tokens (3,817 of 4,828) are unknown to the model's
-    vocabulary, which does not cover this text; pass --model with one that does (README, Models)".
+    vocabulary, which does not cover this text; pass --model with one that does (docs/models.md)".
     """
     return (f"warning: {100 * unknown / tokens:.1f}% of tokens ({unknown:,} of {tokens:,}) are unknown to the "
-            "model's vocabulary, which does not cover this text; pass --model with one that does (README, Models)")
+            "model's vocabulary, which does not cover this text; pass --model with one that does (docs/models.md)")
 
 # --max-tokens-per-doc N: a text longer than N * CUT_CHARS_PER_TOKEN + CUT_MIN_CHARS characters is
 # tokenized only up to its last whitespace before that length (English BERT averages ~4.5 characters

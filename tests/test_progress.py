@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import io
 
-import pytest
 from conftest import invoke, words, write_csv
 from tqdm import tqdm
 
@@ -11,19 +10,48 @@ from pipeline.progress import PlainProgress, progress_bar
 from pipeline.run import BatchProgress
 
 
-def test_bar_advances_by_the_share_of_tokens_each_batch_did():
+def test_bar_advances_by_whole_documents_of_the_tokens_done_and_waits_for_the_write():
     bar = tqdm(total=10, file=io.StringIO())
     progress = BatchProgress(bar)
     progress.start_block(4, 100)             # 4 documents whose windows hold 100 tokens
     progress.batch(3, 60)
-    assert bar.n == pytest.approx(2.4)       # 4 x 60/100
+    assert bar.n == 2                        # floor(4 x 60/100 = 2.4): whole documents only
     progress.batch(1, 40)
-    assert bar.n == pytest.approx(4.0)
+    assert bar.n == 3                        # every token done, but the block is not written yet
     progress.end_block()
+    assert bar.n == 4
     progress.start_block(6, 0)               # a block of empty documents: no windows, no batches
     progress.end_block()
-    assert bar.n == pytest.approx(10.0)
+    assert bar.n == 10
     assert progress.windows_done == 4 and progress.tokens_done == 100
+
+
+def test_the_count_never_runs_ahead_of_the_documents_written(runner, tiny_model_dir, tmp_path):
+    """Blocks of 3 documents, batches of 1 window: at every batch the bar is below the documents written
+    before the block plus the block's own, and a whole number; it reaches 7 when the last block is written."""
+    src = write_csv(tmp_path / "in.csv", [{"text": words(5 + i)} for i in range(7)])
+    seen, written = [], [0]
+    batch, end = BatchProgress.batch, BatchProgress.end_block
+
+    def spy_batch(self, windows, tokens):
+        batch(self, windows, tokens)
+        seen.append((self.bar.n, written[0] + self.docs))
+
+    def spy_end(self):
+        written[0] += self.docs               # the block's rows were written just before
+        end(self)
+        seen.append((self.bar.n, written[0] + 1))
+
+    BatchProgress.batch, BatchProgress.end_block = spy_batch, spy_end
+    try:
+        result = invoke(runner, ["extract", src, "--model", tiny_model_dir, "--batch-size", 1, "--block-rows", 3,
+                                 "-o", tmp_path / "o.parquet"])
+    finally:
+        BatchProgress.batch, BatchProgress.end_block = batch, end
+    assert result.exit_code == 0, result.output
+    assert len(seen) == 7 + 3                                       # 7 one-window batches, 3 blocks
+    assert all(n == int(n) and n < limit for n, limit in seen)
+    assert seen[-1][0] == 7 and result.stderr.splitlines()[-1].startswith("progress: 7/7 documents in ")
 
 
 def test_run_reports_batches_and_announces_the_model(runner, tiny_model_dir, tmp_path):

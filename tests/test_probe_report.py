@@ -1,0 +1,44 @@
+"""probe CORPUS's report: the unknown-token warning extract gives, and one feature count that agrees
+with its table."""
+from __future__ import annotations
+
+import re
+
+from conftest import invoke, words
+from transformers import BertTokenizerFast
+
+
+def probe(runner, model_dir, src):
+    return invoke(runner, ["probe", src, "--label-col", "label", "--model", model_dir, "--max-length", 16,
+                           "--overlap", 4, "--folds", 2])
+
+
+def test_probe_warns_about_unknown_tokens_as_extract_does(runner, tiny_model_dir, tmp_path):
+    texts = [f"{words(4 + i % 3, i)} zz qq" for i in range(12)]       # zz and qq are not in the tiny vocabulary
+    src = tmp_path / "c.csv"
+    src.write_text("text,label\n" + "\n".join(f"{t},{'ab'[i % 2]}" for i, t in enumerate(texts)) + "\n")
+    tok = BertTokenizerFast.from_pretrained(tiny_model_dir)
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    unknown, tokens = sum(i.count(tok.unk_token_id) for i in ids), sum(map(len, ids))
+    assert unknown == 24 and tokens == 24 + sum(4 + i % 3 for i in range(12))
+    result = probe(runner, tiny_model_dir, src)
+    assert result.exit_code == 0, result.output
+    share = f"{100 * unknown / tokens:.1f}%"
+    assert (f"warning: {share} of tokens ({unknown} of {tokens}) are unknown to the model's vocabulary, which does "
+            "not cover this text; pass --model with one that does (docs/models.md)") in result.output
+    extract = invoke(runner, ["extract", src, "--model", tiny_model_dir, "--max-length", 16,
+                              "-o", tmp_path / "o.parquet"])
+    assert f"warning: {share} of tokens ({unknown} of {tokens})" in extract.output   # the same words
+
+
+def test_probe_without_unknown_tokens_gives_no_warning_and_one_feature_count(runner, tiny_model_dir, tmp_path):
+    src = tmp_path / "c.csv"
+    src.write_text("text,label\n" + "\n".join(f"{words(4 + i % 5, i)},{'ab'[i % 2]}" for i in range(12)) + "\n")
+    result = probe(runner, tiny_model_dir, src)
+    assert result.exit_code == 0, result.output
+    assert "are unknown to the model" not in result.output
+    ranked = [line for line in result.output.splitlines() if re.match(r"\s*\d+\s+f_", line)]
+    # the tiny model (2 layers, a pooler): 5 strategies x (cls, mean, max x 3 layer choices, and pooler),
+    # and chunk's and sliding's two more aggregations of each of their 10
+    assert len(ranked) == 5 * (3 * 3 + 1) + 2 * 2 * 10
+    assert re.findall(r"(\d+) features", result.output) == [str(len(ranked))]
