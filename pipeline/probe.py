@@ -290,7 +290,7 @@ def _extract_sample(extractor, texts: list[str], picked: np.ndarray, rows: int, 
         for start in range(0, len(texts), rows):
             prep = extractor.prepare(pa.table({"id": pa.array(picked[start:start + rows], type=pa.int64()),
                                                "text": pa.array(texts[start:start + rows], type=pa.string())}))
-            tracker.start_block(len(prep.docs), sum(len(w.input_ids) for w in prep.windows))
+            tracker.start_block(len(prep.docs), sum(len(w.input_ids) for w in prep.unique))
             table, _ = extractor.finish(prep)
             for name, width in keep.items():
                 col = table.column(name).combine_chunks()
