@@ -240,7 +240,7 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
         if cfg.ray.engine == "ray":
             from pipeline.ray_engine import run
         else:
-            from pipeline.run import run
+            from pipeline.compose import run
         summary = run(cfg, echo=lambda m: click.echo(m, err=True))
     except PipelineError as err:
         _fail(err)

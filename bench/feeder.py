@@ -7,7 +7,7 @@ written to a temporary parquet file. Each contender runs in its own subprocess (
 its own:
 
 - raw tokenizer: ``tokenizer(texts, add_special_tokens=False)`` on all texts in one call, texts in memory;
-- feeder: ``pipeline.run.run`` (parquet scan to parquet written) with the model replaced, inside this
+- feeder: ``pipeline.compose.run`` (parquet scan to parquet written) with the model replaced, inside this
   benchmark only, by a stub whose call returns zeros of the right shape (an expanded view: no memory
   written), so batching, padding, pooling, aggregation and writing run for real.
 
@@ -183,7 +183,8 @@ def stage_split(clock: Clock) -> tuple[dict[str, float], dict[str, float]]:
 
 
 def work_feeder(args) -> dict:
-    """pipeline.run.run on the corpus with the model stubbed; stage seconds from the timed stages."""
+    """pipeline.compose.run on the corpus with the model stubbed; stage seconds from the timed stages."""
+    import pipeline.compose as compose
     import pipeline.run as run
     from pipeline.config import PipelineConfig
 
@@ -196,7 +197,7 @@ def work_feeder(args) -> dict:
     import transformers.models.bert.modeling_bert  # noqa: F401 - imported before the clock, as run_bench does
     c0, t0 = cpu_seconds(), time.perf_counter()
     pipe = timed_pipeline(clock, cfg)
-    summary = run.run(cfg, pipe=pipe)
+    summary = compose.run(cfg, pipe=pipe)
     seconds, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     stages, stage_cpu = stage_split(clock)
     return {"seconds": seconds, "cpu": cpu, "tokens": summary.tokens, "stages": stages, "stage_cpu": stage_cpu,

@@ -15,7 +15,7 @@ __all__ = ["PipelineConfig", "PipelineError", "ConfigError", "InputError", "Mode
 def __getattr__(name: str):
     # Lazy: `import pipeline` stays light (no torch) for `longbert --help` and config checks.
     if name == "run":
-        from .run import run
+        from .compose import run
         return run
     if name == "Extractor":
         from .compose import Extractor

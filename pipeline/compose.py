@@ -1,21 +1,28 @@
-"""``Pipeline``: the stages in order, composable (insert, replace, without), and the run over a corpus.
+"""``Pipeline``: the stages in order, composable (insert, replace, without), and ``run``, the local engine
+that runs one over a corpus.
 
-``longbert extract`` is ``Pipeline.from_config(cfg).run(...)``; the vectorizer, ``encode``, ``probe``
-and the Ray workers call the same stages through ``Extractor``. The design follows scikit-learn's
+``longbert extract`` is ``run(cfg)``, the same loop as ``Pipeline.run``; the vectorizer, ``encode``,
+``probe`` and the Ray workers call the same stages through ``Extractor``. The design follows scikit-learn's
 ``Pipeline`` (named steps), spaCy's ``add_pipe(before=/after=)`` and sentence-transformers' module
 list (each module ``features -> features``).
 """
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import pyarrow as pa
 
 from .batch import Batch
-from .config import PipelineConfig
-from .errors import ConfigError
+from .block import BlockCounts
+from .config import DEFAULT_MODEL, PipelineConfig
+from .errors import ConfigError, RunError
+from .lock import holds_output
+from .model import model_label
+from .run import BatchProgress, Summary, prefetch, check_resume, fail_on_row_error, open_run, run_fingerprint, \
+    scan_inputs, writing
 from .stages import BUILT_IN, STAGE_NAMES, Context, describe
 
 StageFn = Callable[[Batch], Batch]
@@ -172,8 +179,6 @@ class Pipeline:
         Raises:
             ConfigError / InputError / ModelError (exit 2 in the CLI), RunError (exit 1): as ``extract``.
         """
-        from .run import run
-
         paths = (inputs,) if isinstance(inputs, str) else tuple(str(p) for p in inputs)
         cfg = with_io_options(self.cfg, inputs=paths, output=str(output), **options)
         before = self.cfg
@@ -181,6 +186,54 @@ class Pipeline:
             return run(cfg, echo, pipe=self)
         finally:
             self.context.set_io(before)   # the run's read and write options do not outlive it
+
+
+@holds_output
+def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=None) -> Summary:
+    """Run the whole job on the local engine: inputs in, parquet out.
+
+    Args:
+        cfg: the validated config (cli.py builds it; Pipeline.run passes its own).
+        echo: where to print notes (e.g. a resumed run); None prints nothing.
+        pipe: the Pipeline to run (inserted or replaced stages included); None: the
+            built-in stages for ``cfg``, resolved against the model once, after the inputs are scanned.
+
+    Returns:
+        The Summary of the run.
+
+    Raises:
+        ConfigError / InputError / ModelError (exit 2): before anything is written.
+        RunError (exit 1): part-way; the output path then holds no file that looks complete.
+    """
+    started = time.perf_counter()
+    cfg, plan = scan_inputs(cfg)
+    if pipe is None:
+        pipe = Pipeline.from_config(cfg)
+    else:
+        pipe.context.set_io(cfg)   # the caller's read and write options, with the id column found
+    cfg, ctx = pipe.cfg, pipe.context
+    check_resume(cfg, run_fingerprint(cfg, plan))
+    if echo and cfg.write.progress:
+        name = cfg.model.model
+        echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
+    ctx.load()
+    sink, summary, todo, bar = open_run(cfg, ctx.schema(plan.id_type), plan, echo)
+    progress = BatchProgress(bar)
+    ctx.encoder.on_batch = progress.batch
+    with writing(sink, cfg, bar):
+        for spec, batch in prefetch(todo, pipe.prepare):
+            progress.start_block(spec.n_rows, sum(len(w.input_ids) for w in batch.unique))
+            out = pipe.finish(batch)
+            if out.table is None:
+                raise RunError(f"no stage made the output table (stages: {', '.join(pipe.names)}); keep 'rows'")
+            summary.add(out.counts or BlockCounts())
+            if cfg.write.strict:
+                fail_on_row_error(out.table, spec)
+            sink.write(spec, out.table)
+            progress.end_block()
+        summary.n_bytes = sink.commit()
+    summary.seconds = time.perf_counter() - started
+    return summary
 
 
 def _as_batch(batch: Batch | pa.Table) -> Batch:

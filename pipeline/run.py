@@ -1,5 +1,5 @@
-"""The local engine: scan the inputs into a plan of blocks, then read_block -> block function -> sink, block by
-block; called by cli.py.
+"""What both engines do around the stages: scan the inputs into a plan of blocks, open the sink, count, report
+(pipeline.compose.run is the local engine, pipeline.ray_engine.run the Ray one).
 
 The next blocks are read, tokenized and segmented in worker threads (pipeline.feed, one per torch CPU
 thread) while the model runs on the current one (the fast tokenizer and pandas' parser release the
@@ -27,7 +27,6 @@ from .feed import feed_workers, ordered_map
 from .read import BlockSpec, Plan, read_block, row_location, scan
 from .tokenize import UNKNOWN_WARN_SHARE, unknown_warning
 from .durable import write_failure
-from .lock import holds_output
 from .progress import progress_bar
 from .write import FileSink, PartsSink, check_resume, open_sink
 
@@ -126,7 +125,7 @@ class BatchProgress:
         self.moved = self.docs
 
 
-def _prefetch(specs: list[BlockSpec], prepare: Callable[[Batch], Batch]) -> Iterator[tuple[BlockSpec, Batch]]:
+def prefetch(specs: list[BlockSpec], prepare: Callable[[Batch], Batch]) -> Iterator[tuple[BlockSpec, Batch]]:
     """Yield (spec, prepare(Batch(read_block(spec)))) for each spec in plan order, reading and preparing
     the next blocks in feed_workers() threads meanwhile (pipeline.feed: at most that many blocks ahead)."""
     def step(spec: BlockSpec) -> Batch:
@@ -170,56 +169,6 @@ def run_fingerprint(cfg: PipelineConfig, plan: Plan) -> dict:
     """What --resume compares: the options, the inputs' bytes, the rows and the plan of blocks."""
     return {"config": cfg.fingerprint(), "inputs": plan.fingerprint(), "rows": plan.n_rows,
             "plan": plan.plan_fingerprint(), "options": cfg.fingerprint_options()}
-
-
-@holds_output
-def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=None) -> Summary:
-    """Run the whole job on the local engine: inputs in, parquet out.
-
-    Args:
-        cfg: the validated config (cli.py builds it; pipeline.compose.Pipeline.run passes its own).
-        echo: where to print notes (e.g. a resumed run); None prints nothing.
-        pipe: the pipeline.compose.Pipeline to run (inserted or replaced stages included); None: the
-            built-in stages for ``cfg``, resolved against the model once, after the inputs are scanned.
-
-    Returns:
-        The Summary of the run.
-
-    Raises:
-        ConfigError / InputError / ModelError (exit 2): before anything is written.
-        RunError (exit 1): part-way; the output path then holds no file that looks complete.
-    """
-    from .compose import Pipeline
-
-    started = time.perf_counter()
-    cfg, plan = scan_inputs(cfg)
-    if pipe is None:
-        pipe = Pipeline.from_config(cfg)
-    else:
-        pipe.context.set_io(cfg)   # the caller's read and write options, with the id column found
-    cfg, ctx = pipe.cfg, pipe.context
-    check_resume(cfg, run_fingerprint(cfg, plan))
-    if echo and cfg.write.progress:
-        name = cfg.model.model
-        echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
-    ctx.load()
-    sink, summary, todo, bar = open_run(cfg, ctx.schema(plan.id_type), plan, echo)
-    progress = BatchProgress(bar)
-    ctx.encoder.on_batch = progress.batch
-    with writing(sink, cfg, bar):
-        for spec, batch in _prefetch(todo, pipe.prepare):
-            progress.start_block(spec.n_rows, sum(len(w.input_ids) for w in batch.unique))
-            out = pipe.finish(batch)
-            if out.table is None:
-                raise RunError(f"no stage made the output table (stages: {', '.join(pipe.names)}); keep 'rows'")
-            summary.add(out.counts or BlockCounts())
-            if cfg.write.strict:
-                fail_on_row_error(out.table, spec)
-            sink.write(spec, out.table)
-            progress.end_block()
-        summary.n_bytes = sink.commit()
-    summary.seconds = time.perf_counter() - started
-    return summary
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""Issue 19: the parallel feeder (pipeline.feed.ordered_map behind pipeline.run._prefetch) keeps input order,
+"""Issue 19: the parallel feeder (pipeline.feed.ordered_map behind pipeline.run.prefetch) keeps input order,
 gives exactly the single-thread result, and prepares a bounded number of blocks ahead."""
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
+import pipeline.compose as compose_mod
 import pipeline.run as run_mod
 from pipeline.config import PipelineConfig
 from pipeline.feed import ordered_map
@@ -54,13 +55,13 @@ def test_prefetch_prepares_at_most_workers_blocks_ahead(monkeypatch, workers):
     monkeypatch.setattr(run_mod, "read_block", lambda spec: spec)
     monkeypatch.setattr(run_mod, "feed_workers", lambda: workers)
 
-    def prepare(block):
+    def prepare(batch):   # the run hands each block to the stages as Batch(rows=read_block(spec))
         with lock:
-            started.append(block)
-        return f"prepared {block}"
+            started.append(batch.rows)
+        return f"prepared {batch.rows}"
 
     seen = []
-    for k, (spec, prepared) in enumerate(run_mod._prefetch(list(range(n)), prepare)):
+    for k, (spec, prepared) in enumerate(run_mod.prefetch(list(range(n)), prepare)):
         assert (spec, prepared) == (k, f"prepared {k}")
         expected = min(k + 1 + workers, n)
         deadline = time.monotonic() + 10.0
@@ -84,7 +85,7 @@ def test_parallel_feeder_equals_single_thread_run(tmp_path, tiny_model_dir, monk
         out = tmp_path / f"out{workers}.parquet"
         cfg = PipelineConfig.from_options(inputs=(str(csv_path),), id_col="id", model=str(tiny_model_dir),
                                           strategy="chunk", block_rows=7, progress=False, output=str(out))
-        summary = run_mod.run(cfg)
+        summary = compose_mod.run(cfg)
         assert summary.documents == 60
         tables[workers] = pq.read_table(out)
     assert tables[4].column("id").to_pylist() == [r["id"] for r in rows]
