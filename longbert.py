@@ -26,7 +26,7 @@ _STAGES_DIR = Path(__file__).resolve().parent / "pipeline"
 _PRIVATE_NAME = "_longbert_pipeline"
 
 __all__ = ["encode", "load_features", "LongBertVectorizer", "PipelineConfig", "PipelineError", "ConfigError",
-           "InputError", "ModelError", "RunError", "TextError", "stages"]
+           "InputError", "ModelError", "RunError", "TextError", "TextsTypeError", "stages"]
 
 
 def _is_ours(origin: str | None) -> bool:
@@ -67,7 +67,7 @@ def __getattr__(name: str) -> Any:
     # Lazy: pyarrow / scikit-learn load on first use, torch only when a model loads.
     if name == "encode":
         return importlib.import_module(f"{stages.__name__}.vectorizer").encode
-    if name in ("LongBertVectorizer", "TextError"):
+    if name in ("LongBertVectorizer", "TextError", "TextsTypeError"):
         return getattr(importlib.import_module(f"{stages.__name__}.vectorizer"), name)
     if name == "load_features":
         return importlib.import_module(f"{stages.__name__}.features").load_features

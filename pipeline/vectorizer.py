@@ -11,7 +11,7 @@ process (``memory_store``), so cross-validation folds and grid-search candidates
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,13 @@ class TextError(InputError, ValueError):
     """A text that cannot be embedded (empty, not a string, non-finite result).
 
     A ValueError too, so scikit-learn code that catches ValueError for bad input catches it.
+    """
+
+
+class TextsTypeError(TextError, TypeError):
+    """The texts are not a list of texts (a bare string, a dict, a generator, a frame of two columns...).
+
+    A TypeError; also a TextError (so an InputError and a ValueError), as a bare string was before.
     """
 
 
@@ -112,7 +119,7 @@ def cached_extractor(cfg: PipelineConfig, echo=None, memory: bool = False):
     return extractor
 
 
-def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str = "head_tail",
+def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "head_tail",
            pooling: str = "mean", layers: tuple[int, ...] | str = (-1,), layer_agg: str = "mean",
            aggregate: str = "mean", batch_size: int = 32, max_batch_tokens: int | None = None,
            max_length: int | None = None, head_tokens: int | None = None, tail_tokens: int | None = None,
@@ -127,7 +134,8 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
     time: a call with another model, device, dtype, quantize, threads or pooler need loads again).
 
     Args:
-        texts: a sequence of str (list, numpy array, pandas Series); a single str counts as [str].
+        texts: a list, tuple, 1-D numpy array or pandas Series of str, or a one-column DataFrame
+            (``text_list``); an element that is not a str gets a NaN row and its error.
         model ... allow_pickle: extract's options of the same names (``longbert extract --help``);
             layers as a tuple of int or "-4,-3,-2,-1".
         normalize: scale each document vector to unit L2 norm (after aggregating windows), for
@@ -145,6 +153,8 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
         list of n str | None.
 
     Raises:
+        TextsTypeError (a TypeError): ``texts`` is not one of the kinds above, e.g. a bare string
+            ("a list of texts was expected") or a DataFrame of several columns (before loading).
         ConfigError: an option out of range (before loading). ModelError: the model cannot be loaded.
 
     Example:
@@ -152,13 +162,13 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
         >>> X.shape, X.dtype
         ((2, 384), dtype('float32'))
     """
+    items = text_list(texts, "encode")
     cfg = build_config(model=str(model), strategy=strategy, pooling=pooling, layers=layers, layer_agg=layer_agg,
                        aggregate=aggregate, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                        max_length=max_length, head_tokens=head_tokens, tail_tokens=tail_tokens, overlap=overlap,
                        max_tokens_per_doc=max_tokens_per_doc, device=device, dtype=dtype, quantize=quantize,
                        threads=threads, allow_pickle=allow_pickle, normalize=bool(normalize),
                        cache=cache_options(cache)[0])
-    items = [texts] if isinstance(texts, str) else list(texts)
     errors: list[str | None] = [None if isinstance(t, str) else f"not a string ({type(t).__name__})" for t in items]
     show = sys.stderr.isatty() if show_progress_bar is None else bool(show_progress_bar)
     echo = (lambda m: print(m, file=sys.stderr)) if show else None
@@ -274,15 +284,17 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         """Embed each text: one vector per text, in order.
 
         Args:
-            X: a 1-D sequence of str (list, numpy array, pandas Series) or an (n, 1) array/DataFrame.
+            X: a list, tuple, 1-D numpy array or pandas Series of str, or an (n, 1) array or a
+                one-column DataFrame (``text_list``).
 
         Returns:
             (n, D) float32, D = the model's hidden size (times len(layers) with layer_agg="concat");
             rows of unit L2 norm with normalize=True.
 
         Raises:
-            TextError (an InputError and a ValueError): X is a single string or not 1-D, an element is
-                not a str, or a text cannot be embedded (empty or whitespace-only, no tokens after
+            TextsTypeError (a TypeError, and a TextError): X is not one of the kinds above, e.g. a
+                single string ("a list of texts was expected").
+            TextError (an InputError and a ValueError): an element is not a str, or a text cannot be embedded (empty or whitespace-only, no tokens after
                 normalisation, non-finite features). The message names the positions and the reason;
                 no vector is returned as zeros in its place.
             ConfigError / ModelError: as ``config()`` and model loading.
@@ -316,21 +328,48 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         return tags
 
 
+def text_list(texts: Any, caller: str) -> list:
+    """The texts of ``encode`` or ``transform`` as a list, in order; the elements are not checked here.
+
+    Accepted: a list, tuple, 1-D numpy array or pandas Series, an (n, 1) numpy array or a one-column
+    DataFrame (its column). Example: ("a", "b") -> ["a", "b"]; pd.DataFrame({"text": ["a"]}) -> ["a"].
+
+    Raises:
+        TextsTypeError (a TypeError): anything else, naming what was given; a bare str or bytes as
+            "a list of texts was expected".
+    """
+    what = type(texts).__name__
+    if isinstance(texts, (str, bytes)):
+        raise TextsTypeError(f"{caller}: a list of texts was expected, got a single string ({what}); "
+                             "wrap it: [text]")
+    pd = sys.modules.get("pandas")  # not imported: texts cannot be a pandas object
+    if pd is not None and isinstance(texts, pd.DataFrame):
+        if texts.shape[1] != 1:
+            raise TextsTypeError(f"{caller}: a list of texts was expected, got a DataFrame of {texts.shape[1]} "
+                                 f"columns {list(texts.columns)[:6]}; pass its text column, e.g. df['text']")
+        texts = texts.iloc[:, 0]
+    if pd is not None and isinstance(texts, pd.Series):
+        return texts.tolist()
+    if isinstance(texts, np.ndarray):
+        arr = texts[:, 0] if texts.ndim == 2 and texts.shape[1] == 1 else texts
+        if arr.ndim != 1:
+            raise TextsTypeError(f"{caller}: a list of texts was expected, got a numpy array of shape "
+                                 f"{texts.shape}; pass a 1-D array of texts, one per document")
+        return arr.tolist()
+    if isinstance(texts, (list, tuple)):
+        return list(texts)
+    raise TextsTypeError(f"{caller}: a list of texts was expected, got {what}; pass a list, tuple, numpy array "
+                         "or pandas Series of str, or a one-column DataFrame (e.g. list(texts))")
+
+
 def _as_texts(X: Any) -> list[str]:
-    """X -> list of str; raises TextError for a bare string, a non-1-D input or a non-str element."""
-    if isinstance(X, (str, bytes)):
-        raise TextError("transform takes a sequence of texts, got a single string; wrap it: [text]")
-    arr = np.asarray(X, dtype=object)
-    if arr.ndim == 2 and arr.shape[1] == 1:
-        arr = arr[:, 0]
-    if arr.ndim != 1:
-        raise TextError(f"transform takes a 1-D sequence of texts, got shape {arr.shape}; pass one text "
-                        "column, e.g. df['text']")
-    bad = [i for i, t in enumerate(arr) if not isinstance(t, str)]
+    """X -> list of str (text_list); raises TextError for an element that is not a str."""
+    texts = text_list(X, "transform")
+    bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
     if bad:
-        raise TextError(f"text at position {bad[0]} is {type(arr[bad[0]]).__name__}, not str "
+        raise TextError(f"text at position {bad[0]} is {type(texts[bad[0]]).__name__}, not str "
                         f"({len(bad)} such positions: {bad[:10]}); fill or drop missing texts first")
-    return [str(t) for t in arr]
+    return texts
 
 
 def _raise_on_errors(errors: list[str | None], offset: int) -> None:
