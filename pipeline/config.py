@@ -12,6 +12,7 @@ from typing import Any, Literal
 import yaml
 
 from .errors import ConfigError
+from .paths import expand_user
 from .features_config import (AGGREGATES, LAYER_AGGS, POOLINGS, SHORTHAND, STRATEGIES, Feature, Pooling,  # noqa: F401
                               Strategy, check_aggregate, check_choice, compact_layers, feature_fault, fold_features,
                               format_layers, parse_feature, parse_layers, window_dim)
@@ -47,6 +48,7 @@ class ReadConfig:
     with_source: bool = False              # add a "source" column: each row's file, relative to the inputs' parent
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(expand_user(str(p), "input") for p in self.inputs))
         check_choice("--on-bad-lines", self.on_bad_lines, ON_BAD_LINES)
         if self.format is not None:
             check_choice("--format", self.format, FORMATS)
@@ -90,6 +92,7 @@ class ModelConfig:
     allow_pickle: bool = False             # load a pickle-only (.bin) checkpoint
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "model", expand_user(str(self.model), "--model"))  # frozen: set once, here
         check_choice("--dtype", self.dtype, DTYPES)
         check_choice("--quantize", self.quantize, QUANTIZE)
         dev = self.device
@@ -247,6 +250,9 @@ class WriteConfig:
     cache: str | None = None               # --cache DIR: window store (pipeline.store); changes no value
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "output", expand_user(str(self.output), "--output"))  # frozen: set once, here
+        if self.cache is not None:
+            object.__setattr__(self, "cache", expand_user(str(self.cache), "--cache"))
         check_choice("--out-dtype", self.out_dtype, OUT_DTYPES)
         if not self.is_directory and not self.output.lower().endswith(".parquet"):
             raise ConfigError(f"--output {self.output!r} is neither a .parquet file nor a directory (ending in /); "
@@ -485,7 +491,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     Raises:
         ConfigError: the file is missing, not YAML, or not a mapping of option names.
     """
-    path = Path(path)
+    path = Path(expand_user(str(path), "--config"))
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as err:

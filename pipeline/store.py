@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ConfigError, RunError
+from .paths import expand_user
 
 DB_NAME = "windows.sqlite3"
 ENV_VAR = "LONGBERT_CACHE"
@@ -53,11 +54,15 @@ _SCHEMA = (
 def default_cache(value: str | None) -> str | None:
     """The store folder to use: ``value`` (``--cache``) if given, else ``$LONGBERT_CACHE``, else None.
 
-    An empty string counts as not given. Example: default_cache(None) with LONGBERT_CACHE=/data/c -> "/data/c".
+    An empty string counts as not given; ``~`` is expanded (pipeline.paths.expand_user). Example:
+    default_cache(None) with LONGBERT_CACHE=/data/c -> "/data/c".
+
+    Raises:
+        ConfigError: a leading ``~`` that cannot be expanded.
     """
     if value:
-        return str(value)
-    return os.environ.get(ENV_VAR) or None
+        return expand_user(str(value), "--cache")
+    return expand_user(os.environ[ENV_VAR], ENV_VAR) if os.environ.get(ENV_VAR) else None
 
 
 def pool_key(model_sha256: str, dtype: str, quantize: str, pooling_key: str) -> str:
