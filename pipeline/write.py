@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -431,25 +432,49 @@ def load_manifest(path: Path) -> dict | None:
                           "pass --overwrite instead of --resume to start the run again") from None
 
 
+# What a DIR/ output holds: its parts (finished, pending, half-written) and its manifest (and their
+# temporary names). Anything else in the folder is the user's.
+_RUN_FILE = re.compile(r"(_?part-\d+\.parquet(\.pending)?|\.part-\d+\.partial|_manifest\.(json|parquet)"
+                       r"|manifest\.json|\._manifest\.(json|parquet)\.partial)")
+
+
+def foreign_files(folder: Path) -> list[str]:
+    """The names in ``folder`` that no longbert run writes there (sorted; sub-folders end in /).
+
+    Example: a run's folder with a README.txt added -> ["README.txt"]; a run's own folder -> [].
+    """
+    return sorted(e.name + ("/" if e.is_dir() else "") for e in folder.iterdir() if not _RUN_FILE.fullmatch(e.name))
+
+
 def check_output(cfg: PipelineConfig) -> None:
     """The overwrite/resume rules for ``cfg.write.output`` (pipeline.lock runs them before any input or
-    model file is read, and open_sink again).
+    model file is read, and open_sink again). --overwrite replaces a .parquet file, or a DIR/ that holds
+    a longbert run and nothing else; a folder that also holds other files is never written into, so
+    the finished DIR/ stays one that every parquet reader reads whole.
 
     Raises:
-        ConfigError: the output exists without --overwrite/--resume, or --resume with a file output.
+        ConfigError: the output exists without --overwrite/--resume, a DIR/ holds files that are not a
+            longbert run's (names some), or --resume with a file output.
     """
     out = Path(cfg.write.output)
     if cfg.write.is_directory:
-        has_run = out.is_dir() and (any((out / m).exists() for m in (MANIFEST, DONE_MANIFEST, OLD_MANIFEST))
-                                    or any(out.glob("part-*.parquet")) or any(out.glob("_part-*.parquet*")))
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--output {str(out)!r} exists and is not a directory; pick another path")
+        if not out.is_dir():
+            return
+        entries = {e.name for e in out.iterdir()}
+        foreign = foreign_files(out)
+        has_run = len(foreign) < len(entries)
+        if foreign:
+            named = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            what = "also holds files that are not part of its longbert run" if has_run else \
+                "is a non-empty directory that holds no longbert run"
+            raise ConfigError(f"--output {str(out)!r} {what} ({named}); longbert writes only into an empty "
+                              "directory or one of its own runs (--overwrite replaces only a longbert output): "
+                              "pick an empty or new directory, or move those files out")
         if has_run and not (cfg.write.overwrite or cfg.write.resume):
             raise ConfigError(f"--output {str(out)!r} already holds a run; pass --resume to continue it or "
                               "--overwrite to replace it")
-        if out.exists() and not has_run and any(out.iterdir()) and not cfg.write.overwrite:
-            raise ConfigError(f"--output {str(out)!r} is a non-empty directory that holds no longbert run; "
-                              "pick an empty or new directory")
         return
     if cfg.write.resume:
         raise ConfigError("--resume needs a directory output of numbered parts: pass -o DIR/ (ending in /)")

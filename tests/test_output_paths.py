@@ -99,3 +99,52 @@ def test_b50_unexpandable_home_is_exit_2_before_anything(tmp_path, tiny_model_di
     assert done.returncode == 2, done.stderr
     assert "Error: --output '~nobody_here_x/out.parquet': ~nobody_here_x cannot be expanded" in done.stderr
     assert "Traceback" not in done.stderr and not list(tmp_path.iterdir())
+
+
+def _make_b51(folder) -> object:
+    subprocess.run([sys.executable, str(CASES / "B51.make_folder.py"), str(folder)], check=True, capture_output=True)
+    return folder / "B51_shared"
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Fails the test if a model's weights load (pipeline.encode.load_model)."""
+    import pipeline.encode as encode_mod
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model loaded")
+    monkeypatch.setattr(encode_mod, "load_model", refuse)
+
+
+@pytest.mark.parametrize("flags", [["--overwrite"], [], ["--resume"]])
+def test_b51_overwrite_never_writes_into_a_users_folder(runner, tiny_model_dir, tmp_path, no_model_load, flags):
+    shared = _make_b51(tmp_path)
+    before = {p.name: p.read_bytes() for p in shared.iterdir()}
+    result = invoke(runner, ["extract", CASES / "B51.csv", "--model", tiny_model_dir, "-o", f"{shared}/", *flags])
+    assert result.exit_code == 2, result.output
+    assert (f"Error: --output '{shared}' is a non-empty directory that holds no longbert run (README.txt, "
+            "labels.parquet); longbert writes only into an empty directory or one of its own runs (--overwrite "
+            "replaces only a longbert output): pick an empty or new directory, or move those files out") in result.output
+    assert {p.name: p.read_bytes() for p in shared.iterdir()} == before
+    assert pd.read_parquet(shared / "labels.parquet")["label"].tolist() == ["flood", "drought"]
+
+
+def test_overwrite_replaces_a_run_folder_only_while_it_holds_nothing_else(runner, tiny_model_dir, tmp_path):
+    src = write_csv(tmp_path / "in.csv", [{"id": "a", "text": words(5)}, {"id": "b", "text": words(8, 2)}])
+    out = tmp_path / "parts"
+    args = ["extract", src, "--model", tiny_model_dir, "-o", f"{out}/", "--block-rows", "1"]
+    assert invoke(runner, args).exit_code == 0
+    first = pd.read_parquet(out)
+    assert invoke(runner, [*args, "--overwrite"]).exit_code == 0   # its own run: replaced
+    pd.testing.assert_frame_equal(pd.read_parquet(out), first)
+    (out / "notes.txt").write_text("mine\n")
+    (out / "extra").mkdir()
+    for flags in (["--overwrite"], ["--resume"], []):
+        result = invoke(runner, [*args, *flags])
+        assert result.exit_code == 2, result.output
+        assert (f"Error: --output '{out}' also holds files that are not part of its longbert run (extra/, "
+                "notes.txt); longbert writes only into an empty directory") in result.output
+    assert (out / "notes.txt").read_text() == "mine\n"
+    (out / "notes.txt").unlink()
+    (out / "extra").rmdir()
+    pd.testing.assert_frame_equal(pd.read_parquet(out), first)  # the run itself was left as it was
