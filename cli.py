@@ -209,7 +209,7 @@ def _expand_plot(plot: Path | None) -> Path | None:
 def _env_cache(cfg: PipelineConfig) -> PipelineConfig:
     """$LONGBERT_CACHE as the default of --cache (used when neither the command line nor --config set it),
     made absolute: Ray workers, whose working folder may be another, open the same store."""
-    from pipeline.store import default_cache
+    from pipeline.paths import default_cache
 
     folder = default_cache(cfg.write.cache)
     if folder is not None:
@@ -395,7 +395,8 @@ def cache(folder: str | None, clear: bool) -> None:
         longbert cache ~/.cache/longbert --clear
     """
     from pipeline.errors import ConfigError
-    from pipeline.store import DB_NAME, WindowStore, clear_store, default_cache, format_stats
+    from pipeline.paths import default_cache
+    from pipeline.store import DB_NAME, WindowStore, clear_store, format_stats
     try:
         folder = default_cache(folder)
         if folder is None:

@@ -22,12 +22,14 @@ from .encode import Encoder
 from .errors import ConfigError
 from .model import check_pooler, checkpoint_folder, model_facts, model_sha256, resolve_model_path
 from .pool import aggregate_parts, normalize, pool_offsets, window_pools
+from .schema import (ERROR, N_TOKENS, N_UNKNOWN, N_WINDOWS, TOKEN_COLUMNS, TRUNCATED, feature_columns, output_schema,
+                     passthrough_columns)
 from .segment import covered_tokens, segment
 from .tokenize import tokenize_block
 from .types import ModelFacts, TokenizedDoc, Window
 from .window_cache import WindowCache, encode_unique
 from .window_rows import window_table
-from .write import feature_columns, fits_float16, output_schema, passthrough_columns
+from .write import fits_float16
 
 NON_FINITE = "non-finite features (overflow in half precision, also in the float32 recompute)"
 FP16_OVERFLOW = "features overflow float16 (|x| > 65504); use --out-dtype float32"
@@ -62,12 +64,12 @@ def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig,
 
 
 def check_features(cfg: PipelineConfig, seg) -> None:
-    """With several --feature: each strategy's window options against the window size, no --keep-col
-    named like a feature column, and one strategy at --level window.
+    """With several --feature: each strategy's window options against the window size, and one strategy
+    at --level window (a --keep-col named like a feature column: pipeline.schema.check_keep_cols).
 
     Raises:
-        ConfigError: as SegmentConfig.check_window for that strategy, a clashing --keep-col, or
-            features of several strategies at --level window (a row per window of one strategy).
+        ConfigError: as SegmentConfig.check_window for that strategy, or features of several strategies
+            at --level window (a row per window of one strategy).
     """
     if not cfg.multi_feature:
         return
@@ -78,11 +80,6 @@ def check_features(cfg: PipelineConfig, seg) -> None:
                           "--feature chunk:mean), and run once per strategy")
     for strategy in strategies:
         dataclasses.replace(seg, strategy=strategy)  # __post_init__ runs check_window for this strategy
-    names = {name for name, _ in feature_columns(cfg, 0)}
-    clash = [c for c in cfg.read.keep_cols if c in names]
-    if clash:
-        raise ConfigError(f"--keep-col {clash[0]!r} clashes with the feature column of that name; rename the "
-                          "column in the CSV or drop that --feature")
 
 
 def feature_dim(cfg: PipelineConfig, hidden: int) -> tuple[int, int]:
@@ -232,7 +229,7 @@ class Extractor:
         errors: list[str | None] = [d.error for d in prep.docs]
         n_windows = np.zeros(n, dtype=np.int32)
         truncated = np.zeros(n, dtype=bool)
-        token_cols: dict[str, list] = {"token_ids": [], "positions": [], "offsets": [], "token_features": []}
+        token_cols: dict[str, list] = {name: [] for name in TOKEN_COLUMNS}
         for doc in prep.docs:
             wins = {s: prep.strategy_windows[s][spans[s][doc.row]] for s in strategies}
             rows = {s: index[s][spans[s][doc.row]] for s in strategies}    # (windows of doc,) into enc
@@ -286,13 +283,13 @@ class Extractor:
         cols: dict[str, pa.Array] = {id_field.name: block.column("id").combine_chunks().cast(id_field.type)}
         for name in passthrough_columns(self.cfg):
             cols[name] = block.column(name).combine_chunks()
-        cols["n_tokens"] = pa.array([d.n_tokens for d in docs], type=pa.int32())
-        cols["n_unknown"] = pa.array([d.n_unknown for d in docs], type=pa.int32())
-        cols["n_windows"] = pa.array(n_windows, type=pa.int32())
-        cols["truncated"] = pa.array(truncated, type=pa.bool_())
+        cols[N_TOKENS] = pa.array([d.n_tokens for d in docs], type=pa.int32())
+        cols[N_UNKNOWN] = pa.array([d.n_unknown for d in docs], type=pa.int32())
+        cols[N_WINDOWS] = pa.array(n_windows, type=pa.int32())
+        cols[TRUNCATED] = pa.array(truncated, type=pa.bool_())
         for (name, _), values in zip(self.columns, features):
             cols[name] = _fixed_list(values, valid, schema.field(name).type)
-        cols["error"] = pa.array(errors, type=pa.string())
+        cols[ERROR] = pa.array(errors, type=pa.string())
         if token_cols is not None:
             for name, items in token_cols.items():
                 cols[name] = _list_array(items, schema.field(name).type)

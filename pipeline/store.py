@@ -32,7 +32,6 @@ from .errors import ConfigError, RunError
 from .paths import expand_user
 
 DB_NAME = "windows.sqlite3"
-ENV_VAR = "LONGBERT_CACHE"
 APPLICATION_ID = 0x4C425753    # 'LBWS' in the database header: the file is a longbert window store
 SCHEMA_VERSION = 1             # PRAGMA user_version; a newer one is refused (ConfigError)
 BUSY_TIMEOUT_S = 60.0          # how long a writer waits for another process's write lock
@@ -49,20 +48,6 @@ _SCHEMA = (
     # entries per model without reading the vectors: 15x faster stats() for 0.6% more bytes
     "CREATE INDEX windows_model ON windows (model)",
 )
-
-
-def default_cache(value: str | None) -> str | None:
-    """The store folder to use: ``value`` (``--cache``) if given, else ``$LONGBERT_CACHE``, else None.
-
-    An empty string counts as not given; ``~`` is expanded (pipeline.paths.expand_user). Example:
-    default_cache(None) with LONGBERT_CACHE=/data/c -> "/data/c".
-
-    Raises:
-        ConfigError: a leading ``~`` that cannot be expanded.
-    """
-    if value:
-        return expand_user(str(value), "--cache")
-    return expand_user(os.environ[ENV_VAR], ENV_VAR) if os.environ.get(ENV_VAR) else None
 
 
 def pool_key(model_sha256: str, dtype: str, quantize: str, pooling_key: str) -> str:

@@ -294,9 +294,9 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         Raises:
             TextsTypeError (a TypeError, and a TextError): X is not one of the kinds above, e.g. a
                 single string ("a list of texts was expected").
-            TextError (an InputError and a ValueError): an element is not a str, or a text cannot be embedded (empty or whitespace-only, no tokens after
-                normalisation, non-finite features). The message names the positions and the reason;
-                no vector is returned as zeros in its place.
+            TextError (an InputError and a ValueError): an element is not a str, or a text cannot be
+                embedded (empty or whitespace-only, no tokens after normalisation, non-finite features).
+                The message names the positions and the reason; no vector is returned as zeros in its place.
             ConfigError / ModelError: as ``config()`` and model loading.
         """
         texts = _as_texts(X)

@@ -9,7 +9,8 @@ import numpy as np
 import pyarrow as pa
 
 from .pool import normalize
-from .write import fits_float16, passthrough_columns
+from .schema import ERROR, N_TOKENS, SPANS, WINDOW, passthrough_columns
+from .write import fits_float16
 
 NO_WINDOW = "no content tokens: the document makes no window"
 
@@ -41,7 +42,7 @@ def row_plan(prep, strategy: str) -> tuple[list[int], np.ndarray]:
 
 
 def window_table(ex, prep, enc) -> tuple[pa.Table, list[str | None]]:
-    """The block's window rows: ``ex.schema`` (pipeline.write.output_schema at --level window).
+    """The block's window rows: ``ex.schema`` (pipeline.schema.output_schema at --level window).
 
     Each window's vector is its pooled vector as encoded (no aggregate), unit-scaled with --normalize.
     A window whose vector is not finite, or overflows float16 with --out-dtype float16, gets null
@@ -89,14 +90,14 @@ def _table(ex, block: pa.Table, docs: list[int], wins: list, vectors: list[np.nd
     cols: dict[str, pa.Array] = {id_field.name: block.column("id").combine_chunks().take(take).cast(id_field.type)}
     for name in passthrough_columns(ex.cfg):
         cols[name] = block.column(name).combine_chunks().take(take)
-    cols["window"] = pa.array([None if w is None else w.window_idx for w in wins], type=pa.int32())
-    cols["spans"] = pa.array([None if w is None else [list(s) for s in w.spans] for w in wins],
-                             type=schema.field("spans").type)
-    cols["n_tokens"] = pa.array([None if w is None else w.n_content for w in wins], type=pa.int32())
+    cols[WINDOW] = pa.array([None if w is None else w.window_idx for w in wins], type=pa.int32())
+    cols[SPANS] = pa.array([None if w is None else [list(s) for s in w.spans] for w in wins],
+                           type=schema.field(SPANS).type)
+    cols[N_TOKENS] = pa.array([None if w is None else w.n_content for w in wins], type=pa.int32())
     for (name, _), values in zip(ex.columns, vectors):
         list_type = schema.field(name).type
         flat = pa.array(values.astype(list_type.value_type.to_pandas_dtype()).reshape(-1), type=list_type.value_type)
         cols[name] = pa.FixedSizeListArray.from_arrays(flat, list_size=list_type.list_size,
                                                        mask=None if valid.all() else pa.array(~valid))
-    cols["error"] = pa.array(errors, type=pa.string())
+    cols[ERROR] = pa.array(errors, type=pa.string())
     return pa.Table.from_pydict(cols, schema=schema)

@@ -44,7 +44,7 @@ def test_expand_user(home, monkeypatch):
 
 def test_every_path_option_is_expanded_in_the_config(home, monkeypatch):
     monkeypatch.setenv("LONGBERT_CACHE", "~/env-cache")
-    from pipeline.store import default_cache
+    from pipeline.paths import default_cache
 
     cfg = PipelineConfig.from_options(config_file=str(CASES / "B50.yaml"), inputs=("~/in.csv", "~/docs/*.txt"),
                                       model="~/models/m", cache="~/c")
