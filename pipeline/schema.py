@@ -113,7 +113,7 @@ def check_keep_cols(cfg: PipelineConfig) -> None:
     for col in cfg.read.keep_cols:
         if col in RESERVED_COLUMNS:
             raise ConfigError(f"--keep-col {col!r} clashes with an output column of that name; reserved names are "
-                              f"{', '.join(RESERVED_COLUMNS)}; rename the column in the input, or drop --keep-col")
+                              f"{', '.join(RESERVED_COLUMNS)}; rename the column in the input, or drop --keep-col {col}")
         if col in features:
             raise ConfigError(f"--keep-col {col!r} clashes with the feature column of that name; rename the column "
                               "in the CSV or drop that --feature")
