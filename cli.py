@@ -199,10 +199,17 @@ def _build(**options: Any) -> PipelineConfig:
     return PipelineConfig.from_options(**options)
 
 
+def _expand_plot(plot: Path | None) -> Path | None:
+    """--plot with ``~`` expanded as every path option's (pipeline.paths.expand_user)."""
+    from pipeline.paths import expand_user
+
+    return None if plot is None else Path(expand_user(str(plot), "--plot"))
+
+
 def _env_cache(cfg: PipelineConfig) -> PipelineConfig:
     """$LONGBERT_CACHE as the default of --cache (used when neither the command line nor --config set it),
     made absolute: Ray workers, whose working folder may be another, open the same store."""
-    from pipeline.store import default_cache
+    from pipeline.paths import default_cache
 
     folder = default_cache(cfg.write.cache)
     if folder is not None:
@@ -272,6 +279,7 @@ def stats(inputs: tuple[str, ...], config_file: Path | None, plot: Path | None,
     from pipeline.stats import corpus_stats, format_stats, plot_stats
     try:
         cfg = _build(config_file=config_file, inputs=inputs, **options)
+        plot = _expand_plot(plot)
         for line in no_effect_warnings(options, sorted(_params(EXTRACT_GROUPS) - STATS_USES),
                                        "stats counts tokens and windows and writes no vectors"):
             click.echo(f"Warning: {line}", err=True)
@@ -342,6 +350,7 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
                                 probe_files)
     try:
         progress = options.pop("progress")
+        plot = _expand_plot(plot)
         corpus = [not _is_features_output(p) for p in inputs]
         if any(corpus) and not all(corpus):
             raise ConfigError("probe takes either a corpus (CSV, TSV, JSON Lines, parquet table...) or extract's "
@@ -386,9 +395,10 @@ def cache(folder: str | None, clear: bool) -> None:
         longbert cache ~/.cache/longbert --clear
     """
     from pipeline.errors import ConfigError
-    from pipeline.store import DB_NAME, WindowStore, clear_store, default_cache, format_stats
-    folder = default_cache(folder)
+    from pipeline.paths import default_cache
+    from pipeline.store import DB_NAME, WindowStore, clear_store, format_stats
     try:
+        folder = default_cache(folder)
         if folder is None:
             raise ConfigError("no store folder; pass FOLDER or set LONGBERT_CACHE")
         if not clear and not (Path(folder).expanduser() / DB_NAME).is_file():

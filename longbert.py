@@ -27,12 +27,12 @@ _STAGES_DIR = Path(__file__).resolve().parent / "pipeline"
 _PRIVATE_NAME = "_longbert_pipeline"
 
 __all__ = ["encode", "load_features", "LongBertVectorizer", "PipelineConfig", "PipelineError", "ConfigError",
-           "InputError", "ModelError", "RunError", "TextError", "stages", "Batch", "Pipeline", "read", "pool",
+           "InputError", "ModelError", "RunError", "TextError", "TextsTypeError", "stages", "Batch", "Pipeline", "read", "pool",
            "aggregate", "save_features"]
 
 # public name -> (module of the stages package, attribute): loaded on first use
 _LAZY = {"encode": ("vectorizer", "encode"), "LongBertVectorizer": ("vectorizer", "LongBertVectorizer"),
-         "TextError": ("vectorizer", "TextError"), "load_features": ("features", "load_features"),
+         "TextError": ("texts", "TextError"), "TextsTypeError": ("texts", "TextsTypeError"), "load_features": ("features", "load_features"),
          "Batch": ("batch", "Batch"), "Pipeline": ("compose", "Pipeline"), "read": ("api", "read"),
          "pool": ("api", "pool"), "save_features": ("api", "save_features"),
          "aggregate": ("aggregate", "aggregate_rows")}

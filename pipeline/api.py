@@ -17,6 +17,7 @@ import pyarrow as pa
 from .batch import Batch
 from .config import POOLINGS, PipelineConfig, PoolConfig, ReadConfig, option_sections
 from .errors import ConfigError, InputError, RunError
+from .schema import ERROR, FEATURES, ID
 
 
 def read(inputs: str | Path | Iterable[str | Path], **read_options: Any) -> Iterator[Batch]:
@@ -133,10 +134,10 @@ def save_features(path: str | Path, ids: Sequence[Any], X: Any, **columns: Seque
     ids = list(ids)
     if X.ndim != 2 or X.shape[0] != len(ids):
         raise InputError(f"X has shape {X.shape} for {len(ids)} ids; give an (n, D) array, one row per id")
-    reserved = {"id", "features", "error"} & set(columns)
+    reserved = {ID, FEATURES, ERROR} & set(columns)
     if reserved:
         raise InputError(f"column {sorted(reserved)[0]!r} is written by save_features itself; rename it")
-    cols: dict[str, pa.Array] = {"id": pa.array([str(i) for i in ids], type=pa.string())}
+    cols: dict[str, pa.Array] = {ID: pa.array([str(i) for i in ids], type=pa.string())}
     for name, values in columns.items():
         values = list(values)
         if len(values) != len(ids):
@@ -144,9 +145,9 @@ def save_features(path: str | Path, ids: Sequence[Any], X: Any, **columns: Seque
         cols[name] = pa.array([None if v is None else str(v) for v in values], type=pa.string())
     valid = np.isfinite(X).all(axis=1)
     flat = pa.array(np.where(valid[:, None], X, 0).reshape(-1), type=pa.float32())
-    cols["features"] = pa.FixedSizeListArray.from_arrays(flat, list_size=X.shape[1],
+    cols[FEATURES] = pa.FixedSizeListArray.from_arrays(flat, list_size=X.shape[1],
                                                          mask=None if valid.all() else pa.array(~valid))
-    cols["error"] = pa.array([None if ok else "non-finite vector" for ok in valid], type=pa.string())
+    cols[ERROR] = pa.array([None if ok else "non-finite vector" for ok in valid], type=pa.string())
     meta = {"source": "external", "model": None, "feature_dim": int(X.shape[1]), "level": "document",
             "keep_cols": list(columns)}
     table = pa.table(cols).replace_schema_metadata({"longbert": json.dumps(meta)})

@@ -18,7 +18,7 @@ from .config import PipelineConfig
 from .errors import ConfigError
 from .model import check_pooler, model_facts
 from .types import ModelFacts
-from .write import feature_columns, output_schema
+from .schema import output_schema
 
 
 def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig, object, ModelFacts]:
@@ -49,12 +49,12 @@ def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig,
 
 
 def check_features(cfg: PipelineConfig, seg) -> None:
-    """With several --feature: each strategy's window options against the window size, no --keep-col
-    named like a feature column, and one strategy at --level window.
+    """With several --feature: each strategy's window options against the window size, and one strategy
+    at --level window (a --keep-col named like a feature column: pipeline.schema.check_keep_cols).
 
     Raises:
-        ConfigError: as SegmentConfig.check_window for that strategy, a clashing --keep-col, or
-            features of several strategies at --level window (a row per window of one strategy).
+        ConfigError: as SegmentConfig.check_window for that strategy, or features of several strategies
+            at --level window (a row per window of one strategy).
     """
     if not cfg.multi_feature:
         return
@@ -65,11 +65,6 @@ def check_features(cfg: PipelineConfig, seg) -> None:
                           "--feature chunk:mean), and run once per strategy")
     for strategy in strategies:
         dataclasses.replace(seg, strategy=strategy)  # __post_init__ runs check_window for this strategy
-    names = {name for name, _ in feature_columns(cfg, 0)}
-    clash = [c for c in cfg.read.keep_cols if c in names]
-    if clash:
-        raise ConfigError(f"--keep-col {clash[0]!r} clashes with the feature column of that name; rename the "
-                          "column in the CSV or drop that --feature")
 
 
 def feature_dim(cfg: PipelineConfig, hidden: int) -> tuple[int, int]:

@@ -21,9 +21,9 @@ from .config import DEFAULT_MODEL, PipelineConfig
 from .errors import ConfigError, RunError
 from .lock import holds_output
 from .model import model_label
-from .run import BatchProgress, Summary, prefetch, check_resume, fail_on_row_error, open_run, run_fingerprint, \
-    scan_inputs, writing
+from .run import BatchProgress, Summary, fail_on_row_error, open_run, prefetch, run_fingerprint, scan_inputs, writing
 from .stages import BUILT_IN, STAGE_NAMES, Context, describe
+from .write import check_resume
 
 StageFn = Callable[[Batch], Batch]
 

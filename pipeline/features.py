@@ -15,10 +15,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import InputError
+from .schema import DOCUMENT_COUNTS, ERROR, FEATURES, SPANS, TOKEN_COLUMNS, WINDOW
 from .write import DONE_MANIFEST, MANIFEST, read_manifest
-
-# Per-row counts returned in meta["rows"]; the token-level columns (--level token) are never loaded.
-_ROW_COLS = ("n_tokens", "n_unknown", "n_windows", "truncated")
 
 
 def features_matrix(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -47,8 +45,8 @@ def _read_file(path: Path) -> pa.Table:
     if not columns or not all(c in schema.names for c in columns):
         raise InputError(f"{path}: not a longbert features file (no 'longbert' schema metadata or no "
                          f"'features' column; columns are {schema.names}); pass the output of `longbert extract`")
-    token_cols = {"token_ids", "positions", "offsets", "token_features"}
-    return pq.read_table(path, columns=[c for c in schema.names if c not in token_cols])
+    # the token-level columns (--level token) are never loaded
+    return pq.read_table(path, columns=[c for c in schema.names if c not in TOKEN_COLUMNS])
 
 
 def _read_directory(path: Path) -> pa.Table:
@@ -82,7 +80,7 @@ def _read_directory(path: Path) -> pa.Table:
 
 def _feature_columns(meta: dict[str, Any]) -> list[str]:
     """The feature columns a file's metadata lists (files written before several features: ``features``)."""
-    return [f["column"] for f in meta.get("features") or [{"column": "features"}]]
+    return [f["column"] for f in meta.get("features") or [{"column": FEATURES}]]
 
 
 def feature_names(path: str | Path) -> list[str]:
@@ -166,16 +164,16 @@ def load_features(path: str | Path, feature: str | None = None) -> tuple[np.ndar
     left = table.filter(pc.invert(has))
     id_col = table.column_names[0]                              # "id", or "row" (row numbers)
     meta["left_out"] = [{"id": i, "error": e} for i, e in
-                        zip(left.column(id_col).to_pylist(), left.column("error").to_pylist())]
+                        zip(left.column(id_col).to_pylist(), left.column(ERROR).to_pylist())]
     if meta.get("level") == "window":  # one row per window: its number and spans, aligned with X
-        for entry, w in zip(meta["left_out"], left.column("window").to_pylist()):
+        for entry, w in zip(meta["left_out"], left.column(WINDOW).to_pylist()):
             entry["window"] = w
-        meta["window"] = kept_table.column("window").to_numpy().astype(np.int32)
-        meta["spans"] = kept_table.column("spans").to_pylist()
+        meta["window"] = kept_table.column(WINDOW).to_numpy().astype(np.int32)
+        meta["spans"] = kept_table.column(SPANS).to_pylist()
     meta["n_rows"] = table.num_rows
     meta["kept"] = {c: kept_table.column(c).to_numpy(zero_copy_only=False)
                     for c in meta.get("keep_cols", []) if c in kept_table.column_names}
-    meta["rows"] = {c: kept_table.column(c).to_numpy() for c in _ROW_COLS if c in kept_table.column_names}
+    meta["rows"] = {c: kept_table.column(c).to_numpy() for c in DOCUMENT_COUNTS if c in kept_table.column_names}
     ids = kept_table.column(id_col).to_numpy(zero_copy_only=False)
     X = features_matrix(kept_table.column(column))           # (N, D)
     assert X.shape[0] == ids.shape[0]

@@ -260,27 +260,3 @@ def check_aggregate(value: str) -> str:
         raise ConfigError(f"--aggregate={value!r} repeats {', '.join(repeated)}; name each part once, "
                           "e.g. first,last,mean,max")
     return ",".join(parts)
-
-
-# The run's feature columns, from a PipelineConfig (not imported: pipeline.config imports this module).
-def feature_columns(cfg, hidden: int) -> list[tuple[str, int]]:
-    """(column name, D) of each feature: ``[("features", D)]`` for one feature, else one per --feature.
-
-    D = Feature.dim(hidden) x the --aggregate parts (1 at --level window); Feature.dim is hidden for
-    pooler, else hidden x len(layers) with layer_agg concat, else hidden. With several --aggregate parts
-    each --feature column's name (Feature.name) gains ``_agg-`` and the parts joined by ``-``, e.g.
-    ``f_chunk_mean_agg-first-last-mean-max``; one part adds nothing (``features`` never changes).
-    """
-    feats, parts = cfg.feature_list(), cfg.pool.parts
-    if not cfg.multi_feature:
-        return [("features", feats[0].dim(hidden) * parts)]
-    suffix = "" if parts == 1 else "_agg-" + "-".join(cfg.pool.aggregates)
-    return [(f.name + suffix, f.dim(hidden) * parts) for f in feats]
-
-
-def aggregate_metadata(cfg) -> str | list[str] | None:
-    """The metadata's ``aggregate``: the one name ("mean"), the list of parts in vector order
-    (["first", "last", "mean", "max"]), or None at --level window (window vectors are not aggregated)."""
-    if cfg.pool.level == "window":
-        return None
-    return cfg.pool.aggregate if len(cfg.pool.aggregates) == 1 else list(cfg.pool.aggregates)

@@ -19,6 +19,7 @@ from .errors import ConfigError, InputError
 from .features import load_features
 from .folds import check_classes, cross_validate_probe, stratified_sample  # noqa: F401 - re-exported
 from .probe_plot import layers_text, plot_corpus_probe, plot_probe  # noqa: F401 - the plots: re-exported (cli.py)
+from .schema import COMPUTED, ERROR, ID, N_TOKENS, ROW
 from .tokenize import UNKNOWN_WARN_SHARE, unknown_warning
 
 
@@ -32,11 +33,6 @@ def _strategy_text(strategy: dict[str, Any]) -> str:
     return str(name)
 
 
-# Columns longbert computes itself: never labels.
-_COMPUTED = ("n_tokens", "n_unknown", "n_windows", "truncated", "features", "error", "token_ids", "positions", "offsets",
-             "token_features")
-
-
 def _labels(path: str | Path, label_col: str, ids: np.ndarray, meta: dict[str, Any]) -> np.ndarray:
     """The label of each row with features, as str: the id column (``id``, or ``row`` for row
     numbers) or a --keep-col column.
@@ -45,13 +41,13 @@ def _labels(path: str | Path, label_col: str, ids: np.ndarray, meta: dict[str, A
         InputError: the column is one longbert computes, or is not in the file (lists the usable ones).
     """
     keep_cols = list(meta.get("keep_cols", []))
-    id_name = "row" if ids.dtype.kind in "iu" else "id"   # load_features: int64 row numbers, or str ids
+    id_name = ROW if ids.dtype.kind in "iu" else ID   # load_features: int64 row numbers, or str ids
     usable = [id_name, *keep_cols]
     if label_col == id_name:
         return ids.astype(str)
     if label_col in meta["kept"]:
         return np.asarray(meta["kept"][label_col], dtype=object).astype(str)
-    if label_col in _COMPUTED:
+    if label_col in COMPUTED or label_col in [f["column"] for f in meta.get("features") or []]:
         raise InputError(f"{path}: --label-col {label_col!r} is a column longbert computes, not a label; pass one "
                          f"of {usable}, or extract again with --keep-col LABEL")
     raise InputError(f"{path}: no column {label_col!r} to label with; the columns that can be labels are {usable} "
@@ -262,8 +258,8 @@ def _extract_sample(extractor, texts: list[str], picked: np.ndarray, rows: int, 
                 col = table.column(name).combine_chunks()
                 values = col.values.to_numpy(zero_copy_only=False)            # (n * 4D,), nulls as zeros
                 columns[name].append(values.reshape(len(col), -1)[:, :width].astype(np.float32))   # (n, width)
-            n_tokens += table.column("n_tokens").to_pylist()
-            errors += table.column("error").to_pylist()
+            n_tokens += table.column(N_TOKENS).to_pylist()
+            errors += table.column(ERROR).to_pylist()
             tracker.end_block()
     finally:
         bar.close()
@@ -289,7 +285,7 @@ def probe_variants(features, matrices: list[np.ndarray], dim_of) -> list[tuple[F
 
 def variant_name(f: Feature, aggregate: str) -> str:
     """The column extract would write for the feature with this --aggregate (several features: the
-    _agg- suffix of pipeline.write.feature_columns). Example: chunk:mean, "mean,max" -> f_chunk_mean_agg-mean-max."""
+    _agg- suffix of pipeline.schema.feature_columns). Example: chunk:mean, "mean,max" -> f_chunk_mean_agg-mean-max."""
     return f.name if aggregate == "mean" else f"{f.name}_agg-{aggregate.replace(',', '-')}"
 
 
@@ -361,7 +357,7 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     y = labels[ok]
     classes, counts = check_classes(y, folds, ", ".join(cfg.read.inputs), label_col, corpus)
     tokens = np.asarray(n_tokens)[ok]
-    from .write import strategy_metadata
+    from .schema import strategy_metadata
 
     t1 = time.perf_counter()  # each feature's mean, and for chunk and sliding mean,max and first,last,mean,max
     variants = probe_variants(features, [columns[name][ok] for name, _ in extractor.columns],

@@ -11,9 +11,8 @@ import pyarrow as pa
 
 from .batch import Batch
 from .config import PipelineConfig
-from .write import passthrough_columns
-
-TOKEN_COLUMNS = ("token_ids", "positions", "offsets", "token_features")
+from .schema import (ERROR, ID, N_TOKENS, N_UNKNOWN, N_WINDOWS, SPANS, TOKEN_COLUMNS, TRUNCATED, WINDOW,
+                     passthrough_columns)
 
 
 def document_table(schema: pa.Schema, cfg: PipelineConfig, columns: list[tuple[str, int]], batch: Batch) -> pa.Table:
@@ -26,13 +25,13 @@ def document_table(schema: pa.Schema, cfg: PipelineConfig, columns: list[tuple[s
     """
     rows, docs = batch.rows, batch.docs
     cols = _leading(schema, cfg, rows, None)
-    cols["n_tokens"] = pa.array([d.n_tokens for d in docs], type=pa.int32())
-    cols["n_unknown"] = pa.array([d.n_unknown for d in docs], type=pa.int32())
-    cols["n_windows"] = pa.array(batch.n_windows, type=pa.int32())
-    cols["truncated"] = pa.array(batch.truncated, type=pa.bool_())
+    cols[N_TOKENS] = pa.array([d.n_tokens for d in docs], type=pa.int32())
+    cols[N_UNKNOWN] = pa.array([d.n_unknown for d in docs], type=pa.int32())
+    cols[N_WINDOWS] = pa.array(batch.n_windows, type=pa.int32())
+    cols[TRUNCATED] = pa.array(batch.truncated, type=pa.bool_())
     for name, _ in columns:
         cols[name] = _fixed_list(batch.vectors[name], batch.valid, schema.field(name).type)
-    cols["error"] = pa.array(batch.errors, type=pa.string())
+    cols[ERROR] = pa.array(batch.errors, type=pa.string())
     if cfg.pool.level == "token":
         per_doc = [t if t is not None else (None,) * len(TOKEN_COLUMNS) for t in batch.tokens]
         for k, name in enumerate(TOKEN_COLUMNS):
@@ -51,13 +50,13 @@ def window_table(schema: pa.Schema, cfg: PipelineConfig, columns: list[tuple[str
     """
     wins = batch.out_windows
     cols = _leading(schema, cfg, batch.rows, pa.array(batch.out_docs, type=pa.int64()))
-    cols["window"] = pa.array([None if w is None else w.window_idx for w in wins], type=pa.int32())
-    cols["spans"] = pa.array([None if w is None else [list(s) for s in w.spans] for w in wins],
-                             type=schema.field("spans").type)
-    cols["n_tokens"] = pa.array([None if w is None else w.n_content for w in wins], type=pa.int32())
+    cols[WINDOW] = pa.array([None if w is None else w.window_idx for w in wins], type=pa.int32())
+    cols[SPANS] = pa.array([None if w is None else [list(s) for s in w.spans] for w in wins],
+                             type=schema.field(SPANS).type)
+    cols[N_TOKENS] = pa.array([None if w is None else w.n_content for w in wins], type=pa.int32())
     for name, _ in columns:
         cols[name] = _fixed_list(batch.vectors[name], batch.valid, schema.field(name).type)
-    cols["error"] = pa.array(batch.errors, type=pa.string())
+    cols[ERROR] = pa.array(batch.errors, type=pa.string())
     return pa.Table.from_pydict(cols, schema=schema)
 
 
@@ -67,8 +66,8 @@ def _leading(schema: pa.Schema, cfg: PipelineConfig, rows: pa.Table, take: pa.Ar
         col = rows.column(name).combine_chunks()
         return col if take is None else col.take(take)
 
-    id_field = schema.field(0)  # "id", or "row" for row numbers
-    cols = {id_field.name: column("id").cast(id_field.type)}
+    id_field = schema.field(0)  # ID, or ROW for row numbers (the batch's own id column is always ID)
+    cols = {id_field.name: column(ID).cast(id_field.type)}
     for name in passthrough_columns(cfg):
         cols[name] = column(name)
     return cols

@@ -20,15 +20,15 @@ from tqdm import tqdm
 
 from .batch import Batch
 from .block import BlockCounts, resolve_config
-from .model import model_label
-from .config import DEFAULT_MODEL, PipelineConfig
+from .config import PipelineConfig
 from .errors import InputError, RunError
 from .feed import feed_workers, ordered_map
 from .read import BlockSpec, Plan, read_block, row_location, scan
+from .schema import ERROR, ID, WINDOW
 from .tokenize import UNKNOWN_WARN_SHARE, unknown_warning
 from .durable import write_failure
 from .progress import progress_bar
-from .write import FileSink, PartsSink, check_resume, open_sink
+from .write import FileSink, PartsSink, open_sink
 
 
 @dataclass
@@ -229,14 +229,14 @@ def resume_note(cfg: PipelineConfig, plan: Plan, done: set[int]) -> str:
 def fail_on_row_error(table: pa.Table, spec: BlockSpec) -> None:
     """--strict: raise RunError at the first row with an error, naming its id and its file and line
     (the run then leaves no output)."""
-    errors = table.column("error").to_pylist()
+    errors = table.column(ERROR).to_pylist()
     # the document of each output row: rows are documents, or at --level window a document's windows,
     # whose first row has window 0 (or null: no window)
-    windows = table.column("window").to_pylist() if "window" in table.column_names else [None] * len(errors)
+    windows = table.column(WINDOW).to_pylist() if WINDOW in table.column_names else [None] * len(errors)
     docs = list(itertools.accumulate(int(w is None or w == 0) for w in windows))
     for i, error in enumerate(errors):
         if error is not None:
             row_id = table.column(0)[i].as_py()
-            what = f"row with id {row_id!r}" if table.column_names[0] == "id" else f"row {row_id}"
+            what = f"row with id {row_id!r}" if table.column_names[0] == ID else f"row {row_id}"
             raise RunError(f"{what} ({row_location(spec, docs[i] - 1)}): {error}; --strict stops at the first row that "
                            "cannot be embedded (drop --strict to keep such rows with null features)")

@@ -20,7 +20,7 @@ from .pool import pool_offsets, window_pools
 from .rows import document_table, window_table
 from .segment import segment as segment_doc
 from .tokenize import tokenize_block
-from .write import feature_columns, output_schema
+from .schema import feature_columns, output_schema
 
 STAGE_NAMES = ("tokenize", "segment", "dedup", "encode", "aggregate", "rows")
 

@@ -31,7 +31,6 @@ import numpy as np
 from .errors import ConfigError, RunError
 
 DB_NAME = "windows.sqlite3"
-ENV_VAR = "LONGBERT_CACHE"
 APPLICATION_ID = 0x4C425753    # 'LBWS' in the database header: the file is a longbert window store
 SCHEMA_VERSION = 1             # PRAGMA user_version; a newer one is refused (ConfigError)
 BUSY_TIMEOUT_S = 60.0          # how long a writer waits for another process's write lock
@@ -48,16 +47,6 @@ _SCHEMA = (
     # entries per model without reading the vectors: 15x faster stats() for 0.6% more bytes
     "CREATE INDEX windows_model ON windows (model)",
 )
-
-
-def default_cache(value: str | None) -> str | None:
-    """The store folder to use: ``value`` (``--cache``) if given, else ``$LONGBERT_CACHE``, else None.
-
-    An empty string counts as not given. Example: default_cache(None) with LONGBERT_CACHE=/data/c -> "/data/c".
-    """
-    if value:
-        return str(value)
-    return os.environ.get(ENV_VAR) or None
 
 
 def pool_key(model_sha256: str, dtype: str, quantize: str, pooling_key: str) -> str:

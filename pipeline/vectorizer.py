@@ -19,19 +19,13 @@ import pyarrow as pa
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from .config import PipelineConfig
-from .errors import InputError
+from .schema import ERROR, TOKEN_FEATURES
+from .texts import as_texts, preprocessed, raise_on_errors, text_list
 from .read import block_from_texts
 from .tokenize import EMPTY_TEXT
 
 _BLOCK_ROWS = 256  # texts per Extractor call: as extract's default --block-rows
 MEMORY = ":memory:"  # cache= value of the per-process in-memory window store (SQLite's own name for one)
-
-
-class TextError(InputError, ValueError):
-    """A text that cannot be embedded (empty, not a string, non-finite result).
-
-    A ValueError too, so scikit-learn code that catches ValueError for bad input catches it.
-    """
 
 
 def build_config(**options: Any) -> PipelineConfig:
@@ -112,7 +106,7 @@ def cached_extractor(cfg: PipelineConfig, echo=None, memory: bool = False):
     return extractor
 
 
-def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str = "head_tail",
+def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "head_tail",
            pooling: str = "mean", layers: tuple[int, ...] | str = (-1,), layer_agg: str = "mean",
            aggregate: str = "mean", batch_size: int = 32, max_batch_tokens: int | None = None,
            max_length: int | None = None, head_tokens: int | None = None, tail_tokens: int | None = None,
@@ -128,7 +122,8 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
     model, device, dtype, quantize, threads or pooler need loads again).
 
     Args:
-        texts: a sequence of str (list, numpy array, pandas Series); a single str counts as [str].
+        texts: a list, tuple, 1-D numpy array or pandas Series of str, or a one-column DataFrame
+            (``text_list``); an element that is not a str gets a NaN row and its error.
         model ... allow_pickle: extract's options of the same names (``longbert extract --help``);
             layers as a tuple of int or "-4,-3,-2,-1".
         normalize: scale each document vector to unit L2 norm (after aggregating windows), for
@@ -154,6 +149,8 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
         With return_errors=True: (that result, errors), errors a list of n str | None.
 
     Raises:
+        TextsTypeError (a TypeError): ``texts`` is not one of the kinds above, e.g. a bare string
+            ("a list of texts was expected") or a DataFrame of several columns (before loading).
         ConfigError: an option out of range (before loading). ModelError: the model cannot be loaded.
 
     Example:
@@ -161,6 +158,7 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
         >>> X.shape, X.dtype
         ((2, 384), dtype('float32'))
     """
+    items = text_list(texts, "encode")
     options = dict(strategy=strategy, pooling=pooling, layers=layers, layer_agg=layer_agg)
     if feature is not None:   # the shorthand options are the defaults here: only the spec counts
         options = {"features": (feature,) if isinstance(feature, str) else tuple(feature)}
@@ -169,10 +167,9 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
                        max_tokens_per_doc=max_tokens_per_doc, device=device, dtype=dtype, quantize=quantize,
                        threads=threads, allow_pickle=allow_pickle, normalize=bool(normalize), level=level,
                        cache=cache_options(cache)[0], **options)
-    items = [texts] if isinstance(texts, str) else list(texts)
     errors: list[str | None] = [None if isinstance(t, str) else f"not a string ({type(t).__name__})" for t in items]
     if preprocess is not None:
-        items, errors = _preprocessed(items, errors, preprocess)
+        items, errors = preprocessed(items, errors, preprocess)
     show = sys.stderr.isatty() if show_progress_bar is None else bool(show_progress_bar)
     echo = (lambda m: print(m, file=sys.stderr)) if show else None
     extractor = cached_extractor(cfg, echo, memory=cache_options(cache)[1])
@@ -185,27 +182,12 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
             rows = np.asarray(good[start:start + _BLOCK_ROWS], dtype=np.int64)
             table = extractor(block_from_texts([items[i] for i in rows]))
             result.add(table, rows)
-            for i, error in zip(rows[table.column(0).to_numpy()], table.column("error").to_pylist()):
+            for i, error in zip(rows[table.column(0).to_numpy()], table.column(ERROR).to_pylist()):
                 errors[i] = errors[i] or error
             bar.update(len(rows))
         bar.update(len(items) - len(good))
     out = result.value(extractor.dim if len(extractor.columns) == 1 else sum(d for _, d in extractor.columns))
     return (out, errors) if return_errors else out
-
-
-def _preprocessed(items: list, errors: list[str | None], fn: Callable[[str], str]) -> tuple[list, list[str | None]]:
-    """Each str item through ``fn``; a result that is not a str, or an exception, is that item's error."""
-    out, errs = list(items), list(errors)
-    for i, t in enumerate(items):
-        if errs[i] is None:
-            try:
-                out[i] = fn(t)
-            except Exception as err:  # the user's function: its failure is that text's error, not the run's
-                errs[i] = f"preprocess failed: {type(err).__name__}: {err}"
-                continue
-            if not isinstance(out[i], str):
-                errs[i] = f"preprocess returned {type(out[i]).__name__}, not str"
-    return out, errs
 
 
 class _Collect:
@@ -222,7 +204,7 @@ class _Collect:
         valid = np.logical_and.reduce([table.column(c).is_valid().to_numpy(zero_copy_only=False) for c in self.columns])
         texts = rows[table.column(0).to_numpy()]                              # (m,) text position of each row
         if self.level == "token":
-            for i, ok, vecs in zip(texts, valid, table.column("token_features").to_pylist()):
+            for i, ok, vecs in zip(texts, valid, table.column(TOKEN_FEATURES).to_pylist()):
                 if ok:
                     self.tokens[i] = np.asarray(vecs, dtype=np.float32).reshape(len(vecs), -1)
             return
@@ -350,24 +332,26 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         """Embed each text: one vector per text, in order.
 
         Args:
-            X: a 1-D sequence of str (list, numpy array, pandas Series) or an (n, 1) array/DataFrame.
+            X: a list, tuple, 1-D numpy array or pandas Series of str, or an (n, 1) array or a
+                one-column DataFrame (``text_list``).
 
         Returns:
             (n, D) float32, D = the model's hidden size (times len(layers) with layer_agg="concat");
             rows of unit L2 norm with normalize=True.
 
         Raises:
-            TextError (an InputError and a ValueError): X is a single string or not 1-D, an element is
-                not a str, or a text cannot be embedded (empty or whitespace-only, no tokens after
-                normalisation, non-finite features). The message names the positions and the reason;
-                no vector is returned as zeros in its place.
+            TextsTypeError (a TypeError, and a TextError): X is not one of the kinds above, e.g. a
+                single string ("a list of texts was expected").
+            TextError (an InputError and a ValueError): an element is not a str, or a text cannot be
+                embedded (empty or whitespace-only, no tokens after normalisation, non-finite features).
+                The message names the positions and the reason; no vector is returned as zeros in its place.
             ConfigError / ModelError: as ``config()`` and model loading.
         """
-        texts = _as_texts(X)
+        texts = as_texts(X)
         if self.preprocess is not None:
-            texts, errors = _preprocessed(texts, [None] * len(texts), self.preprocess)
-            _raise_on_errors(errors, 0)
-        _raise_on_errors([None if t.strip() else EMPTY_TEXT for t in texts], 0)  # all of them, before loading
+            texts, errors = preprocessed(texts, [None] * len(texts), self.preprocess)
+            raise_on_errors(errors, 0)
+        raise_on_errors([None if t.strip() else EMPTY_TEXT for t in texts], 0)  # all of them, before loading
         extractor = self._extractor()
         columns = [name for name, _ in extractor.columns]
         out = np.zeros((len(texts), sum(d for _, d in extractor.columns)), dtype=np.float32)   # (n, D)
@@ -376,9 +360,9 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         for start in range(0, len(texts), _BLOCK_ROWS):
             block = block_from_texts(texts[start:start + _BLOCK_ROWS])
             prepared = extractor.prepare(block)
-            _raise_on_errors([d.error for d in prepared.docs], start)     # before any forward pass
+            raise_on_errors([d.error for d in prepared.docs], start)     # before any forward pass
             table, _ = extractor.finish(prepared)
-            _raise_on_errors(table.column("error").to_pylist(), start)
+            raise_on_errors(table.column(ERROR).to_pylist(), start)
             out[start:start + table.num_rows] = np.hstack([features_matrix(table.column(c)) for c in columns])
         return out
 
@@ -396,26 +380,3 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         return tags
 
 
-def _as_texts(X: Any) -> list[str]:
-    """X -> list of str; raises TextError for a bare string, a non-1-D input or a non-str element."""
-    if isinstance(X, (str, bytes)):
-        raise TextError("transform takes a sequence of texts, got a single string; wrap it: [text]")
-    arr = np.asarray(X, dtype=object)
-    if arr.ndim == 2 and arr.shape[1] == 1:
-        arr = arr[:, 0]
-    if arr.ndim != 1:
-        raise TextError(f"transform takes a 1-D sequence of texts, got shape {arr.shape}; pass one text "
-                        "column, e.g. df['text']")
-    bad = [i for i, t in enumerate(arr) if not isinstance(t, str)]
-    if bad:
-        raise TextError(f"text at position {bad[0]} is {type(arr[bad[0]]).__name__}, not str "
-                        f"({len(bad)} such positions: {bad[:10]}); fill or drop missing texts first")
-    return [str(t) for t in arr]
-
-
-def _raise_on_errors(errors: list[str | None], offset: int) -> None:
-    bad = [(offset + i, e) for i, e in enumerate(errors) if e is not None]
-    if bad:
-        listed = ", ".join(f"{i} ({e})" for i, e in bad[:10])
-        raise TextError(f"{len(bad)} text(s) cannot be embedded, at positions {listed}; drop or fill them "
-                        "before transform (no zero vector is returned in their place)")

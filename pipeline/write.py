@@ -1,14 +1,15 @@
-"""Write stage: the output schema, and sinks that stream row groups to parquet without ever leaving
-a file (or directory) at the output path that looks complete before the run is.
+"""Write stage: sinks that stream row groups to parquet without ever leaving a file (or directory) at
+the output path that looks complete before the run is, and the overwrite/resume rules. The schema they
+write is pipeline.schema's.
 
-Called by pipeline.run (local engine); ``output_schema`` also by pipeline.block and pipeline.ray_engine.
+Called by pipeline.run (local engine), pipeline.lock and pipeline.ray_engine.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -18,129 +19,12 @@ import pyarrow.parquet as pq
 from .config import PipelineConfig
 from .durable import fsync_dir, place_durably, remove_stale_partials, replace_durably
 from .errors import ConfigError, RunError
-from .features_config import aggregate_metadata, feature_columns  # noqa: F401 - feature_columns: re-exported (block)
-from .types import ModelFacts
 
 MANIFEST = "_manifest.json"          # while the run goes on (pandas and pyarrow skip a leading _)
 DONE_MANIFEST = "_manifest.parquet"  # once complete: 0 rows of the output schema, the manifest in its metadata
 OLD_MANIFEST = "manifest.json"       # the name before 0.2; still read by --resume and load_features
 MANIFEST_KEY = b"longbert_manifest"
 MANIFEST_FORMAT = "longbert-parts/1"
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: int) -> dict:
-    """The JSON stored under the parquet schema metadata key ``longbert``.
-
-    ``model`` is what the user named (pipeline.encode.model_label: never an absolute path of this
-    machine), ``model_sha256`` the hash of its config and weight files (pipeline.encode.model_sha256),
-    so two outputs can be compared across machines.
-    """
-    seg = cfg.segment
-    strategy = strategy_metadata(cfg, seg.strategy)
-    meta = {
-        "model": model.name,
-        "model_sha256": model.sha256,
-        "model_family": model.family,
-        "hidden_size": model.hidden_size,
-        "feature_dim": dim,
-        "token_feature_dim": token_dim if cfg.pool.level == "token" else None,
-        "max_length": seg.max_length,
-        "strategy": strategy,
-        "pooling": cfg.pool.pooling,
-        "layers": list(cfg.pool.layers),
-        "layer_agg": cfg.pool.layer_agg,
-        "aggregate": aggregate_metadata(cfg),
-        "level": cfg.pool.level,
-        "normalize": cfg.pool.normalize,
-        "dtype": cfg.model.dtype,
-        "quantize": cfg.model.quantize,
-        "out_dtype": cfg.write.out_dtype,
-        "text_col": cfg.read.text_col,
-        "id_col": cfg.read.id_col,
-        "keep_cols": list(cfg.read.keep_cols),
-        "version": _version("longbert"),
-        "libraries": {name: _version(name) for name in ("torch", "transformers", "tokenizers", "pyarrow", "pandas")},
-    }
-    if cfg.pool.parts > 1:  # D = parts x window_dim: part k is feature[k * window_dim:(k + 1) * window_dim]
-        meta["window_dim"] = dim // cfg.pool.parts
-    meta["features"] = features_metadata(cfg, model.hidden_size)
-    if cfg.multi_feature:  # no one strategy/pooling describes the file: see meta["features"]
-        meta.update(strategy=None, pooling=None, layers=None, layer_agg=None, feature_dim=None)
-    return meta
-
-
-def strategy_metadata(cfg: PipelineConfig, name: str) -> dict:
-    """The metadata's strategy dict for ``name``: max_length, content tokens, and its own numbers."""
-    seg = cfg.segment
-    strategy = {"name": name, "max_length": seg.max_length, "content_tokens": seg.max_length - 2,
-                "max_tokens_per_doc": seg.max_tokens_per_doc}
-    if name == "head_tail":
-        strategy.update(head_tokens=seg.head_tokens, tail_tokens=seg.tail_tokens)
-    if name == "sliding":
-        strategy.update(overlap=seg.overlap, step=seg.max_length - 2 - seg.overlap)
-    return strategy
-
-
-def features_metadata(cfg: PipelineConfig, hidden: int) -> list[dict]:
-    """Every feature column with its full settings: column, spec, strategy dict, pooling, layers,
-    layer_agg, aggregate (aggregate_metadata), feature_dim (and window_dim with several aggregate parts)."""
-    out = []
-    for f, (column, dim) in zip(cfg.feature_list(), feature_columns(cfg, hidden)):
-        out.append({"column": column, "spec": f.spec, "strategy": strategy_metadata(cfg, f.strategy),
-                    "pooling": f.pooling, "layers": list(f.layers), "layer_agg": f.layer_agg,
-                    "aggregate": aggregate_metadata(cfg), "feature_dim": dim})
-        if cfg.pool.parts > 1:
-            out[-1]["window_dim"] = dim // cfg.pool.parts
-    return out
-
-
-def passthrough_columns(cfg: PipelineConfig) -> list[str]:
-    """Input columns copied to the output as they are: each --keep-col, then ``source`` (--with-source)."""
-    return [*cfg.read.keep_cols, *(["source"] if cfg.read.with_source else [])]
-
-
-def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, dim: int,
-                  token_dim: int) -> pa.Schema:
-    """The fixed output schema, declared from the config and the model's facts before the first row.
-
-    Columns: id (string: the id column's values or text files' paths), or row (int64: the 0-based row
-    number, when the inputs have no id column), each --keep-col (string), source (--with-source),
-    n_tokens int32, n_unknown int32, n_windows int32, truncated bool,
-    features fixed_size_list<float32|float16>[dim] (with several --feature: one such column per
-    feature, named as Feature.name, instead), error string; with --level token also token_ids
-    list<int32>, positions list<int32>, offsets list<fixed_size_list<int32>[2]>, token_features
-    list<fixed_size_list<float>[token_dim]>. With --level window one row per window instead: id or row,
-    the --keep-col (and source) columns, window int32 (0-based within the document), spans
-    list<fixed_size_list<int32>[2]> ([start, end) content-token positions), n_tokens int32 (content
-    tokens of the window), the feature column(s), error. Metadata key ``longbert``: run_metadata as JSON.
-    """
-    value = pa.float16() if cfg.write.out_dtype == "float16" else pa.float32()
-    fields = [pa.field("row" if pa.types.is_integer(id_type) else "id", id_type)]
-    fields += [pa.field(c, pa.string()) for c in passthrough_columns(cfg)]
-    if cfg.pool.level == "window":  # one row per window (pipeline.window_rows)
-        fields += [pa.field("window", pa.int32()), pa.field("spans", pa.list_(pa.list_(pa.int32(), 2))),
-                   pa.field("n_tokens", pa.int32())]
-    else:
-        fields += [pa.field("n_tokens", pa.int32()), pa.field("n_unknown", pa.int32()),
-                   pa.field("n_windows", pa.int32()), pa.field("truncated", pa.bool_())]
-    if cfg.multi_feature:
-        fields += [pa.field(name, pa.list_(value, d)) for name, d in feature_columns(cfg, model.hidden_size)]
-    else:
-        fields += [pa.field("features", pa.list_(value, dim))]
-    fields += [pa.field("error", pa.string())]
-    if cfg.pool.level == "token":
-        fields += [pa.field("token_ids", pa.list_(pa.int32())), pa.field("positions", pa.list_(pa.int32())),
-                   pa.field("offsets", pa.list_(pa.list_(pa.int32(), 2))),
-                   pa.field("token_features", pa.list_(pa.list_(value, token_dim)))]
-    meta = {"longbert": json.dumps(run_metadata(cfg, model, dim, token_dim))}
-    return pa.schema(fields, metadata=meta)
 
 
 def check_same_run(old: dict, new: dict, path: Path | str) -> None:
@@ -431,25 +315,49 @@ def load_manifest(path: Path) -> dict | None:
                           "pass --overwrite instead of --resume to start the run again") from None
 
 
+# What a DIR/ output holds: its parts (finished, pending, half-written) and its manifest (and their
+# temporary names). Anything else in the folder is the user's.
+_RUN_FILE = re.compile(r"(_?part-\d+\.parquet(\.pending)?|\.part-\d+\.partial|_manifest\.(json|parquet)"
+                       r"|manifest\.json|\._manifest\.(json|parquet)\.partial)")
+
+
+def foreign_files(folder: Path) -> list[str]:
+    """The names in ``folder`` that no longbert run writes there (sorted; sub-folders end in /).
+
+    Example: a run's folder with a README.txt added -> ["README.txt"]; a run's own folder -> [].
+    """
+    return sorted(e.name + ("/" if e.is_dir() else "") for e in folder.iterdir() if not _RUN_FILE.fullmatch(e.name))
+
+
 def check_output(cfg: PipelineConfig) -> None:
     """The overwrite/resume rules for ``cfg.write.output`` (pipeline.lock runs them before any input or
-    model file is read, and open_sink again).
+    model file is read, and open_sink again). --overwrite replaces a .parquet file, or a DIR/ that holds
+    a longbert run and nothing else; a folder that also holds other files is never written into, so
+    the finished DIR/ stays one that every parquet reader reads whole.
 
     Raises:
-        ConfigError: the output exists without --overwrite/--resume, or --resume with a file output.
+        ConfigError: the output exists without --overwrite/--resume, a DIR/ holds files that are not a
+            longbert run's (names some), or --resume with a file output.
     """
     out = Path(cfg.write.output)
     if cfg.write.is_directory:
-        has_run = out.is_dir() and (any((out / m).exists() for m in (MANIFEST, DONE_MANIFEST, OLD_MANIFEST))
-                                    or any(out.glob("part-*.parquet")) or any(out.glob("_part-*.parquet*")))
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--output {str(out)!r} exists and is not a directory; pick another path")
+        if not out.is_dir():
+            return
+        entries = {e.name for e in out.iterdir()}
+        foreign = foreign_files(out)
+        has_run = len(foreign) < len(entries)
+        if foreign:
+            named = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            what = "also holds files that are not part of its longbert run" if has_run else \
+                "is a non-empty directory that holds no longbert run"
+            raise ConfigError(f"--output {str(out)!r} {what} ({named}); longbert writes only into an empty "
+                              "directory or one of its own runs (--overwrite replaces only a longbert output): "
+                              "pick an empty or new directory, or move those files out")
         if has_run and not (cfg.write.overwrite or cfg.write.resume):
             raise ConfigError(f"--output {str(out)!r} already holds a run; pass --resume to continue it or "
                               "--overwrite to replace it")
-        if out.exists() and not has_run and any(out.iterdir()) and not cfg.write.overwrite:
-            raise ConfigError(f"--output {str(out)!r} is a non-empty directory that holds no longbert run; "
-                              "pick an empty or new directory")
         return
     if cfg.write.resume:
         raise ConfigError("--resume needs a directory output of numbered parts: pass -o DIR/ (ending in /)")

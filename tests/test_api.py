@@ -71,8 +71,8 @@ def test_encode_equals_extract_nan_rows_and_reasons(runner, tiny_model_dir, tmp_
     texts = [TEXTS[0], "", TEXTS[1], None, "\u200b", TEXTS[2]]
     X, errors = longbert.encode(texts, model=str(tiny_model_dir), max_length=ML, strategy="chunk",
                                 return_errors=True, show_progress_bar=False)
-    # the model stays loaded between calls; a single string is one row
-    one = longbert.encode(TEXTS[1], model=str(tiny_model_dir), max_length=ML, strategy="chunk")
+    # the model stays loaded between calls
+    one = longbert.encode([TEXTS[1]], model=str(tiny_model_dir), max_length=ML, strategy="chunk")
     np.testing.assert_array_equal(one, X[[2]])
     assert len(loads) == 1
     rows = extract_rows(runner, tiny_model_dir, tmp_path, [TEXTS[0], "", TEXTS[1], "\u200b", TEXTS[2]],

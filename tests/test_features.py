@@ -25,7 +25,8 @@ from pipeline.probe import format_probe, probe_files
 from pipeline.stats import corpus_stats, format_stats
 from pipeline.vectorizer import LongBertVectorizer
 from pipeline.types import ModelFacts
-from pipeline.write import output_schema, read_manifest
+from pipeline.schema import output_schema
+from pipeline.write import read_manifest
 
 ML = 16          # --max-length: C = 14 content tokens
 C = ML - 2

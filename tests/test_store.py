@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from pipeline.errors import ConfigError, RunError
-from pipeline.store import (DB_NAME, NotAStore, StoreDamaged, WindowStore, checksum, clear_store, default_cache,
+from pipeline.paths import default_cache
+from pipeline.store import (DB_NAME, NotAStore, StoreDamaged, WindowStore, checksum, clear_store,
                             format_stats, pool_key, window_key)
 
 REPO = Path(__file__).resolve().parents[1]
