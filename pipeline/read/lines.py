@@ -27,7 +27,10 @@ from ..errors import InputError
 from .sources import FORMAT_NAMES, Source, how
 from .specs import (BlockSpec, Columns, FileScan, check_named_once, count_id, finish_table, missing_message,
                     needed_flags, row_ids)
-from .streams import decode_message, hash_and_check_bytes, line_decoding, lines, magic_check, open_binary
+from .json_text import raw_values
+from .magic import magic_check
+from .encoding_advice import undecodable_message
+from .streams import hash_and_check_bytes, line_decoding, lines, open_binary
 
 
 @dataclass
@@ -46,13 +49,21 @@ class _Record:
     bad: _BadRecord | None = None
 
 
-def _decode(src: Source, cols: Columns, raw: bytes, offset: int, line: int) -> str:
-    """One line's text; InputError (file, byte, line, the --encoding to pass) if it does not decode."""
+class _Undecodable(Exception):
+    """A data line that does not decode, under --on-bad-lines skip: its record is skipped and counted."""
+
+
+def _decode(src: Source, cols: Columns, raw: bytes, offset: int, line: int, skip: bool = False) -> str:
+    """One line's text; InputError (file, byte, line, the --encoding to pass) if it does not decode,
+    or with ``skip`` (a data line under --on-bad-lines skip) _Undecodable, naming the bytes."""
     try:
         text = raw.decode(line_decoding(cols.encoding))
     except UnicodeDecodeError as err:
-        raise InputError(decode_message(src.path, cols.encoding, offset + err.start, line,
-                                        raw[err.start:err.start + 4], raw[:4] if offset == 0 else b"")) from None
+        if skip:
+            raise _Undecodable(f"not valid {cols.encoding} (bytes {raw[err.start:err.start + 4].hex(' ')})") from None
+        raise InputError(undecodable_message(src.path, src.compression, cols.encoding, offset + err.start, line,
+                                             raw[err.start:err.start + 4], raw[:4096] if offset == 0 else b"",
+                                             src.format)) from None
     return text[1:] if offset == 0 and text.startswith("\ufeff") else text
 
 
@@ -65,6 +76,7 @@ class _Feed:
         self.start: tuple[int, int, int] | None = None   # (line, offset, end of that line) of the record
         self.mark = False
         self.last = b"\n"                                 # the last line read, as bytes
+        self.skip = False                                 # data lines: an undecodable one is _Undecodable
 
     @property
     def unterminated(self) -> bool:
@@ -79,7 +91,7 @@ class _Feed:
         self.last = raw
         if self.mark:
             self.start, self.mark = (line, offset, offset + len(raw)), False
-        return _decode(self.src, self.cols, raw, offset, line)
+        return _decode(self.src, self.cols, raw, offset, line, self.skip)
 
 
 class _LineReader:
@@ -127,11 +139,12 @@ class _LineReader:
                 reader = csv.reader(feed, delimiter=self.delimiter, strict=True)
                 while True:
                     feed.mark, feed.start = True, None
+                    feed.skip = self.cols.on_bad_lines == "skip" and not skip_header
                     try:
                         row = next(reader)
                     except StopIteration:
                         return
-                    except csv.Error as err:
+                    except (csv.Error, _Undecodable) as err:
                         assert feed.start is not None
                         start_line, start_offset, first_end = feed.start
                         yield _Record(start_line, start_offset, None,
@@ -154,7 +167,11 @@ class _LineReader:
     def _json_records(self, offset: int, line: int) -> Iterator[_Record]:
         with open_binary(self.src.path, self.src.compression, offset, self.cols.encoding) as fh:
             for number, start, raw in lines(fh, offset, line):
-                text = _decode(self.src, self.cols, raw, start, number)
+                try:
+                    text = _decode(self.src, self.cols, raw, start, number, self.cols.on_bad_lines == "skip")
+                except _Undecodable as err:
+                    yield _Record(number, start, None, _BadRecord(number, str(err), start))
+                    continue
                 if not text.strip():
                     continue
                 values, reason = self._json_values(text)
@@ -177,11 +194,11 @@ class _LineReader:
         missing = [k for k in self.cols.needed if k not in obj]
         if missing:
             return None, f"no key {missing[0]!r} (keys: {sorted(obj)[:10]})"
-        values = {k: _json_text(obj[k]) for k in self.cols.needed}
+        values = _json_texts(text, obj, self.cols)
         if "\\ud" not in text and "\\uD" not in text:
             return values, None  # strictly decoded UTF-8 holds no surrogates: only a \\u escape makes one
         for key, value in values.items():
-            lone = _SURROGATE.search(value)
+            lone = _SURROGATE.search(value or "")
             if lone:
                 return None, (f"key {key!r} holds a lone surrogate \\u{ord(lone.group()):04x} (half of a UTF-16 "
                               "pair, which no UTF-8 text can hold)")
@@ -204,9 +221,18 @@ def _object(pairs: list[tuple[str, object]]) -> dict:
     return obj
 
 
-def _json_text(value) -> str:
-    """A JSON value as text: strings as they are, anything else as its JSON text (7 -> '7', null -> 'null')."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+def _json_texts(text: str, obj: dict, cols: Columns) -> dict[str, str | None]:
+    """The needed values of one record: a string as it is; a JSON null as None (the text column: "",
+    an empty text, as a null parquet text); any other value as its text exactly as written in the line
+    (``1.50`` stays "1.50", ``1E+3`` "1E+3", ``[1, 2]`` "[1, 2]"), never re-printed."""
+    values = {k: obj[k] for k in cols.needed}
+    if all(isinstance(v, str) for v in values.values()):
+        return values
+    raw = raw_values(text, [k for k, v in values.items() if v is not None and not isinstance(v, str)])
+    out = {k: v if v is None or isinstance(v, str) else raw[k] for k, v in values.items()}
+    if out[cols.text_col] is None:
+        out[cols.text_col] = ""
+    return out
 
 
 def _cut_message(src: Source, bad: _BadRecord) -> str:
@@ -241,7 +267,10 @@ def columns(src: Source, cols: Columns) -> list[str]:
         return reader.header()
     with open_binary(src.path, src.compression, 0, cols.encoding) as fh:
         for number, start, raw in lines(fh, 0, 1):
-            text = _decode(src, cols, raw, start, number)
+            try:
+                text = _decode(src, cols, raw, start, number, cols.on_bad_lines == "skip")
+            except _Undecodable:
+                continue  # the record reader skips and counts it
             if text.strip():
                 try:
                     obj = json.loads(text)
@@ -255,6 +284,9 @@ def check(src: Source, names: list[str], cols: Columns, id_flag: str) -> None:
     """Needed columns present and named once; otherwise InputError with the columns and the fix
     (a JSON Lines key missing from the first object is checked line by line instead)."""
     check_named_once(src.path, names, cols, id_flag)
+    if not names and src.format != "jsonl":
+        raise InputError(f"{src.path}: the file is empty (it holds no header line, only blank lines or nothing); "
+                         f"a {FORMAT_NAMES[src.format]} file needs a header line with a {cols.text_col!r} column")
     for col, flag in needed_flags(cols, id_flag):
         if col in names:
             continue
@@ -292,7 +324,8 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
     Raises:
         InputError: an empty CSV/TSV, bytes that do not decode, a bad record (--on-bad-lines error).
     """
-    sha, n_bytes = hash_and_check_bytes(src.path, cols.encoding, src.compression)
+    sha, n_bytes = hash_and_check_bytes(src.path, cols.encoding, src.compression, src.format,
+                                        skip_undecodable=cols.on_bad_lines == "skip")
     reader = _LineReader(src, cols)
     header = reader.header()
     if header == [] and src.format != "jsonl":
@@ -316,7 +349,7 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
         in_block += 1
         n_rows += 1
         if cols.id_col is not None:
-            dups += count_id(seen, rec.values[cols.id_col])
+            dups += count_id(seen, rec.values[cols.id_col] or "")  # a null id counts as "", as in parquet
         if in_block == block_rows:
             specs.append(BlockSpec(first_index + len(specs), path, src.format, first_row + n_rows - in_block,
                                    in_block, cols, src.compression, start.offset, start.line))
