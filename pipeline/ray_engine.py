@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from .block import BlockCounts, Extractor, output_for
 from .config import PipelineConfig
 from .errors import ConfigError, PipelineError, RunError
-from .read import BlockSpec, read_block
+from .read import BlockSpec, read_block, verify_inputs
 from .lock import holds_output
 from .run import Summary, check, fail_on_row_error, open_run, run_fingerprint, writing
 from .write import check_resume
@@ -233,6 +233,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
                 sink.write(spec, table)
                 bar.update(table.num_rows)
                 summary.add(counts)
+        verify_inputs(plan.files)  # the inputs are still what the scan hashed (RunError, exit 1)
         summary.n_bytes = sink.commit()
     summary.seconds = time.perf_counter() - started
     return summary

@@ -33,13 +33,15 @@ import pyarrow as pa
 from ..config import ReadConfig
 from ..errors import InputError
 from . import lines, parquet, text
-from .sources import LINE_FORMATS, TEXT_SUFFIXES, Source, expand_inputs, walk
+from .recheck import check_stamps, verify_inputs
+from .sources import LINE_FORMATS, SKIPPED_SHOWN, TEXT_SUFFIXES, Source, expand_inputs, walk
 from .specs import BlockSpec, Columns, FileScan
 
 FORMATS: dict[str, ModuleType] = {"csv": lines, "tsv": lines, "jsonl": lines, "parquet": parquet, "text": text}
 
 __all__ = ["BlockSpec", "Columns", "FileScan", "FORMATS", "LINE_FORMATS", "Plan", "Source", "TEXT_SUFFIXES",
-           "block_from_texts", "expand_inputs", "read_block", "read_blocks", "row_location", "scan", "walk"]
+           "block_from_texts", "expand_inputs", "read_block", "read_blocks", "row_location", "scan", "verify_inputs",
+           "walk"]
 
 
 @dataclass
@@ -52,6 +54,7 @@ class Plan:
     duplicate_ids: int = 0                   # rows whose id appeared before (all rows are kept)
     id_note: str | None = None               # e.g. "ids from column 'id'" when --id-col was not given
     skipped_files: int = 0                   # files in input folders left out for their extension
+    skipped_names: list[str] = field(default_factory=list)  # the first few of them (paths as reached)
 
     @property
     def n_rows(self) -> int:
@@ -119,7 +122,8 @@ def scan(cfg: ReadConfig) -> Plan:
     """
     sources = expand_inputs(cfg)
     cols, note, found = _resolve_ids(sources, cfg)
-    plan = Plan(columns=cols, id_note=note, skipped_files=sum(src.skipped for src in sources))
+    plan = Plan(columns=cols, id_note=note, skipped_files=sum(src.skipped for src in sources),
+                skipped_names=[n for src in sources for n in src.skipped_names][:SKIPPED_SHOWN])
     id_flag = "--id-col" if cfg.id_col is not None else "--id-col (the input column 'id' is used when present)"
     parent = _common_parent(sources)
     seen: set[str] | None = set() if cols.ids == "string" else None
@@ -155,9 +159,14 @@ def read_block(spec: BlockSpec) -> pa.Table:
         (string, null where a parquet value is null) and, with ``with_source``, ``source`` (string).
 
     Raises:
-        InputError: the file changed since the scan (fewer rows than planned).
+        RunError: a file of the block is gone, or its size or modification time is not the scan's
+            (``recheck.check_stamps``, before and after the rows are read: exit 1, naming the file).
+        InputError: the file changed since the scan in a way the stamps missed (fewer rows than planned).
     """
-    return FORMATS[spec.format].read(spec)
+    check_stamps(spec)
+    table = FORMATS[spec.format].read(spec)
+    check_stamps(spec)  # and after: a change while the block was read
+    return table
 
 
 def row_location(spec: BlockSpec, i: int) -> str:

@@ -29,6 +29,7 @@ from .specs import (BlockSpec, Columns, FileScan, check_named_once, count_id, fi
                     needed_flags, row_ids)
 from .json_text import raw_values
 from .magic import magic_check
+from .recheck import stamp_of
 from .encoding_advice import undecodable_message
 from .streams import hash_and_check_bytes, line_decoding, lines, open_binary
 
@@ -324,6 +325,7 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
     Raises:
         InputError: an empty CSV/TSV, bytes that do not decode, a bad record (--on-bad-lines error).
     """
+    stamp = stamp_of([src.path])  # before the bytes are read: a change while they are is seen later
     sha, n_bytes = hash_and_check_bytes(src.path, cols.encoding, src.compression, src.format,
                                         skip_undecodable=cols.on_bad_lines == "skip")
     reader = _LineReader(src, cols)
@@ -352,11 +354,11 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
             dups += count_id(seen, rec.values[cols.id_col] or "")  # a null id counts as "", as in parquet
         if in_block == block_rows:
             specs.append(BlockSpec(first_index + len(specs), path, src.format, first_row + n_rows - in_block,
-                                   in_block, cols, src.compression, start.offset, start.line))
+                                   in_block, cols, src.compression, start.offset, start.line, stamp=stamp))
             in_block = 0
     if in_block:
         specs.append(BlockSpec(first_index + len(specs), path, src.format, first_row + n_rows - in_block,
-                               in_block, cols, src.compression, start.offset, start.line))
+                               in_block, cols, src.compression, start.offset, start.line, stamp=stamp))
     return FileScan(src.path, src.format, sha, n_bytes, n_rows, n_bad), specs, dups
 
 

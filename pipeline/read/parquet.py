@@ -17,6 +17,7 @@ from .sources import Source
 from .specs import (BlockSpec, Columns, FileScan, check_named_once, count_id, finish_table, missing_message,
                     needed_flags, row_ids)
 from .magic import magic_check
+from .recheck import stamp_of
 from .streams import file_sha256
 
 
@@ -111,6 +112,7 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
     Raises:
         InputError: a text column that is not a string, an id or keep column with no text form.
     """
+    stamp = stamp_of([src.path])  # before the bytes are read: a change while they are is seen later
     sha, n_bytes = file_sha256(src.path)
     try:
         pf = pq.ParquetFile(src.path)
@@ -138,12 +140,12 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
             at += take
             if n == block_rows:
                 specs.append(BlockSpec(first_index + len(specs), path, "parquet", row, n, cols,
-                                       row_groups=tuple(groups), skip=skip))
+                                       row_groups=tuple(groups), skip=skip, stamp=stamp))
                 row += n
                 n = 0
     if n:
         specs.append(BlockSpec(first_index + len(specs), path, "parquet", row, n, cols,
-                               row_groups=tuple(groups), skip=skip))
+                               row_groups=tuple(groups), skip=skip, stamp=stamp))
         row += n
     return FileScan(src.path, "parquet", sha, n_bytes, row - first_row), specs, dups
 

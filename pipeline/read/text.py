@@ -6,7 +6,6 @@ The format interface (see ``pipeline.read``): ``columns``, ``check``, ``scan``, 
 from __future__ import annotations
 
 import codecs
-import hashlib
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,6 +14,7 @@ from ..errors import InputError
 from .sources import Source
 from .specs import BlockSpec, Columns, FileScan, count_id, finish_table
 from .magic import binary_kind, head_of
+from .recheck import stamp_of, text_digest
 from .streams import WIDE, hash_and_check_bytes, python_encoding
 
 
@@ -34,20 +34,23 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
          seen: set[str] | None) -> tuple[FileScan, list[BlockSpec], int]:
     """Check that every file decodes and cut the files into blocks of ``block_rows`` files.
     The sha256 covers each file's relative path and bytes, in order."""
-    digest = hashlib.sha256()
+    shas: list[tuple[str, str]] = []
+    stamps: list[int] = []
     n_bytes = dups = 0
     for rel in src.files:
         file = src.path / rel
+        stamps += stamp_of([file])  # before the bytes are read: a change while they are is seen later
         _check_text(file, cols.encoding)
         sha, size = hash_and_check_bytes(file, cols.encoding, fmt="text")
-        digest.update(f"{rel}\0{sha}\0".encode())
+        shas.append((rel, sha))
         n_bytes += size
         dups += count_id(seen, rel)
     path = str(src.path.resolve())
     specs = [BlockSpec(first_index + k, path, "text", first_row + start, len(src.files[start:start + block_rows]),
-                       cols, files=src.files[start:start + block_rows])
+                       cols, files=src.files[start:start + block_rows],
+                       stamp=tuple(stamps[2 * start:2 * (start + block_rows)]))
              for k, start in enumerate(range(0, len(src.files), block_rows))]
-    return FileScan(src.path, "text", digest.hexdigest(), n_bytes, len(src.files)), specs, dups
+    return FileScan(src.path, "text", text_digest(shas), n_bytes, len(src.files), files=src.files), specs, dups
 
 
 def _check_text(file: Path, encoding: str) -> None:
