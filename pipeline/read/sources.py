@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,13 +71,15 @@ def _name_check(path: Path) -> None:
                          "be shown; rename the file to UTF-8 (e.g. convmv -f latin1 -t utf-8 --notest)") from None
 
 
-def walk(root: Path) -> list[Path]:
+def walk(root: Path, keep: Callable[[Path], bool] | None = None) -> list[Path]:
     """Every file under ``root`` (paths through ``root``), each once, in sorted relative-path order.
 
     Symlinks are followed once: a folder already walked (same device and inode) is not walked again,
     so a symlink loop ends; a file reached twice (through links) is listed once, by the path that
     sorts first. Folders reached through a symlink are walked after the real tree, so a file has its
     real path where it has one. Hidden files and folders (names starting with '.') are left out.
+    ``keep`` (a glob's match) chooses among the files before the copies are dropped, so a file is
+    listed by a path that ``keep`` accepts when it has one.
     """
     seen_dirs: set[tuple[int, int]] = set()
     found: list[tuple[str, tuple[int, int], Path]] = []
@@ -101,6 +104,8 @@ def walk(root: Path) -> list[Path]:
                 found.append((entry.relative_to(root).as_posix(), (fst.st_dev, fst.st_ino), entry))
     out, seen_files = [], set()
     for _, key, path in sorted(found, key=lambda f: f[0]):
+        if keep is not None and not keep(path):
+            continue
         if key not in seen_files:
             seen_files.add(key)
             out.append(path)
@@ -127,7 +132,7 @@ def _glob(pattern: str) -> tuple[Path, list[Path]]:
     rest = list(Path(pattern).parts[len(base.parts):])
     if not base.is_dir():
         return base, []
-    return base, [f for f in walk(base) if _segments_match(rest, list(f.relative_to(base).parts))]
+    return base, walk(base, lambda f: _segments_match(rest, list(f.relative_to(base).parts)))
 
 
 SKIPPED_SHOWN = 5  # a folder's skipped files named in the summary; the rest are counted
