@@ -5,14 +5,19 @@ the driver before any model loads (exit 2 with file and line on bad input), and 
 wherever a block is processed, from the spec alone.
 
 Formats (by extension, or ``--format``): CSV (``--delimiter``), TSV, JSON Lines, parquet, and folders
-or globs of ``.txt`` / ``.md`` files (one document per file); ``.gz`` and ``.zst`` variants of the
-line formats are read as streams. Folders and globs are walked by one walker (``sources.walk``):
-symlinks followed once, each file once, files of other extensions in a folder counted
-(``Plan.skipped_files``), a glob matching files of no known format refused.
+or globs of ``.txt`` / ``.md`` files (one document per file); ``.gz``, ``.zst``, ``.bz2`` and ``.xz``
+variants of the line formats are read as streams, and what a file is comes from its first bytes too
+(``magic``). Folders and globs are walked by one walker (``sources.walk``): symlinks followed once,
+each file once, files of other extensions in a folder counted and the first few named
+(``Plan.skipped_files``, ``Plan.skipped_names``), a glob matching files of no known format refused. A
+file reached through several inputs is read once; a pipe is copied to a temporary file (``pipes``).
+While the run reads, each block's files are checked against the scan's size and time, and the
+engines compare every input's sha256 with the scan's before the output is committed (``recheck``).
 
-Layout: ``sources`` (command-line inputs -> Sources), ``streams`` (bytes: opening, decompression,
-decode check, the line splitter), ``specs`` (Columns, BlockSpec, FileScan), and one module per format
-family: ``lines`` (CSV, TSV, JSON Lines), ``parquet``, ``text``. Each format module has the same
+Layout: ``sources`` (command-line inputs -> Sources), ``pipes``, ``magic`` (first bytes), ``streams``
+(bytes: opening, decompression, decode check, the line splitter), ``encoding_advice``, ``specs``
+(Columns, BlockSpec, FileScan), ``recheck``, and one module per format family: ``lines`` (CSV, TSV,
+JSON Lines; with ``json_text`` and ``line_messages``), ``parquet``, ``text``. Each format module has the same
 functions: ``columns(src, cols)``, ``check(src, names, cols, id_flag)``, ``scan(src, cols, block_rows,
 first_row, first_index, seen)``, ``read(spec)`` and ``locate(spec, i)``. ``FORMATS`` maps a format name
 to its module: a new format is one module and one row there.

@@ -27,19 +27,12 @@ from ..errors import InputError
 from .sources import FORMAT_NAMES, Source, how
 from .specs import (BlockSpec, Columns, FileScan, check_named_once, count_id, finish_table, missing_message,
                     needed_flags, row_ids)
+from .encoding_advice import undecodable_message
 from .json_text import raw_values
+from .line_messages import BadRecord, bad_message, cut_message, delimiter_hint
 from .magic import magic_check
 from .recheck import stamp_of
-from .encoding_advice import undecodable_message
 from .streams import hash_and_check_bytes, line_decoding, lines, open_binary
-
-
-@dataclass
-class _BadRecord(Exception):
-    line: int        # 1-based physical line where the record starts
-    reason: str
-    offset: int = 0  # byte offset where it starts (of the decompressed text)
-    cut: bool = False  # it runs into the end of the file, which has no final line end: a cut-short file
 
 
 @dataclass
@@ -47,7 +40,7 @@ class _Record:
     line: int                     # 1-based line where the record starts
     offset: int                   # its byte offset
     values: dict[str, str] | None  # None: a bad record (skipped)
-    bad: _BadRecord | None = None
+    bad: BadRecord | None = None
 
 
 class _Undecodable(Exception):
@@ -149,7 +142,7 @@ class _LineReader:
                         assert feed.start is not None
                         start_line, start_offset, first_end = feed.start
                         yield _Record(start_line, start_offset, None,
-                                      _BadRecord(start_line, str(err), start_offset, feed.unterminated))
+                                      BadRecord(start_line, str(err), start_offset, feed.unterminated))
                         offset, line = first_end, start_line + 1  # go on at the next line
                         break
                     if not row:
@@ -159,7 +152,7 @@ class _LineReader:
                         continue
                     start_line, start_offset, _ = feed.start
                     if len(row) != len(header):
-                        yield _Record(start_line, start_offset, None, _BadRecord(
+                        yield _Record(start_line, start_offset, None, BadRecord(
                             start_line, f"expected {len(header)} fields, saw {len(row)}", start_offset,
                             feed.unterminated))
                         continue
@@ -171,14 +164,14 @@ class _LineReader:
                 try:
                     text = _decode(self.src, self.cols, raw, start, number, self.cols.on_bad_lines == "skip")
                 except _Undecodable as err:
-                    yield _Record(number, start, None, _BadRecord(number, str(err), start))
+                    yield _Record(number, start, None, BadRecord(number, str(err), start))
                     continue
                 if not text.strip():
                     continue
                 values, reason = self._json_values(text)
                 if reason is not None:
                     cut = not raw.endswith((b"\n", b"\r"))
-                    yield _Record(number, start, None, _BadRecord(number, reason, start, cut))
+                    yield _Record(number, start, None, BadRecord(number, reason, start, cut))
                     continue
                 yield _Record(number, start, values)
 
@@ -236,28 +229,6 @@ def _json_texts(text: str, obj: dict, cols: Columns) -> dict[str, str | None]:
     return out
 
 
-def _cut_message(src: Source, bad: _BadRecord) -> str:
-    """A last record that runs into the end of a file with no final line end: the file is cut short."""
-    where = "of the decompressed text" if src.compression else "of the file"
-    reason = 'a quoted field is still open (unbalanced ")' if "unexpected end of data" in bad.reason else bad.reason
-    return (f"{src.path}: line {bad.line} (byte {bad.offset} {where}): the file ends inside this record, with no "
-            f"line end ({reason}); it looks cut short, as by an interrupted download or copy: get the whole "
-            "file again, or complete the record and end the line")
-
-
-def _bad_message(src: Source, bad: _BadRecord) -> str:
-    if "unexpected end of data" in bad.reason:
-        what = "a quoted field starts here and never ends (unbalanced \"); close the quote"
-    else:
-        what = f"{bad.reason}; fix the line"
-    hint = ""
-    if src.format == "jsonl":
-        hint = f" ({how(src)}; pass --format csv or tsv if it is not JSON Lines)"
-    elif src.format != "csv" or src.compression or not src.by_extension:
-        hint = f" ({how(src)})"
-    return f"{src.path}: line {bad.line}: {what}{hint}, or pass --on-bad-lines skip to drop such lines"
-
-
 # ---------------------------------------------------------------------------------------------- interface
 
 def columns(src: Source, cols: Columns) -> list[str]:
@@ -299,20 +270,7 @@ def check(src: Source, names: list[str], cols: Columns, id_flag: str) -> None:
             raise InputError(f"{src.path}: the first line looks like JSON Lines, but the file was {how(src)}; "
                              f"pass --format jsonl or name it .jsonl (no column {col!r} in a {FORMAT_NAMES[src.format]} "
                              "header)")
-        raise InputError(missing_message(src.path, names, col, flag) + _delimiter_hint(names, cols, src.format))
-
-
-def _delimiter_hint(names: list[str], cols: Columns, fmt: str) -> str:
-    """A one-column header that holds another delimiter: the option that reads it."""
-    if len(names) != 1:
-        return ""
-    delim = cols.delimiter or ("\t" if fmt == "tsv" else ",")
-    for char, name, fix in (("\t", "a tab", "--format tsv or --delimiter $'\\t'"),
-                            (";", "a semicolon", "--delimiter ';'"),
-                            (",", "a comma", "--delimiter ','"), ("|", "a '|'", "--delimiter '|'")):
-        if char != delim and char in names[0]:
-            return f" (the header has no {delim!r} but has {name}: pass {fix})"
-    return ""
+        raise InputError(missing_message(src.path, names, col, flag) + delimiter_hint(names, cols, src.format))
 
 
 def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_index: int,
@@ -341,9 +299,9 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
     for rec in reader.records(header):
         if rec.values is None:
             if rec.bad.cut:
-                raise InputError(_cut_message(src, rec.bad))
+                raise InputError(cut_message(src, rec.bad))
             if cols.on_bad_lines == "error":
-                raise InputError(_bad_message(src, rec.bad))
+                raise InputError(bad_message(src, rec.bad))
             n_bad += 1
             continue
         if in_block == 0:

@@ -11,10 +11,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..errors import InputError
-from .sources import Source
-from .specs import BlockSpec, Columns, FileScan, count_id, finish_table
 from .magic import binary_kind, head_of
 from .recheck import stamp_of, text_digest
+from .sources import Source
+from .specs import BlockSpec, Columns, FileScan, count_id, finish_table
 from .streams import WIDE, hash_and_check_bytes, python_encoding
 
 
