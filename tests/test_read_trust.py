@@ -397,3 +397,19 @@ def test_extract_exits_1_and_a_dir_keeps_its_parts_when_an_input_changes(runner,
     assert result.output.startswith(f"Error: {src}: the input changed while the run read it")
     parts = sorted(p.name for p in out.glob("_part-*.parquet.pending"))   # finished parts, kept for --resume
     assert len(parts) == 3 and not (out / "_manifest.parquet").exists()
+
+
+def test_a_json_null_label_is_no_class_for_probe(runner, tiny_model_dir, tmp_path):
+    from pipeline.probe import probe_file
+
+    labels = ["a", "b"] * 4 + [None]
+    src = tmp_path / "l.jsonl"
+    src.write_text("".join(json.dumps({"text": f"w{i} w{i + 1} words", "label": lab}) + "\n"
+                           for i, lab in enumerate(labels)))
+    out = tmp_path / "f.parquet"
+    result = invoke(runner, ["extract", src, "--model", tiny_model_dir, "--keep-col", "label", "--no-progress",
+                             "-o", out])
+    assert result.exit_code == 0, result.output
+    assert pq.read_table(out).column("label").to_pylist() == labels
+    [report] = probe_file(out, "label", folds=2)
+    assert report["classes"] == 2 and report["rows"] == 8 and report["left_out"] == 1

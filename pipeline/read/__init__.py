@@ -161,7 +161,7 @@ def read_block(spec: BlockSpec) -> pa.Table:
     Returns:
         A table of ``spec.n_rows`` rows, in input order, with columns ``id`` (int64 row number, or
         string: the id column's value or the text file's path), ``text`` (string), each keep column
-        (string, null where a parquet value is null) and, with ``with_source``, ``source`` (string).
+        (string, null where a parquet or JSON value is null; a JSON number as written) and, with ``with_source``, ``source`` (string).
 
     Raises:
         RunError: a file of the block is gone, or its size or modification time is not the scan's

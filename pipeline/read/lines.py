@@ -4,7 +4,9 @@ Every CSV/TSV field is read as text exactly as written (the standard library's c
 inference, no missing-value markers), so "007", "NA" and "3.50" stay strings. pandas' C parser was
 not used: it drops whitespace-only lines as blank and silently rewrites a stray quote
 ('"x"y"' -> 'xy"'); both lose or change a row. Lines end in ``\\n``, ``\\r\\n`` or ``\\r``; line
-numbers in messages count all three. A JSON Lines record is one line holding one JSON object; one
+numbers in messages count all three. A JSON Lines record is one line holding one JSON object; a value
+that is not a string is kept as its text exactly as written (``json_text``: ``1.50`` stays "1.50"), and
+a null is a null (a null text an empty text), as parquet gives. A JSON Lines record
 that names a key twice, or holds a lone surrogate (``"\\ud83d"``) in a value read, is a bad record.
 A bad last record with no final line end (cut inside a quote or a JSON value) means the file was cut
 short: an InputError naming line and byte, even with ``--on-bad-lines skip``.
