@@ -19,7 +19,8 @@ UNSUPPORTED = {b"\x04\x22\x4d\x18": ("LZ4-compressed", "lz4 -d FILE"),
                b"Rar!\x1a\x07": ("a RAR archive", "unrar x FILE"),
                b"LZIP": ("lzip-compressed", "lzip -d FILE"),
                b"\x1f\x9d": ("compressed with Unix compress (.Z)", "uncompress FILE")}
-BINARY = {b"PK\x03\x04": "a zip archive (an .xlsx, .docx or .zip file)", b"\x89PNG": "a PNG image",
+ZIP = b"PK\x03\x04"
+BINARY = {ZIP: "a zip archive (an .xlsx, .docx or .zip file)", b"\x89PNG": "a PNG image",
           b"%PDF": "a PDF document", b"\xff\xd8\xff": "a JPEG image",
           b"\xd0\xcf\x11\xe0": "an old Office file (.xls, .doc)", b"PAR1": "a parquet file"}
 HEAD_BYTES = 8
@@ -77,9 +78,10 @@ def magic_check(src: Source, path: Path) -> None:
     _unsupported(src, path, head)
     for magic, what in BINARY.items():
         if magic != b"PAR1" and head.startswith(magic):
+            unzip = "; a .zip archive: unzip it and pass the files inside" if magic == ZIP else ""
             raise InputError(f"{path}: this is {what} (it starts with bytes {magic.hex(' ')}), not text; it was "
-                             f"{how(src)}; export it as CSV or JSON Lines (a spreadsheet: save as \"CSV UTF-8\"), "
-                             "or leave it out of the inputs")
+                             f"{how(src)}; export it as CSV or JSON Lines (a spreadsheet: save as \"CSV UTF-8\""
+                             f"{unzip}), or leave it out of the inputs")
     if head.startswith(b"PAR1") and src.format != "parquet":
         raise InputError(f"{path}: this is a parquet file (it starts with PAR1) but was {how(src)}; "
                          "name it .parquet or pass --format parquet")

@@ -39,7 +39,7 @@ class Source:
     files: tuple[str, ...] = ()              # text: the documents, relative to ``path`` (POSIX)
     skipped: int = 0                         # folder: files left out for their extension (not .txt/.md)
     forced: bool = False                     # the format came from --format (else the extension or the default)
-    skipped_names: tuple[str, ...] = ()      # folder: the first files left out, relative to ``path``
+    skipped_names: tuple[str, ...] = ()      # folder: the first files left out (paths through the folder given)
     spooled_from: str = ""                   # a pipe copied to ``path``: the name the user gave
 
 
