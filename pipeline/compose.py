@@ -21,6 +21,7 @@ from .config import DEFAULT_MODEL, PipelineConfig
 from .errors import ConfigError, RunError
 from .lock import holds_output
 from .model import model_label
+from .read import verify_inputs
 from .run import BatchProgress, Summary, fail_on_row_error, open_run, prefetch, run_fingerprint, scan_inputs, writing
 from .stages import BUILT_IN, STAGE_NAMES, Context, describe
 from .write import check_resume
@@ -231,6 +232,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=Non
                 fail_on_row_error(out.table, spec)
             sink.write(spec, out.table)
             progress.end_block()
+        verify_inputs(plan.files)  # the inputs are still what the scan hashed (RunError, exit 1)
         summary.n_bytes = sink.commit()
     summary.seconds = time.perf_counter() - started
     return summary

@@ -46,7 +46,7 @@ def _labels(path: str | Path, label_col: str, ids: np.ndarray, meta: dict[str, A
     if label_col == id_name:
         return ids.astype(str)
     if label_col in meta["kept"]:
-        return np.asarray(meta["kept"][label_col], dtype=object).astype(str)
+        return np.asarray(meta["kept"][label_col], dtype=object)   # a null label stays None (probe_file drops it)
     if label_col in COMPUTED or label_col in [f["column"] for f in meta.get("features") or []]:
         raise InputError(f"{path}: --label-col {label_col!r} is a column longbert computes, not a label; pass one "
                          f"of {usable}, or extract again with --keep-col LABEL")
@@ -86,7 +86,9 @@ def probe_file(path: str | Path, label_col: str, folds: int = 5, seed: int = 0) 
         if meta.get("level") == "window":
             raise InputError(f"{path} is a --level window output (one row per window); probe scores one vector "
                              "per document: extract with --level document (e.g. --aggregate first,last,mean,max)")
-        y = _labels(path, label_col, ids, meta)                              # (N,) str
+        y = _labels(path, label_col, ids, meta)                              # (N,) str, None: a null label
+        labelled = np.array([v is not None for v in y], dtype=bool)          # a null is no class (as in a corpus)
+        X, y = X[labelled], y[labelled].astype(str)                          # (n, D), (n,) str
         classes, counts = check_classes(y, folds, str(path), label_col)
         strategy = meta.get("strategy") or {}
         results.append({
@@ -98,7 +100,7 @@ def probe_file(path: str | Path, label_col: str, folds: int = 5, seed: int = 0) 
             "layer_agg": meta.get("layer_agg"),
             "dimension": int(X.shape[1]),
             "rows": int(X.shape[0]),
-            "left_out": len(meta["left_out"]),
+            "left_out": len(meta["left_out"]) + int((~labelled).sum()),
             "classes": len(classes),
             "majority": float(counts.max() / counts.sum()),
             "windows_per_doc": windows_per_doc(strategy, meta["rows"]["n_tokens"]) if strategy else None,

@@ -30,7 +30,7 @@ from .block import BlockCounts, output_for
 from .compose import Extractor
 from .config import PipelineConfig
 from .errors import ConfigError, PipelineError, RunError
-from .read import BlockSpec, read_block
+from .read import BlockSpec, read_block, verify_inputs
 from .lock import holds_output
 from .run import Summary, check, fail_on_row_error, open_run, run_fingerprint, writing
 from .write import check_resume
@@ -234,6 +234,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
                 sink.write(spec, table)
                 bar.update(table.num_rows)
                 summary.add(counts)
+        verify_inputs(plan.files)  # the inputs are still what the scan hashed (RunError, exit 1)
         summary.n_bytes = sink.commit()
     summary.seconds = time.perf_counter() - started
     return summary

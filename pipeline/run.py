@@ -51,6 +51,7 @@ class Summary:
     id_note: str | None = None
     windows_saved: int = 0       # windows not encoded: shared between strategies or identical token ids
     skipped_files: int = 0       # files in input folders left out for their extension
+    skipped_names: list[str] = field(default_factory=list)  # the first of them, named in the line
     windows_cached: int = 0      # unique windows taken from the window store, not encoded
     cache: bool = False          # --cache was given: the line says how many windows came from the store
     notes: list[str] = field(default_factory=list)   # e.g. parts redone, a lock taken over
@@ -67,11 +68,20 @@ class Summary:
         text = (f"{self.documents} documents, {self.tokens} tokens, {self.windows} windows encoded{cached}, "
                 f"{self.errors} rows with errors, {self.seconds:.1f} s -> {self.output}")
         extra = [self.id_note] if self.id_note else []
-        extra += [template.format(getattr(self, name)) for name, template in _NOTED if getattr(self, name)]
+        extra += [self._noted(name, template) for name, template in _NOTED if getattr(self, name)]
         if self.tokens and self.unknown_tokens / self.tokens >= UNKNOWN_WARN_SHARE:
             extra.append(unknown_warning(self.unknown_tokens, self.tokens))
         extra += self.notes
         return text + ("" if not extra else " (" + "; ".join(extra) + ")")
+
+
+    def _noted(self, name: str, template: str) -> str:
+        """One bracketed count; the skipped files are named (the first few, then how many more)."""
+        text = template.format(getattr(self, name))
+        if name == "skipped_files" and self.skipped_names:
+            more = self.skipped_files - len(self.skipped_names)
+            text = f"{text[:-1]}: {', '.join(self.skipped_names)}{f' and {more} more' if more > 0 else ''})"
+        return text
 
 
 # Summary field <- BlockCounts field, for Summary.add
@@ -205,6 +215,7 @@ def open_run(cfg: PipelineConfig, schema: pa.Schema, plan: Plan, echo: Callable[
     sink = open_sink(cfg, schema, run_fingerprint(cfg, plan))
     summary = Summary(output=str(cfg.write.output), skipped_lines=plan.n_bad_lines,
                       duplicate_ids=plan.duplicate_ids, id_note=plan.id_note, skipped_files=plan.skipped_files,
+                      skipped_names=plan.skipped_names,
                       cache=cfg.write.cache is not None)
     done = sink.open(plan.blocks)
     todo = [spec for spec in plan.blocks if spec.index not in done]

@@ -1,14 +1,18 @@
-"""Byte-level fuzzing of the read stage (issue 17): valid inputs in every format and compression, each
-corrupted by one cut, flipped, inserted or deleted byte, fed to ``scan`` + ``read_block`` directly.
+"""Byte-level fuzzing of the read stage (issues 17 and 23): valid inputs in every format and compression
+(gzip, zstd, bzip2, xz), each corrupted by one cut, flipped, inserted or deleted byte, fed to ``scan`` +
+``read_block`` directly; one input in eight comes through a named pipe (as ``<(zcat x.gz)`` does), and
+JSON Lines with numbers, nulls and booleans as ids and kept columns are fuzzed on their own.
 
 What is asserted for every corrupted input:
   * the reader either returns rows or raises InputError whose message names the file; any other
     exception fails the test (it would be a traceback for the user);
   * when it returns rows, they equal the rows of an independent reference parse of the same stored
     bytes: decompression by another API (``zlib.decompress(wbits=31)`` for gzip, one-shot
-    ``zstandard.decompress`` for zstd; both check the stream's end and checksum), strict UTF-8
+    ``zstandard.decompress`` for zstd; both check the stream's end and checksum; ``bz2.decompress``
+    and ``lzma.decompress`` for bzip2 and xz), strict UTF-8
     decoding, then the standard library's ``csv`` (strict) or ``json`` (repeated keys and lone
-    surrogates refused), or ``pyarrow.parquet.read_table`` of the whole file. If the reference
+    surrogates refused; a number kept as written by the ``parse_float`` / ``parse_int`` hooks, a null as
+    None), or ``pyarrow.parquet.read_table`` of the whole file. If the reference
     cannot parse the bytes, the reader must not return rows. So an accepted input never loses,
     adds or changes a row: "all rows the file holds" is what the reference finds there.
 Corruptions are applied to the stored bytes, and for compressed inputs also to the plain bytes before
@@ -17,12 +21,16 @@ repeatable; inputs that once failed are kept as regression cases below.
 """
 from __future__ import annotations
 
+import bz2
 import csv
 import gzip
 import io
 import json
+import lzma
+import os
 import random
 import re
+import threading
 import zlib
 from pathlib import Path
 
@@ -38,10 +46,11 @@ from pipeline.read import read_block, scan
 ROWS = [{"id": f"r{i}", "text": t} for i, t in enumerate([
     "plain words", 'a "quoted" word, and a comma', "two\nlines", "tab\tinside", "", "café – ünïcode 😀",
     "   ", "last one"])]
-LINE_KINDS = [(fmt, comp) for fmt in ("csv", "tsv", "jsonl") for comp in (None, "gz", "zst")]
+LINE_KINDS = [(fmt, comp) for fmt in ("csv", "tsv", "jsonl") for comp in (None, "gz", "zst", "bz2", "xz")]
 KINDS = LINE_KINDS + [("parquet", None), ("text", None)]
 CUTS = ("cut", "flip", "insert", "delete")
-PER_KIND_AND_CUT = 55                     # 11 kinds x 4 corruptions x 55 = 2,420 inputs
+PER_KIND_AND_CUT = 40                     # 17 kinds x 4 corruptions x 40 = 2,720 inputs
+PIPE_SHARE = 0.125                        # inputs (not text folders) given through a named pipe
 
 
 def plain_bytes(fmt: str) -> bytes:
@@ -59,6 +68,10 @@ def compress(data: bytes, comp: str | None) -> bytes:
         return gzip.compress(data, mtime=0)
     if comp == "zst":
         return zstandard.ZstdCompressor(write_checksum=True).compress(data)
+    if comp == "bz2":
+        return bz2.compress(data)
+    if comp == "xz":
+        return lzma.compress(data)
     return data
 
 
@@ -96,8 +109,12 @@ def _decompress(data: bytes, comp: str | None) -> bytes:
             return out
         if comp == "zst":
             return zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 20)
+        if comp == "bz2":
+            return bz2.decompress(data)
+        if comp == "xz":
+            return lzma.decompress(data, format=lzma.FORMAT_XZ)
         return data
-    except (zlib.error, zstandard.ZstdError) as err:
+    except (zlib.error, zstandard.ZstdError, OSError, EOFError, ValueError, lzma.LZMAError) as err:
         raise NotReadable(err) from None
 
 
@@ -159,9 +176,26 @@ def read_all(src: Path, **options) -> list[tuple[str, str]]:
     return [(r["id"], r["text"]) for spec in plan.blocks for r in read_block(spec).to_pylist()]
 
 
-def check_one(folder: Path, fmt: str, comp: str | None, stored: bytes) -> str:
-    """Write one (corrupted) input, read it, and compare; returns 'rows' or 'refused'."""
-    if fmt == "text":
+def through_pipe(fifo: Path, data: bytes) -> None:
+    """Make ``fifo`` a named pipe that gives ``data`` once to its first reader (a thread writes it)."""
+    os.mkfifo(fifo)
+
+    def feed():
+        with open(fifo, "wb") as fh:
+            fh.write(data)
+    threading.Thread(target=feed, daemon=True).start()
+
+
+def check_one(folder: Path, fmt: str, comp: str | None, stored: bytes, pipe: bool = False) -> str:
+    """Write one (corrupted) input (``pipe``: give it through a named pipe), read it, and compare;
+    returns 'rows' or 'refused'."""
+    if pipe:
+        src = bad = folder / (f"in.{fmt}" + (f".{comp}" if comp else ""))
+        through_pipe(src, stored)
+        (folder / "copy").mkdir()
+        (folder / "copy" / bad.name).write_bytes(stored)   # a regular file for the reference parquet reader
+        options = {"id_col": "id"}
+    elif fmt == "text":
         (folder / "a.txt").write_text("first file")
         src, bad = folder, folder / "b.txt"
         bad.write_bytes(stored)
@@ -181,7 +215,7 @@ def check_one(folder: Path, fmt: str, comp: str | None, stored: bytes) -> str:
         except UnicodeDecodeError:
             raise AssertionError(f"accepted bytes that are not UTF-8: {stored!r}") from None
     elif fmt == "parquet":
-        expected = reference_parquet(bad)
+        expected = reference_parquet(folder / "copy" / bad.name if pipe else bad)
     else:
         expected = reference_rows(stored, fmt, comp)
     assert got == expected, f"{fmt} {comp}: read {got}, the file holds {expected}; bytes {stored!r}"
@@ -218,14 +252,15 @@ def test_fuzz_corrupted_inputs_read_whole_or_refused(tmp_path):
                     stored = corrupt(data, how, rng)
                 folder = tmp_path / str(n)
                 folder.mkdir()
+                pipe = fmt != "text" and rng.random() < PIPE_SHARE
                 try:
-                    outcomes[check_one(folder, fmt, comp, stored)] += 1
+                    outcomes[check_one(folder, fmt, comp, stored, pipe)] += 1
                 except AssertionError:
                     raise
                 except Exception as err:  # any other exception is a traceback for the user
                     raise AssertionError(f"{fmt} {comp} {how}: {type(err).__name__}: {err}; bytes {stored!r}") from err
                 n += 1
-    assert n >= 2000
+    assert n >= 2500
     assert outcomes["rows"] > 0 and outcomes["refused"] > 0   # both ends are exercised
 
 
@@ -246,3 +281,76 @@ def test_regression_cases_cover_what_failed():
     names = {c.name for c in CASES}
     assert {"jsonl.zst.NotReadable.bin", "tsv.gz.EOFError.bin", "parquet.OSError.bin",
             "tsv.UnicodeDecodeError.bin"} <= names
+
+
+# ---------------------------------------------------------------------------------------------- JSON values
+
+NUMBERS = ["1.50", "1.5", "1E+3", "1e-7", "-0", "0", "3.10", "12345678901234567890", "0.1000000000000000055511151231257827",
+           "-2.5E-3", "7"]
+OTHERS = ["null", "true", "false", '"1.50"', '"x"', '""']
+
+
+def json_values_bytes(rng: random.Random) -> bytes:
+    """JSON Lines whose ids and 'label' are numbers as written, nulls, booleans or strings."""
+    lines = []
+    for i in range(8):
+        ident = rng.choice(NUMBERS + OTHERS)
+        label = rng.choice(NUMBERS + OTHERS)
+        text = rng.choice(['"a text"', "null", '"caf\\u00e9"', "42"])
+        lines.append(f'{{"id": {ident}, "text": {text}, "label": {label}}}\n')
+    return "".join(lines).encode()
+
+
+def reference_json_values(data: bytes) -> list[tuple]:
+    """(id, text, label) per record: numbers as written (json's parse hooks), null None (text: ""),
+    booleans their JSON text; NotReadable when any record is bad."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise NotReadable("not UTF-8") from None
+    rows = []
+    for line in io.StringIO(text, newline=""):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line, object_pairs_hook=_no_repeats, parse_float=str, parse_int=str, parse_constant=str)
+        except ValueError:
+            raise NotReadable("bad JSON") from None
+        if not isinstance(obj, dict) or not {"id", "text", "label"} <= set(obj):
+            raise NotReadable("not a record")
+        if any(isinstance(obj[k], (list, dict)) for k in ("id", "text", "label")):
+            raise NotReadable("nested value: not generated here")
+        vals = [None if v is None else v if isinstance(v, str) else json.dumps(v) for v in
+                (obj["id"], obj["text"], obj["label"])]
+        vals[1] = "" if vals[1] is None else vals[1]
+        if any(v is not None and re.search("[\ud800-\udfff]", v) for v in vals):
+            raise NotReadable("lone surrogate")
+        rows.append(tuple(vals))
+    return rows
+
+
+def test_fuzz_json_numbers_and_nulls_kept_as_written(tmp_path):
+    rng = random.Random(23)
+    outcomes = {"rows": 0, "refused": 0}
+    for n in range(300):
+        data = json_values_bytes(rng)
+        stored = data if n % 3 == 0 else corrupt(data, rng.choice(CUTS), rng)
+        src = tmp_path / f"{n}.jsonl"
+        src.write_bytes(stored)
+        try:
+            plan = scan(PipelineConfig.from_options(inputs=(str(src),), id_col="id", keep_cols=("label",),
+                                                    block_rows=3).read)
+            got = [(r["id"], r["text"], r["label"]) for spec in plan.blocks for r in read_block(spec).to_pylist()]
+        except InputError as err:
+            assert src.name in str(err)
+            outcomes["refused"] += 1
+            continue
+        try:
+            expected = reference_json_values(stored)
+        except NotReadable as why:
+            if "nested" in str(why):
+                continue
+            raise AssertionError(f"read {got} from bytes the reference refuses ({why}): {stored!r}") from None
+        assert got == expected, f"read {got}, the file holds {expected}; bytes {stored!r}"
+        outcomes["rows"] += 1
+    assert outcomes["rows"] > 100 and outcomes["refused"] > 0

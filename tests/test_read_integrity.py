@@ -147,11 +147,13 @@ def test_binary_files_matched_by_a_glob_or_named(tmp_path):
     assert refused(tmp_path / "*") == (
         f"input glob {str(tmp_path / '*')!r} matches 2 files of no known format ({tmp_path / 'book.xlsx'}, "
         f"{tmp_path / 'pic.png'}); known extensions are .csv, .tsv, .tab, .jsonl, .ndjson, .parquet, .pq, .txt, "
-        ".md (with .gz or .zst); narrow the glob, or pass --format")
+        ".md (with .gz, .zst, .bz2 or .xz); narrow the glob, or pass --format")
     assert refused(tmp_path / "book.xlsx") == (
         f"{tmp_path / 'book.xlsx'}: this is a zip archive (an .xlsx, .docx or .zip file) (it starts with bytes 50 4b "
-        "03 04), not text; it was read as CSV (--format csv); export it as CSV or JSON Lines (a "
-        "spreadsheet: save as \"CSV UTF-8\"), or leave it out of the inputs")
+        "03 04), not text; it was read as CSV (the default: the extension .xlsx names no known format); "
+        "export it as CSV or JSON Lines (a "
+        "spreadsheet: save as \"CSV UTF-8\"; a .zip archive: unzip it and pass the files inside), or leave it out "
+        "of the inputs")
     assert "this is a PNG image (it starts with bytes 89 50 4e 47), not text" in refused(tmp_path / "*.png",
                                                                                           format="csv")
 

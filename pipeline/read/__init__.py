@@ -5,14 +5,19 @@ the driver before any model loads (exit 2 with file and line on bad input), and 
 wherever a block is processed, from the spec alone.
 
 Formats (by extension, or ``--format``): CSV (``--delimiter``), TSV, JSON Lines, parquet, and folders
-or globs of ``.txt`` / ``.md`` files (one document per file); ``.gz`` and ``.zst`` variants of the
-line formats are read as streams. Folders and globs are walked by one walker (``sources.walk``):
-symlinks followed once, each file once, files of other extensions in a folder counted
-(``Plan.skipped_files``), a glob matching files of no known format refused.
+or globs of ``.txt`` / ``.md`` files (one document per file); ``.gz``, ``.zst``, ``.bz2`` and ``.xz``
+variants of the line formats are read as streams, and what a file is comes from its first bytes too
+(``magic``). Folders and globs are walked by one walker (``sources.walk``): symlinks followed once,
+each file once, files of other extensions in a folder counted and the first few named
+(``Plan.skipped_files``, ``Plan.skipped_names``), a glob matching files of no known format refused. A
+file reached through several inputs is read once; a pipe is copied to a temporary file (``pipes``).
+While the run reads, each block's files are checked against the scan's size and time, and the
+engines compare every input's sha256 with the scan's before the output is committed (``recheck``).
 
-Layout: ``sources`` (command-line inputs -> Sources), ``streams`` (bytes: opening, decompression,
-decode check, the line splitter), ``specs`` (Columns, BlockSpec, FileScan), and one module per format
-family: ``lines`` (CSV, TSV, JSON Lines), ``parquet``, ``text``. Each format module has the same
+Layout: ``sources`` (command-line inputs -> Sources), ``pipes``, ``magic`` (first bytes), ``streams``
+(bytes: opening, decompression, decode check, the line splitter), ``encoding_advice``, ``specs``
+(Columns, BlockSpec, FileScan), ``recheck``, and one module per format family: ``lines`` (CSV, TSV,
+JSON Lines; with ``json_text`` and ``line_messages``), ``parquet``, ``text``. Each format module has the same
 functions: ``columns(src, cols)``, ``check(src, names, cols, id_flag)``, ``scan(src, cols, block_rows,
 first_row, first_index, seen)``, ``read(spec)`` and ``locate(spec, i)``. ``FORMATS`` maps a format name
 to its module: a new format is one module and one row there.
@@ -33,13 +38,15 @@ import pyarrow as pa
 from ..config import ReadConfig
 from ..errors import InputError
 from . import lines, parquet, text
-from .sources import LINE_FORMATS, TEXT_SUFFIXES, Source, expand_inputs, walk
+from .recheck import check_stamps, verify_inputs
+from .sources import LINE_FORMATS, SKIPPED_SHOWN, TEXT_SUFFIXES, Source, expand_inputs, walk
 from .specs import BlockSpec, Columns, FileScan
 
 FORMATS: dict[str, ModuleType] = {"csv": lines, "tsv": lines, "jsonl": lines, "parquet": parquet, "text": text}
 
 __all__ = ["BlockSpec", "Columns", "FileScan", "FORMATS", "LINE_FORMATS", "Plan", "Source", "TEXT_SUFFIXES",
-           "block_from_texts", "expand_inputs", "read_block", "read_blocks", "row_location", "scan", "walk"]
+           "block_from_texts", "expand_inputs", "read_block", "read_blocks", "row_location", "scan", "verify_inputs",
+           "walk"]
 
 
 @dataclass
@@ -52,6 +59,7 @@ class Plan:
     duplicate_ids: int = 0                   # rows whose id appeared before (all rows are kept)
     id_note: str | None = None               # e.g. "ids from column 'id'" when --id-col was not given
     skipped_files: int = 0                   # files in input folders left out for their extension
+    skipped_names: list[str] = field(default_factory=list)  # the first few of them (paths as reached)
 
     @property
     def n_rows(self) -> int:
@@ -119,7 +127,8 @@ def scan(cfg: ReadConfig) -> Plan:
     """
     sources = expand_inputs(cfg)
     cols, note, found = _resolve_ids(sources, cfg)
-    plan = Plan(columns=cols, id_note=note, skipped_files=sum(src.skipped for src in sources))
+    plan = Plan(columns=cols, id_note=note, skipped_files=sum(src.skipped for src in sources),
+                skipped_names=[n for src in sources for n in src.skipped_names][:SKIPPED_SHOWN])
     id_flag = "--id-col" if cfg.id_col is not None else "--id-col (the input column 'id' is used when present)"
     parent = _common_parent(sources)
     seen: set[str] | None = set() if cols.ids == "string" else None
@@ -152,12 +161,17 @@ def read_block(spec: BlockSpec) -> pa.Table:
     Returns:
         A table of ``spec.n_rows`` rows, in input order, with columns ``id`` (int64 row number, or
         string: the id column's value or the text file's path), ``text`` (string), each keep column
-        (string, null where a parquet value is null) and, with ``with_source``, ``source`` (string).
+        (string, null where a parquet or JSON value is null; a JSON number as written) and, with ``with_source``, ``source`` (string).
 
     Raises:
-        InputError: the file changed since the scan (fewer rows than planned).
+        RunError: a file of the block is gone, or its size or modification time is not the scan's
+            (``recheck.check_stamps``, before and after the rows are read: exit 1, naming the file).
+        InputError: the file changed since the scan in a way the stamps missed (fewer rows than planned).
     """
-    return FORMATS[spec.format].read(spec)
+    check_stamps(spec)
+    table = FORMATS[spec.format].read(spec)
+    check_stamps(spec)  # and after: a change while the block was read
+    return table
 
 
 def row_location(spec: BlockSpec, i: int) -> str:

@@ -4,7 +4,9 @@ Every CSV/TSV field is read as text exactly as written (the standard library's c
 inference, no missing-value markers), so "007", "NA" and "3.50" stay strings. pandas' C parser was
 not used: it drops whitespace-only lines as blank and silently rewrites a stray quote
 ('"x"y"' -> 'xy"'); both lose or change a row. Lines end in ``\\n``, ``\\r\\n`` or ``\\r``; line
-numbers in messages count all three. A JSON Lines record is one line holding one JSON object; one
+numbers in messages count all three. A JSON Lines record is one line holding one JSON object; a value
+that is not a string is kept as its text exactly as written (``json_text``: ``1.50`` stays "1.50"), and
+a null is a null (a null text an empty text), as parquet gives. A JSON Lines record
 that names a key twice, or holds a lone surrogate (``"\\ud83d"``) in a value read, is a bad record.
 A bad last record with no final line end (cut inside a quote or a JSON value) means the file was cut
 short: an InputError naming line and byte, even with ``--on-bad-lines skip``.
@@ -27,15 +29,12 @@ from ..errors import InputError
 from .sources import FORMAT_NAMES, Source, how
 from .specs import (BlockSpec, Columns, FileScan, check_named_once, count_id, finish_table, missing_message,
                     needed_flags, row_ids)
-from .streams import decode_message, hash_and_check_bytes, line_decoding, lines, magic_check, open_binary
-
-
-@dataclass
-class _BadRecord(Exception):
-    line: int        # 1-based physical line where the record starts
-    reason: str
-    offset: int = 0  # byte offset where it starts (of the decompressed text)
-    cut: bool = False  # it runs into the end of the file, which has no final line end: a cut-short file
+from .encoding_advice import undecodable_message
+from .json_text import raw_values
+from .line_messages import BadRecord, bad_message, cut_message, delimiter_hint
+from .magic import magic_check
+from .recheck import stamp_of
+from .streams import hash_and_check_bytes, line_decoding, lines, open_binary
 
 
 @dataclass
@@ -43,16 +42,24 @@ class _Record:
     line: int                     # 1-based line where the record starts
     offset: int                   # its byte offset
     values: dict[str, str] | None  # None: a bad record (skipped)
-    bad: _BadRecord | None = None
+    bad: BadRecord | None = None
 
 
-def _decode(src: Source, cols: Columns, raw: bytes, offset: int, line: int) -> str:
-    """One line's text; InputError (file, byte, line, the --encoding to pass) if it does not decode."""
+class _Undecodable(Exception):
+    """A data line that does not decode, under --on-bad-lines skip: its record is skipped and counted."""
+
+
+def _decode(src: Source, cols: Columns, raw: bytes, offset: int, line: int, skip: bool = False) -> str:
+    """One line's text; InputError (file, byte, line, the --encoding to pass) if it does not decode,
+    or with ``skip`` (a data line under --on-bad-lines skip) _Undecodable, naming the bytes."""
     try:
         text = raw.decode(line_decoding(cols.encoding))
     except UnicodeDecodeError as err:
-        raise InputError(decode_message(src.path, cols.encoding, offset + err.start, line,
-                                        raw[err.start:err.start + 4], raw[:4] if offset == 0 else b"")) from None
+        if skip:
+            raise _Undecodable(f"not valid {cols.encoding} (bytes {raw[err.start:err.start + 4].hex(' ')})") from None
+        raise InputError(undecodable_message(src.path, src.compression, cols.encoding, offset + err.start, line,
+                                             raw[err.start:err.start + 4], raw[:4096] if offset == 0 else b"",
+                                             src.format)) from None
     return text[1:] if offset == 0 and text.startswith("\ufeff") else text
 
 
@@ -65,6 +72,7 @@ class _Feed:
         self.start: tuple[int, int, int] | None = None   # (line, offset, end of that line) of the record
         self.mark = False
         self.last = b"\n"                                 # the last line read, as bytes
+        self.skip = False                                 # data lines: an undecodable one is _Undecodable
 
     @property
     def unterminated(self) -> bool:
@@ -79,7 +87,7 @@ class _Feed:
         self.last = raw
         if self.mark:
             self.start, self.mark = (line, offset, offset + len(raw)), False
-        return _decode(self.src, self.cols, raw, offset, line)
+        return _decode(self.src, self.cols, raw, offset, line, self.skip)
 
 
 class _LineReader:
@@ -127,15 +135,16 @@ class _LineReader:
                 reader = csv.reader(feed, delimiter=self.delimiter, strict=True)
                 while True:
                     feed.mark, feed.start = True, None
+                    feed.skip = self.cols.on_bad_lines == "skip" and not skip_header
                     try:
                         row = next(reader)
                     except StopIteration:
                         return
-                    except csv.Error as err:
+                    except (csv.Error, _Undecodable) as err:
                         assert feed.start is not None
                         start_line, start_offset, first_end = feed.start
                         yield _Record(start_line, start_offset, None,
-                                      _BadRecord(start_line, str(err), start_offset, feed.unterminated))
+                                      BadRecord(start_line, str(err), start_offset, feed.unterminated))
                         offset, line = first_end, start_line + 1  # go on at the next line
                         break
                     if not row:
@@ -145,7 +154,7 @@ class _LineReader:
                         continue
                     start_line, start_offset, _ = feed.start
                     if len(row) != len(header):
-                        yield _Record(start_line, start_offset, None, _BadRecord(
+                        yield _Record(start_line, start_offset, None, BadRecord(
                             start_line, f"expected {len(header)} fields, saw {len(row)}", start_offset,
                             feed.unterminated))
                         continue
@@ -154,13 +163,17 @@ class _LineReader:
     def _json_records(self, offset: int, line: int) -> Iterator[_Record]:
         with open_binary(self.src.path, self.src.compression, offset, self.cols.encoding) as fh:
             for number, start, raw in lines(fh, offset, line):
-                text = _decode(self.src, self.cols, raw, start, number)
+                try:
+                    text = _decode(self.src, self.cols, raw, start, number, self.cols.on_bad_lines == "skip")
+                except _Undecodable as err:
+                    yield _Record(number, start, None, BadRecord(number, str(err), start))
+                    continue
                 if not text.strip():
                     continue
                 values, reason = self._json_values(text)
                 if reason is not None:
                     cut = not raw.endswith((b"\n", b"\r"))
-                    yield _Record(number, start, None, _BadRecord(number, reason, start, cut))
+                    yield _Record(number, start, None, BadRecord(number, reason, start, cut))
                     continue
                 yield _Record(number, start, values)
 
@@ -177,11 +190,11 @@ class _LineReader:
         missing = [k for k in self.cols.needed if k not in obj]
         if missing:
             return None, f"no key {missing[0]!r} (keys: {sorted(obj)[:10]})"
-        values = {k: _json_text(obj[k]) for k in self.cols.needed}
+        values = _json_texts(text, obj, self.cols)
         if "\\ud" not in text and "\\uD" not in text:
             return values, None  # strictly decoded UTF-8 holds no surrogates: only a \\u escape makes one
         for key, value in values.items():
-            lone = _SURROGATE.search(value)
+            lone = _SURROGATE.search(value or "")
             if lone:
                 return None, (f"key {key!r} holds a lone surrogate \\u{ord(lone.group()):04x} (half of a UTF-16 "
                               "pair, which no UTF-8 text can hold)")
@@ -204,31 +217,18 @@ def _object(pairs: list[tuple[str, object]]) -> dict:
     return obj
 
 
-def _json_text(value) -> str:
-    """A JSON value as text: strings as they are, anything else as its JSON text (7 -> '7', null -> 'null')."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def _cut_message(src: Source, bad: _BadRecord) -> str:
-    """A last record that runs into the end of a file with no final line end: the file is cut short."""
-    where = "of the decompressed text" if src.compression else "of the file"
-    reason = 'a quoted field is still open (unbalanced ")' if "unexpected end of data" in bad.reason else bad.reason
-    return (f"{src.path}: line {bad.line} (byte {bad.offset} {where}): the file ends inside this record, with no "
-            f"line end ({reason}); it looks cut short, as by an interrupted download or copy: get the whole "
-            "file again, or complete the record and end the line")
-
-
-def _bad_message(src: Source, bad: _BadRecord) -> str:
-    if "unexpected end of data" in bad.reason:
-        what = "a quoted field starts here and never ends (unbalanced \"); close the quote"
-    else:
-        what = f"{bad.reason}; fix the line"
-    hint = ""
-    if src.format == "jsonl":
-        hint = f" ({how(src)}; pass --format csv or tsv if it is not JSON Lines)"
-    elif src.format != "csv" or src.compression or not src.by_extension:
-        hint = f" ({how(src)})"
-    return f"{src.path}: line {bad.line}: {what}{hint}, or pass --on-bad-lines skip to drop such lines"
+def _json_texts(text: str, obj: dict, cols: Columns) -> dict[str, str | None]:
+    """The needed values of one record: a string as it is; a JSON null as None (the text column: "",
+    an empty text, as a null parquet text); any other value as its text exactly as written in the line
+    (``1.50`` stays "1.50", ``1E+3`` "1E+3", ``[1, 2]`` "[1, 2]"), never re-printed."""
+    values = {k: obj[k] for k in cols.needed}
+    if all(isinstance(v, str) for v in values.values()):
+        return values
+    raw = raw_values(text, [k for k, v in values.items() if v is not None and not isinstance(v, str)])
+    out = {k: v if v is None or isinstance(v, str) else raw[k] for k, v in values.items()}
+    if out[cols.text_col] is None:
+        out[cols.text_col] = ""
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- interface
@@ -241,7 +241,10 @@ def columns(src: Source, cols: Columns) -> list[str]:
         return reader.header()
     with open_binary(src.path, src.compression, 0, cols.encoding) as fh:
         for number, start, raw in lines(fh, 0, 1):
-            text = _decode(src, cols, raw, start, number)
+            try:
+                text = _decode(src, cols, raw, start, number, cols.on_bad_lines == "skip")
+            except _Undecodable:
+                continue  # the record reader skips and counts it
             if text.strip():
                 try:
                     obj = json.loads(text)
@@ -255,6 +258,9 @@ def check(src: Source, names: list[str], cols: Columns, id_flag: str) -> None:
     """Needed columns present and named once; otherwise InputError with the columns and the fix
     (a JSON Lines key missing from the first object is checked line by line instead)."""
     check_named_once(src.path, names, cols, id_flag)
+    if not names and src.format != "jsonl":
+        raise InputError(f"{src.path}: the file is empty (it holds no header line, only blank lines or nothing); "
+                         f"a {FORMAT_NAMES[src.format]} file needs a header line with a {cols.text_col!r} column")
     for col, flag in needed_flags(cols, id_flag):
         if col in names:
             continue
@@ -266,20 +272,7 @@ def check(src: Source, names: list[str], cols: Columns, id_flag: str) -> None:
             raise InputError(f"{src.path}: the first line looks like JSON Lines, but the file was {how(src)}; "
                              f"pass --format jsonl or name it .jsonl (no column {col!r} in a {FORMAT_NAMES[src.format]} "
                              "header)")
-        raise InputError(missing_message(src.path, names, col, flag) + _delimiter_hint(names, cols, src.format))
-
-
-def _delimiter_hint(names: list[str], cols: Columns, fmt: str) -> str:
-    """A one-column header that holds another delimiter: the option that reads it."""
-    if len(names) != 1:
-        return ""
-    delim = cols.delimiter or ("\t" if fmt == "tsv" else ",")
-    for char, name, fix in (("\t", "a tab", "--format tsv or --delimiter $'\\t'"),
-                            (";", "a semicolon", "--delimiter ';'"),
-                            (",", "a comma", "--delimiter ','"), ("|", "a '|'", "--delimiter '|'")):
-        if char != delim and char in names[0]:
-            return f" (the header has no {delim!r} but has {name}: pass {fix})"
-    return ""
+        raise InputError(missing_message(src.path, names, col, flag) + delimiter_hint(names, cols, src.format))
 
 
 def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_index: int,
@@ -292,7 +285,9 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
     Raises:
         InputError: an empty CSV/TSV, bytes that do not decode, a bad record (--on-bad-lines error).
     """
-    sha, n_bytes = hash_and_check_bytes(src.path, cols.encoding, src.compression)
+    stamp = stamp_of([src.path])  # before the bytes are read: a change while they are is seen later
+    sha, n_bytes = hash_and_check_bytes(src.path, cols.encoding, src.compression, src.format,
+                                        skip_undecodable=cols.on_bad_lines == "skip")
     reader = _LineReader(src, cols)
     header = reader.header()
     if header == [] and src.format != "jsonl":
@@ -306,9 +301,9 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
     for rec in reader.records(header):
         if rec.values is None:
             if rec.bad.cut:
-                raise InputError(_cut_message(src, rec.bad))
+                raise InputError(cut_message(src, rec.bad))
             if cols.on_bad_lines == "error":
-                raise InputError(_bad_message(src, rec.bad))
+                raise InputError(bad_message(src, rec.bad))
             n_bad += 1
             continue
         if in_block == 0:
@@ -316,14 +311,14 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
         in_block += 1
         n_rows += 1
         if cols.id_col is not None:
-            dups += count_id(seen, rec.values[cols.id_col])
+            dups += count_id(seen, rec.values[cols.id_col] or "")  # a null id counts as "", as in parquet
         if in_block == block_rows:
             specs.append(BlockSpec(first_index + len(specs), path, src.format, first_row + n_rows - in_block,
-                                   in_block, cols, src.compression, start.offset, start.line))
+                                   in_block, cols, src.compression, start.offset, start.line, stamp=stamp))
             in_block = 0
     if in_block:
         specs.append(BlockSpec(first_index + len(specs), path, src.format, first_row + n_rows - in_block,
-                               in_block, cols, src.compression, start.offset, start.line))
+                               in_block, cols, src.compression, start.offset, start.line, stamp=stamp))
     return FileScan(src.path, src.format, sha, n_bytes, n_rows, n_bad), specs, dups
 
 

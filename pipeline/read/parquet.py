@@ -16,7 +16,9 @@ from ..errors import InputError
 from .sources import Source
 from .specs import (BlockSpec, Columns, FileScan, check_named_once, count_id, finish_table, missing_message,
                     needed_flags, row_ids)
-from .streams import file_sha256, magic_check
+from .magic import magic_check
+from .recheck import stamp_of
+from .streams import file_sha256
 
 
 def columns(src: Source, cols: Columns) -> list[str]:
@@ -65,10 +67,41 @@ def _verify(pf: pq.ParquetFile, src: Source, cols: Columns, seen: set[str] | Non
         if data.num_rows != pf.metadata.row_group(g).num_rows:
             raise ValueError(f"row group {g} holds {data.num_rows} rows, its footer says "
                              f"{pf.metadata.row_group(g).num_rows}")
+        _check_binary(src, data, cols, sum(pf.metadata.row_group(i).num_rows for i in range(g)))
         if cols.id_col is not None and seen is not None:
             for value in as_strings(data.column(cols.id_col)).to_pylist():
                 dups += count_id(seen, value if value is not None else "")
     return dups
+
+
+def _is_binary(kind: pa.DataType) -> bool:
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return (pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind)
+            or pa.types.is_binary_view(kind))
+
+
+def _check_binary(src: Source, data: pa.Table, cols: Columns, first_row: int) -> None:
+    """An id or keep column of bytes (binary) whose values are not all UTF-8 text: InputError naming
+    the column and the first such row (1-based in the file). The file is intact; the column is not text."""
+    for col in (cols.id_col, *cols.keep_cols):
+        if col is None or not _is_binary(data.schema.field(col).type):
+            continue
+        try:
+            as_strings(data.column(col))
+            continue  # every value is UTF-8
+        except pa.ArrowInvalid:
+            pass
+        for i, value in enumerate(data.column(col).to_pylist()):
+            try:
+                if value is not None:
+                    value.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise InputError(f"{src.path}: column {col!r} holds bytes (type {data.schema.field(col).type}), "
+                                 f"and row {first_row + i + 1} is not UTF-8 text (bytes "
+                                 f"{value[err.start:err.start + 4].hex(' ')}); the file is intact, but an id or kept "
+                                 "column must be text: pass another column, or write this one as strings "
+                                 "(e.g. hex or base64)") from None
 
 
 def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_index: int,
@@ -79,11 +112,14 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
     Raises:
         InputError: a text column that is not a string, an id or keep column with no text form.
     """
+    stamp = stamp_of([src.path])  # before the bytes are read: a change while they are is seen later
     sha, n_bytes = file_sha256(src.path)
     try:
         pf = pq.ParquetFile(src.path)
         _check_types(src, pf.schema_arrow, cols)
         dups = _verify(pf, src, cols, seen)
+    except InputError:
+        raise
     except (OSError, pa.ArrowException, ValueError, IndexError) as err:
         raise InputError(f"{src.path}: cannot be read as parquet ({type(err).__name__}: {err}); the file is "
                          "damaged or cut short: write or copy it again") from None
@@ -104,12 +140,12 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
             at += take
             if n == block_rows:
                 specs.append(BlockSpec(first_index + len(specs), path, "parquet", row, n, cols,
-                                       row_groups=tuple(groups), skip=skip))
+                                       row_groups=tuple(groups), skip=skip, stamp=stamp))
                 row += n
                 n = 0
     if n:
         specs.append(BlockSpec(first_index + len(specs), path, "parquet", row, n, cols,
-                               row_groups=tuple(groups), skip=skip))
+                               row_groups=tuple(groups), skip=skip, stamp=stamp))
         row += n
     return FileScan(src.path, "parquet", sha, n_bytes, row - first_row), specs, dups
 

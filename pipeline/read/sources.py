@@ -1,23 +1,29 @@
 """Inputs as the command line names them (files, folders, globs) -> ``Source``s with their format.
 
-A format comes from the extension (or ``--format``); ``.gz`` / ``.zst`` name a compressed stream.
-A folder or a glob's text files become one ``Source`` of format ``text`` whose files are relative
-to the folder (or the glob's folder part), so ids are those relative paths.
+A format comes from the extension (or ``--format``); ``.gz`` / ``.zst`` / ``.bz2`` / ``.xz`` name a
+compressed stream. A folder or a glob's text files become one ``Source`` of format ``text`` whose
+files are relative to the folder (or the glob's folder part), so ids are those relative paths. A file
+reached through several inputs (a path and a glob, two globs, a folder twice) is read once, where it
+is first reached. A pipe or another input that cannot seek (``/dev/stdin``, ``<(zcat x.gz)``) is
+copied once to a temporary file (``pipes.spool``), which is then read like any file.
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ReadConfig
 from ..errors import InputError
+from .pipes import is_pipe, spool
 
 TEXT_SUFFIXES = (".txt", ".md")
 EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
               ".parquet": "parquet", ".pq": "parquet", ".txt": "text", ".md": "text"}
-COMPRESSIONS = {".gz": "gz", ".zst": "zst"}
+COMPRESSIONS = {".gz": "gz", ".zst": "zst", ".bz2": "bz2", ".xz": "xz"}
 FORMAT_NAMES = {"csv": "CSV", "tsv": "TSV", "jsonl": "JSON Lines", "parquet": "parquet", "text": "text"}
 LINE_FORMATS = ("csv", "tsv", "jsonl")
 
@@ -32,6 +38,9 @@ class Source:
     by_extension: bool = True                # the format came from the name, not --format
     files: tuple[str, ...] = ()              # text: the documents, relative to ``path`` (POSIX)
     skipped: int = 0                         # folder: files left out for their extension (not .txt/.md)
+    forced: bool = False                     # the format came from --format (else the extension or the default)
+    skipped_names: tuple[str, ...] = ()      # folder: the first files left out (paths through the folder given)
+    spooled_from: str = ""                   # a pipe copied to ``path``: the name the user gave
 
 
 def format_of(path: Path, override: str | None) -> tuple[str, str | None, bool]:
@@ -62,13 +71,15 @@ def _name_check(path: Path) -> None:
                          "be shown; rename the file to UTF-8 (e.g. convmv -f latin1 -t utf-8 --notest)") from None
 
 
-def walk(root: Path) -> list[Path]:
+def walk(root: Path, keep: Callable[[Path], bool] | None = None) -> list[Path]:
     """Every file under ``root`` (paths through ``root``), each once, in sorted relative-path order.
 
     Symlinks are followed once: a folder already walked (same device and inode) is not walked again,
     so a symlink loop ends; a file reached twice (through links) is listed once, by the path that
     sorts first. Folders reached through a symlink are walked after the real tree, so a file has its
     real path where it has one. Hidden files and folders (names starting with '.') are left out.
+    ``keep`` (a glob's match) chooses among the files before the copies are dropped, so a file is
+    listed by a path that ``keep`` accepts when it has one.
     """
     seen_dirs: set[tuple[int, int]] = set()
     found: list[tuple[str, tuple[int, int], Path]] = []
@@ -93,6 +104,8 @@ def walk(root: Path) -> list[Path]:
                 found.append((entry.relative_to(root).as_posix(), (fst.st_dev, fst.st_ino), entry))
     out, seen_files = [], set()
     for _, key, path in sorted(found, key=lambda f: f[0]):
+        if keep is not None and not keep(path):
+            continue
         if key not in seen_files:
             seen_files.add(key)
             out.append(path)
@@ -119,14 +132,19 @@ def _glob(pattern: str) -> tuple[Path, list[Path]]:
     rest = list(Path(pattern).parts[len(base.parts):])
     if not base.is_dir():
         return base, []
-    return base, [f for f in walk(base) if _segments_match(rest, list(f.relative_to(base).parts))]
+    return base, walk(base, lambda f: _segments_match(rest, list(f.relative_to(base).parts)))
 
 
-def _text_source(root: Path, files: list[Path], override: str | None, skipped: int = 0) -> Source:
+SKIPPED_SHOWN = 5  # a folder's skipped files named in the summary; the rest are counted
+
+
+def _text_source(root: Path, files: list[Path], override: str | None, skipped: list[Path] | None = None) -> Source:
     for f in files:
         _name_check(f)
     rel = tuple(f.relative_to(root).as_posix() for f in files)
-    return Source(root, "text", None, override is None, rel, skipped)
+    skipped = skipped or []
+    return Source(root, "text", None, override is None, rel, len(skipped), override is not None,
+                  tuple(str(p) for p in skipped[:SKIPPED_SHOWN]))
 
 
 def _from_glob(pattern: str, override: str | None) -> list[Source]:
@@ -143,14 +161,14 @@ def _from_glob(pattern: str, override: str | None) -> list[Source]:
     if unknown:
         names = [str(m) for m in unknown[:10]] + ([f"and {len(unknown) - 10} more"] if len(unknown) > 10 else [])
         raise InputError(f"input glob {pattern!r} matches {len(unknown)} files of no known format ({', '.join(names)}); "
-                         f"known extensions are {', '.join(EXTENSIONS)} (with .gz or .zst); narrow the glob, "
+                         f"known extensions are {', '.join(EXTENSIONS)} (with .gz, .zst, .bz2 or .xz); narrow the glob, "
                          "or pass --format")
     texts = [m for m in matches if format_of(m, override)[0] == "text"]
     out = [_text_source(base, texts, override)] if texts else []
     for m in matches:
         if m not in texts:
             _name_check(m)
-            out.append(Source(m, *format_of(m, override)))
+            out.append(Source(m, *format_of(m, override), forced=override is not None))
     return out
 
 
@@ -163,7 +181,7 @@ def _from_folder(pattern: str, path: Path, override: str | None) -> Source:
     files = [p for p in every if p.suffix.lower() in TEXT_SUFFIXES]
     if not files:
         raise InputError(f"input folder {pattern!r} holds no .txt or .md files; pass files or a glob instead")
-    return _text_source(path, files, override, len(every) - len(files))
+    return _text_source(path, files, override, [p for p in every if p.suffix.lower() not in TEXT_SUFFIXES])
 
 
 def expand_inputs(cfg: ReadConfig) -> list[Source]:
@@ -182,29 +200,64 @@ def expand_inputs(cfg: ReadConfig) -> list[Source]:
     if not cfg.inputs:
         raise InputError("no input given; pass one or more files, folders or globs, e.g. `longbert extract docs.csv`")
     out: list[Source] = []
+    seen: set[tuple[int, int]] = set()
     for pattern in cfg.inputs:
         if any(ch in pattern for ch in "*?["):
-            out.extend(_from_glob(pattern, cfg.format))
+            out.extend(_once(_from_glob(pattern, cfg.format), seen))
             continue
         path = Path(pattern)
         if not path.exists():
             raise InputError(f"input {pattern!r} does not exist; check the path")
         if path.is_dir():
-            out.append(_from_folder(pattern, path, cfg.format))
+            out.extend(_once([_from_folder(pattern, path, cfg.format)], seen))
             continue
         _name_check(path)
         fmt, compression, by_ext = format_of(path, cfg.format)
         if fmt == "text":
-            out.append(_text_source(path.parent, [path], cfg.format))
+            out.extend(_once([_text_source(path.parent, [path], cfg.format)], seen))
+        elif _file_key(path) not in seen and is_pipe(path):
+            seen.add(_file_key(path))
+            out.append(spool(Source(path, fmt, compression, by_ext, forced=cfg.format is not None)))
         else:
-            out.append(Source(path, fmt, compression, by_ext))
+            out.extend(_once([Source(path, fmt, compression, by_ext, forced=cfg.format is not None)], seen))
+    return out
+
+
+def _file_key(path: Path) -> tuple[int, int]:
+    """(device, inode): the file itself, whichever path or link reaches it."""
+    st = path.stat()
+    return st.st_dev, st.st_ino
+
+
+def _once(sources: list[Source], seen: set[tuple[int, int]]) -> list[Source]:
+    """The sources without the files an earlier input already reached (a text source keeps its other
+    files; one left with none is dropped); adds the rest to ``seen``."""
+    out = []
+    for src in sources:
+        if src.format != "text":
+            if _file_key(src.path) not in seen:
+                seen.add(_file_key(src.path))
+                out.append(src)
+            continue
+        files = []
+        for rel in src.files:
+            key = _file_key(src.path / rel)
+            if key not in seen:
+                seen.add(key)
+                files.append(rel)
+        if files:
+            out.append(dataclasses.replace(src, files=tuple(files)))
     return out
 
 
 def how(src: Source) -> str:
     """'read as CSV (from the extension .csv)' for messages."""
     name = FORMAT_NAMES[src.format]
+    ext = "".join(src.path.suffixes[-2:]) if src.compression else src.path.suffix
+    if src.forced:
+        return f"read as {name} (--format {src.format})"
     if src.by_extension:
-        ext = "".join(src.path.suffixes[-2:]) if src.compression else src.path.suffix
-        return f"read as {name} (from the extension {ext or '(none)'})"
-    return f"read as {name} (--format {src.format})"
+        return f"read as {name} (from the extension {ext})"
+    if src.spooled_from:
+        return f"read as {name} (the default for a pipe; pass --format to choose)"
+    return f"read as {name} (the default: the extension {ext or '(none)'} names no known format)"

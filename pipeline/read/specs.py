@@ -52,6 +52,7 @@ class BlockSpec:
     skip: int = 0                          # parquet: rows of the first of them before the block
     files: tuple[str, ...] = ()            # text: one document per file, relative to ``path`` (POSIX)
     source: str = ""                       # the file (text: root folder) relative to the inputs' parent
+    stamp: tuple[int, ...] = ()            # (size, mtime ns) of each file read, at the scan (read.recheck)
 
     def to_json(self) -> str:
         """The spec as one JSON string (what Ray ships to a worker)."""
@@ -62,7 +63,7 @@ class BlockSpec:
         """Inverse of ``to_json``."""
         d = json.loads(text)
         d["columns"] = Columns(**{**d["columns"], "keep_cols": tuple(d["columns"]["keep_cols"])})
-        for key in ("row_groups", "files"):
+        for key in ("row_groups", "files", "stamp"):
             d[key] = tuple(d[key])
         return cls(**d)
 
@@ -83,6 +84,7 @@ class FileScan:
     n_bytes: int
     n_rows: int                              # documents (header, blank and skipped lines excluded)
     n_bad_lines: int = 0                     # records skipped by --on-bad-lines skip
+    files: tuple[str, ...] = ()              # text: the files under ``path`` that the sha256 covers
 
 
 def count_id(seen: set[str] | None, value: str) -> int:

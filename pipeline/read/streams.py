@@ -2,27 +2,30 @@
 byte decodes, and split a stream into lines (``\\n``, ``\\r\\n`` or ``\\r``) with their numbers and
 byte offsets: the one line splitter the line formats share.
 
-Integrity: a gzip or zstd stream that is damaged or ends before its end marker is an InputError
-(file and decompressed byte), never a shorter corpus; a zero-byte compressed file too. Bytes that do not
+Integrity: a gzip, zstd, bzip2 or xz stream that is damaged or ends before its end marker is an
+InputError (file and the decompressed byte reached), never a shorter corpus; a zero-byte compressed
+file too. Bytes that do not
 decode get one message wherever they are (header or data): file, byte offset, line, the --encoding to
 pass, and a UTF-16 / UTF-32 byte-order mark by name. UTF-16 / UTF-32 input (with that --encoding) is
-read as UTF-8 bytes. A zip (.xlsx), PNG, PDF, JPEG or old Office file is named as such.
+read as UTF-8 bytes. What a file is from its first bytes is ``magic``'s part.
 """
 from __future__ import annotations
 
+import bz2
 import codecs
 import functools
-import gzip
 import hashlib
+import lzma
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import InputError
-from .sources import Source, how
+from .encoding_advice import WIDE, undecodable_message
 
 CHUNK_BYTES = 1 << 20
-_MAGIC = {b"PAR1": "a parquet file", b"\x1f\x8b": "gzip-compressed", b"\x28\xb5\x2f\xfd": "zstd-compressed"}
+HEAD = 4096  # first bytes kept for the decode advice (a byte-order mark, the first line)
 
 
 @functools.lru_cache(maxsize=None)
@@ -39,71 +42,84 @@ def line_decoding(encoding: str) -> str:
     return "utf-8" if name in ("utf-8", "utf-8-sig") or name in WIDE else encoding
 
 
-_BINARY = {b"PK\x03\x04": "a zip archive (an .xlsx, .docx or .zip file)", b"\x89PNG": "a PNG image",
-           b"%PDF": "a PDF document", b"\xff\xd8\xff": "a JPEG image", b"\xd0\xcf\x11\xe0": "an old Office file (.xls, .doc)"}
-_NAMES = {"gz": "gzip", "zst": "zstd"}
-_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32 (little-endian)", "utf-32"), (b"\x00\x00\xfe\xff", "UTF-32 (big-endian)", "utf-32"),
-         (b"\xff\xfe", "UTF-16 (little-endian)", "utf-16"), (b"\xfe\xff", "UTF-16 (big-endian)", "utf-16"))
-WIDE = ("utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be")
+_NAMES = {"gz": "gzip", "zst": "zstd", "bz2": "bzip2", "xz": "xz"}
+
+
+def _decompressor(kind: str):
+    """A fresh one-stream decompressor object (``decompress``, ``eof``, ``unused_data``) for one gzip
+    member, bzip2 / xz stream or zstd frame."""
+    if kind == "gz":
+        return zlib.decompressobj(wbits=31)  # gzip header and trailer (CRC-32, length) checked
+    if kind == "bz2":
+        return bz2.BZ2Decompressor()
+    if kind == "xz":
+        return lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+    import zstandard
+
+    return zstandard.ZstdDecompressor().decompressobj()
 
 
 class _Unpacked:
     """A decompressed stream that refuses to end early: every read that meets a damaged or cut stream
     raises InputError naming the file and the decompressed byte where it happened.
 
-    gzip: the standard library (CRC and length are checked at each member's end). zstd: one
-    ``decompressobj`` per frame; the input must end exactly at the end of a frame.
+    gzip, bzip2, xz (standard library) and zstd: one decompressor object per member, stream or frame,
+    fed 64 KiB at a time, so the bytes decompressed before a failure are known (a cut stream names
+    exactly how far it decoded). The input must end exactly at the end of a member; gzip and xz
+    may be followed by zero bytes (padding, as their tools allow).
     """
 
     def __init__(self, path: Path, compression: str):
-        self.path, self.kind, self.done = path, compression, 0
+        self.path, self.kind, self.done, self.produced = path, compression, 0, 0
         self.raw = path.open("rb")
         if self.raw.read(1) == b"":
             self.raw.close()
             raise InputError(f"{path}: the file is empty (0 bytes), not a {_NAMES[compression]} stream; "
                              "the file is cut short: download or copy it again")
         self.raw.seek(0)
-        if compression == "gz":
-            self.gz: gzip.GzipFile | None = gzip.GzipFile(fileobj=self.raw, mode="rb")
-        else:
-            import zstandard
-
-            self.gz, self.zstd, self.frame, self.pending = None, zstandard, None, b""
+        self.frame = None
+        self.pending = b""
 
     def read(self, n: int = -1) -> bytes:
         """Up to ``n`` decompressed bytes (b"" only at the true end of the stream)."""
+        n = n if n > 0 else CHUNK_BYTES
         try:
-            got = self.gz.read(n) if self.gz is not None else self._zstd_read(n if n > 0 else CHUNK_BYTES)
+            while len(self.pending) < n and self._fill():
+                pass
         except InputError:
             raise
-        except Exception as err:  # EOFError, BadGzipFile, zlib.error, ZstdError: a damaged stream
+        except Exception as err:  # EOFError, zlib.error, OSError, LZMAError, ZstdError: a damaged stream
             raise InputError(self._message(err)) from None
+        got, self.pending = self.pending[:n], self.pending[n:]
         self.done += len(got)
         return got
 
-    def _zstd_read(self, n: int) -> bytes:
-        while not self.pending:
-            data = self.raw.read(1 << 16)
-            if not data:
-                if self.frame is not None and not self.frame.eof:
-                    raise EOFError("the input ends inside a zstd frame")
-                return b""
-            while data:
-                if self.frame is None or self.frame.eof:
-                    self.frame = self.zstd.ZstdDecompressor().decompressobj()
-                self.pending += self.frame.decompress(data)
-                data = self.frame.unused_data if self.frame.eof else b""
-        got, self.pending = self.pending[:n], self.pending[n:]
-        return got
+    def _fill(self) -> bool:
+        """Decompress the next 64 KiB of stored bytes into ``pending``; False at the end of the input."""
+        data = self.raw.read(1 << 16)
+        if not data:
+            if self.frame is not None and not self.frame.eof:
+                raise EOFError(f"the input ends inside a {_NAMES[self.kind]} stream")
+            return False
+        while data:
+            if self.frame is None or self.frame.eof:
+                if self.frame is not None and self.kind in ("gz", "xz"):
+                    data = data.lstrip(b"\0")  # padding after the last member
+                    if not data:
+                        break
+                self.frame = _decompressor(self.kind)
+            out = self.frame.decompress(data)
+            self.produced += len(out)
+            self.pending += out
+            data = self.frame.unused_data if self.frame.eof else b""
+        return True
 
     def _message(self, err: Exception) -> str:
         what = "ends early" if isinstance(err, EOFError) else "is damaged"
-        return (f"{self.path}: the {_NAMES[self.kind]} stream {what} after decompressed byte {self.done} ({err}); "
-                "the file is cut short or corrupt, as by an interrupted download or copy: get it again")
+        return (f"{self.path}: the {_NAMES[self.kind]} stream {what} after decompressed byte {self.produced} "
+                f"({err}); the file is cut short or corrupt, as by an interrupted download or copy: get it again")
 
     def close(self) -> None:
-        if self.gz is not None:
-            self.gz.close()
         self.raw.close()
 
     def __enter__(self) -> _Unpacked:
@@ -166,46 +182,14 @@ def open_binary(path: Path, compression: str | None, offset: int = 0, encoding: 
     return fh  # type: ignore[return-value]
 
 
-def decode_message(path: Path, encoding: str, offset: int, line: int, bad: bytes, head: bytes) -> str:
-    """The one message for bytes that do not decode, in a header or a data line: file, byte offset, line,
-    the bytes, and the --encoding to pass (named exactly when ``head``, the file's first bytes, is a
-    UTF-16 / UTF-32 byte-order mark)."""
-    for bom, name, option in _BOMS:
-        if head.startswith(bom) and codecs.lookup(encoding).name not in WIDE:
-            return (f"{path}: the file starts with a {name} byte-order mark (bytes {bom.hex(' ')}), so it is "
-                    f"{name.split()[0]} text, not {encoding} (a spreadsheet's \"Unicode Text\" export is UTF-16); "
-                    f"pass --encoding {option}, or convert the file to UTF-8")
-    return (f"{path}: byte offset {offset} (line {line}) is not valid {encoding} (bytes {bad.hex(' ')}); pass "
-            "--encoding with the file's encoding (e.g. latin-1, cp1252, gb18030) or convert the file to UTF-8")
-
-
-def magic_check(src: Source, path: Path) -> None:
-    """A file whose first bytes say it is another format than the one tried: InputError with the fix."""
-    with path.open("rb") as fh:
-        head = fh.read(4)
-    for magic, what in _BINARY.items():
-        if head.startswith(magic):
-            raise InputError(f"{path}: this is {what} (it starts with bytes {magic.hex(' ')}), not text; it was "
-                             f"{how(src)}; export it as CSV or JSON Lines (a spreadsheet: save as \"CSV UTF-8\"), "
-                             "or leave it out of the inputs")
-    for magic, what in _MAGIC.items():
-        if not head.startswith(magic):
-            continue
-        if what == "a parquet file" and src.format != "parquet":
-            raise InputError(f"{path}: this is a parquet file (it starts with PAR1) but was {how(src)}; "
-                             "name it .parquet or pass --format parquet")
-        if what.endswith("compressed") and src.compression != ("gz" if what.startswith("gzip") else "zst"):
-            ext = ".gz" if what.startswith("gzip") else ".zst"
-            raise InputError(f"{path}: the file is {what} but was {how(src)} as plain text; name it "
-                             f"{path.name}{ext} so it is decompressed")
-    if src.format == "parquet" and head != b"PAR1":
-        raise InputError(f"{path}: not a parquet file (it does not start with PAR1) but was {how(src)}; "
-                         "pass --format csv, tsv or jsonl for a text file")
-
-
-def hash_and_check_bytes(path: Path, encoding: str, compression: str | None = None) -> tuple[str, int]:
+def hash_and_check_bytes(path: Path, encoding: str, compression: str | None = None, fmt: str | None = None,
+                         skip_undecodable: bool = False) -> tuple[str, int]:
     """(sha256 of the file's bytes as stored, their count); InputError at the first byte that does not
-    decode, naming the (decompressed) byte offset and the line (``\\n``, ``\\r\\n`` and ``\\r`` all end a line)."""
+    decode, naming the (decompressed) byte offset and the line (``\\n``, ``\\r\\n`` and ``\\r`` all end a line),
+    with advice that works when followed (``encoding_advice``: the whole command for a UTF-16 export,
+    the lines of a file that mixes encodings). ``fmt``: the format tried, for that advice.
+    ``skip_undecodable`` (--on-bad-lines skip): bytes that do not decode are left to the record
+    reader, which skips and counts their records; only the hash is computed here."""
     digest = hashlib.sha256()
     decoder = codecs.getincrementaldecoder(python_encoding(encoding))(errors="strict")
     n_stored = 0
@@ -222,15 +206,19 @@ def hash_and_check_bytes(path: Path, encoding: str, compression: str | None = No
             chunk = stream.read(CHUNK_BYTES)
             final = not chunk
             try:
-                decoder.decode(chunk, final=final)
+                if decoder is not None:
+                    decoder.decode(chunk, final=final)
             except UnicodeDecodeError as err:
-                bad = chunk[err.start:err.start + 4] if chunk else b""
-                line = lines + line_breaks(chunk[:err.start], prev_cr) + 1
-                raise InputError(decode_message(path, encoding, done + err.start, line, bad,
-                                                head if done else chunk[:4])) from None
+                if skip_undecodable and codecs.lookup(encoding).name not in WIDE:
+                    decoder = None
+                else:
+                    bad = chunk[err.start:err.start + 4] if chunk else b""
+                    line = lines + line_breaks(chunk[:err.start], prev_cr) + 1
+                    raise InputError(undecodable_message(path, compression, encoding, done + err.start, line, bad,
+                                                         head if done else chunk[:HEAD], fmt)) from None
             if final:
                 break
-            head = head or chunk[:4]
+            head = head or chunk[:HEAD]
             lines += line_breaks(chunk, prev_cr)
             prev_cr = chunk.endswith(b"\r")
             done += len(chunk)

@@ -1,0 +1,101 @@
+"""What a file is, from its first bytes rather than its name: a compressed stream (those the reader
+decompresses: gzip, zstd, bzip2, xz; and those it does not: LZ4, 7z, RAR, lzip, Unix compress), a
+zip / Office / image / PDF file, a parquet file, or an empty file. Called by the format modules
+before a file is read (``magic_check``) and by the text-file reader (``binary_kind``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import InputError
+from .sources import Source, how
+
+# the streams the reader decompresses: compression -> (first bytes, name, file extension)
+STREAMS = {"gz": (b"\x1f\x8b", "gzip", ".gz"), "zst": (b"\x28\xb5\x2f\xfd", "zstd", ".zst"),
+           "bz2": (b"BZh", "bzip2", ".bz2"), "xz": (b"\xfd7zXZ\x00", "xz", ".xz")}
+# compressed files the reader does not read: first bytes -> (what it is, the command that unpacks it)
+UNSUPPORTED = {b"\x04\x22\x4d\x18": ("LZ4-compressed", "lz4 -d FILE"),
+               b"7z\xbc\xaf\x27\x1c": ("a 7z archive", "7z x FILE"),
+               b"Rar!\x1a\x07": ("a RAR archive", "unrar x FILE"),
+               b"LZIP": ("lzip-compressed", "lzip -d FILE"),
+               b"\x1f\x9d": ("compressed with Unix compress (.Z)", "uncompress FILE")}
+ZIP = b"PK\x03\x04"
+BINARY = {ZIP: "a zip archive (an .xlsx, .docx or .zip file)", b"\x89PNG": "a PNG image",
+          b"%PDF": "a PDF document", b"\xff\xd8\xff": "a JPEG image",
+          b"\xd0\xcf\x11\xe0": "an old Office file (.xls, .doc)", b"PAR1": "a parquet file"}
+HEAD_BYTES = 8
+
+
+def head_of(path: Path, n: int = HEAD_BYTES) -> bytes:
+    """The first ``n`` bytes of a file (fewer when it is shorter)."""
+    with path.open("rb") as fh:
+        return fh.read(n)
+
+
+def stream_of(head: bytes) -> str | None:
+    """The compression ('gz', 'zst', 'bz2', 'xz') whose magic bytes ``head`` starts with, else None."""
+    return next((kind for kind, (magic, _, _) in STREAMS.items() if head.startswith(magic)), None)
+
+
+def binary_kind(head: bytes) -> str | None:
+    """What a file that is not plain text is, from its first bytes ('bzip2-compressed', 'a PNG image',
+    'a 7z archive'...), or None when they name no known binary format."""
+    kind = stream_of(head)
+    if kind is not None:
+        return f"{STREAMS[kind][1]}-compressed"
+    for table in (UNSUPPORTED, BINARY):
+        for magic, what in table.items():
+            if head.startswith(magic):
+                return what[0] if isinstance(what, tuple) else what
+    return None
+
+
+def _unsupported(src: Source, path: Path, head: bytes) -> None:
+    for magic, (what, command) in UNSUPPORTED.items():
+        if head.startswith(magic):
+            raise InputError(f"{path}: this file is {what} (it starts with bytes {magic.hex(' ')}), which the "
+                             f"reader does not decompress; it was {how(src)}; unpack it first "
+                             f"(`{command.replace('FILE', path.name)}`) and pass the file inside, or compress it "
+                             "as gzip, zstd, bzip2 or xz (.gz, .zst, .bz2, .xz are read directly)")
+
+
+def magic_check(src: Source, path: Path) -> None:
+    """A file whose first bytes say it is another format than the one tried: InputError with the fix.
+
+    Raises:
+        InputError: an empty file (0 bytes); a compressed stream the reader does not read (LZ4, 7z,
+            RAR...), naming the command that unpacks it; a zip / image / PDF / Office file; a parquet
+            file read as text or a text file read as parquet; a compressed stream whose name does not say
+            so (the name to give it), or a name that says so over bytes that are not that stream.
+    """
+    head = head_of(path)
+    if not head and src.compression:
+        raise InputError(f"{path}: the file is empty (0 bytes), not a {STREAMS[src.compression][1]} stream; the file "
+                         "is cut short: download or copy it again")
+    if not head:
+        raise InputError(f"{path}: the file is empty (0 bytes), so it holds no rows; pass the file with the "
+                         "data (a file left empty by an interrupted download or copy: get it again)")
+    _unsupported(src, path, head)
+    for magic, what in BINARY.items():
+        if magic != b"PAR1" and head.startswith(magic):
+            unzip = "; a .zip archive: unzip it and pass the files inside" if magic == ZIP else ""
+            raise InputError(f"{path}: this is {what} (it starts with bytes {magic.hex(' ')}), not text; it was "
+                             f"{how(src)}; export it as CSV or JSON Lines (a spreadsheet: save as \"CSV UTF-8\""
+                             f"{unzip}), or leave it out of the inputs")
+    if head.startswith(b"PAR1") and src.format != "parquet":
+        raise InputError(f"{path}: this is a parquet file (it starts with PAR1) but was {how(src)}; "
+                         "name it .parquet or pass --format parquet")
+    if src.format == "parquet":
+        if not head.startswith(b"PAR1"):
+            raise InputError(f"{path}: not a parquet file (it does not start with PAR1) but was {how(src)}; "
+                             "pass --format csv, tsv or jsonl for a text file")
+        return
+    kind = stream_of(head)
+    if kind is not None and kind != src.compression:
+        _, name, ext = STREAMS[kind]
+        raise InputError(f"{path}: the file is {name}-compressed but was {how(src)} as plain text; name it "
+                         f"{path.name}{ext} so it is decompressed")
+    if src.compression is not None and kind is None:
+        _, name, ext = STREAMS[src.compression]
+        raise InputError(f"{path}: the name ends in {ext} but the file is not {name}-compressed (it starts with "
+                         f"bytes {head[:4].hex(' ')}); rename it without {ext} if it is plain text")
