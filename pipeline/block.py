@@ -197,7 +197,7 @@ class Extractor:
         """Tokenize and segment a block (CPU only; the local engine runs it ahead of the model)."""
         texts = block.column("text").to_pylist()
         docs = tokenize_block(texts, self.tokenizer, self.cfg.segment.max_tokens_per_doc,
-                              with_offsets=self.cfg.pool.level == "token")
+                              with_offsets=self.cfg.pool.level == "token", vocab_rows=self.facts.vocab_rows)
         strategy_windows: dict[str, list[Window]] = {}
         for strategy in dict.fromkeys(f.strategy for f in self.features):
             seg = self.cfg.segment if strategy == self.cfg.segment.strategy else \
