@@ -168,11 +168,12 @@ def stored_tensors(folder: Path, name: str) -> dict[str, tuple[str, tuple[int, .
     if not files:
         return None
     index = next((p for p in files if p.name.endswith(".index.json")), None)
-    if index is None:
-        tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
-        for path in files:
-            tensors.update(read_header(path, name))
-        return tensors
+    if index is None:  # transformers reads model.safetensors alone
+        if not (folder / "model.safetensors").is_file():
+            raise ModelError(f"--model {name!r}: {folder} holds {', '.join(p.name for p in files[:SHOWN])} but "
+                             f"neither model.safetensors nor the index of its shards (model.safetensors.index.json); "
+                             f"{AGAIN}")
+        return read_header(folder / "model.safetensors", name)
     weight_map = read_json(index, name).get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise damaged(index, "no weight_map of tensor names to shard files", name)
@@ -191,11 +192,14 @@ def stored_tensors(folder: Path, name: str) -> dict[str, tuple[str, tuple[int, .
     return tensors
 
 
-def key_problems(stored: dict[str, tuple[int, ...]], expected: Expected, need_pooler: bool
-                 ) -> tuple[list[str], list[str], list[str]]:
+FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")  # what a weight may be stored as (transformers casts among them)
+Stored = dict[str, tuple[str | None, tuple[int, ...]]]   # stored name -> (safetensors dtype or None, shape)
+
+
+def key_problems(stored: Stored, expected: Expected, need_pooler: bool) -> tuple[list[str], list[str], list[str]]:
     """(missing, foreign, mismatched) names: what the model would not get from the checkpoint.
 
-    ``stored`` maps stored names to shapes. A name under the base-model prefix ("bert.encoder...") counts
+    ``stored`` maps stored names to (dtype, shape); dtype None: not known (transformers' report). A name under the base-model prefix ("bert.encoder...") counts
     as its unprefixed name, as transformers loads it. Missing: expected names not stored, except the
     pooler when it is not used. Foreign: stored names inside the model's own modules that it does not
     hold (a config with fewer layers than the weights), buffers excepted; tensors of task heads beside
@@ -213,17 +217,18 @@ def key_problems(stored: dict[str, tuple[int, ...]], expected: Expected, need_po
     missing = [k for k in expected.shapes if k not in seen and k not in optional]
     foreign = [k for k in seen if k not in expected.shapes and k not in expected.buffers
                and k.split(".", 1)[0] in expected.modules]
-    mismatched = [f"{k}: stored {tuple(s)}, config.json gives {expected.shapes[k]}" for k, s in seen.items()
+    mismatched = [f"{k}: stored {tuple(s)}, config.json gives {expected.shapes[k]}" for k, (_, s) in seen.items()
                   if k in expected.shapes and tuple(s) != tuple(expected.shapes[k])]
+    mismatched += [f"{k}: stored as {d}, a weight needs floating point" for k, (d, _) in seen.items()
+                   if k in expected.shapes and d is not None and d not in FLOAT_DTYPES]
     return missing, foreign, mismatched
 
 
-def check_keys(stored: dict[str, tuple[int, ...]], expected: Expected, need_pooler: bool, where: str,
-               name: str) -> None:
+def check_keys(stored: Stored, expected: Expected, need_pooler: bool, where: str, name: str) -> None:
     """Refuse a checkpoint that would leave any weight of the model randomly initialised.
 
     Args:
-        stored: {stored tensor name: shape}; expected: the model its config builds;
+        stored: {stored tensor name: (dtype, shape)}; expected: the model its config builds;
         where: the weight files, for the message (e.g. "model.safetensors").
 
     Raises:
@@ -232,13 +237,14 @@ def check_keys(stored: dict[str, tuple[int, ...]], expected: Expected, need_pool
     missing, foreign, mismatched = key_problems(stored, expected, need_pooler)
     if mismatched:
         raise ModelError(f"--model {name!r}: config.json does not match the weights in {where} "
-                         f"({len(mismatched)} shapes differ: {'; '.join(mismatched[:SHOWN])}); use the config.json "
+                         f"({len(mismatched)} weights differ: {'; '.join(mismatched[:SHOWN])}); use the config.json "
                          f"saved with these weights, or {AGAIN}")
     if missing:
         hint = _prefix_hint(missing, stored)
+        fix = ("Save the model with transformers' save_pretrained under its own parameter names" if hint else
+               "Use the config.json saved with these weights (its model_type and sizes)")
         raise ModelError(f"--model {name!r}: {len(missing)} of the model's {len(expected.shapes)} weights are not in "
-                         f"{where} ({_some(missing)}), so they would be random{hint}. Save the model with "
-                         f"transformers' save_pretrained under its own parameter names, or {AGAIN}")
+                         f"{where} ({_some(missing)}), so they would be random{hint}. {fix}, or {AGAIN}")
     if foreign:
         raise ModelError(f"--model {name!r}: {where} holds {len(foreign)} tensors the model its config.json "
                          f"describes does not have ({_some(foreign)}); use the config.json saved with these "
@@ -261,18 +267,17 @@ def _prefix_hint(missing: Iterable[str], stored: dict) -> str:
     return ""
 
 
-# sizes config.json must give as positive integers (transformers' common names; DistilBERT's dim and
-# n_layers are reached through its attribute_map)
+# sizes config.json must give as positive integers (transformers' common names, and DistilBERT's)
 SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-         "max_position_embeddings")
+         "max_position_embeddings", "dim", "n_layers", "n_heads", "hidden_dim")
 
 
-def check_sizes(mcfg, name: str) -> None:
+def check_sizes(raw: dict, name: str) -> None:
     """Raise ModelError naming config.json when one of its SIZES is not a positive integer (e.g. a
-    hand-edited "hidden_size": "32" or -1), before a model is built from it."""
+    hand-edited "hidden_size": "32" or -1), before transformers reads it into a config class."""
     for key in SIZES:
-        value = getattr(mcfg, key, None)
-        if value is not None and (type(value) is not int or value <= 0):
+        value = raw.get(key)
+        if key in raw and (type(value) is not int or value <= 0):
             raise ModelError(f"--model {name!r}: config.json gives {key} = {value!r}, not a positive integer; "
                              f"use the config.json saved with the model, or {AGAIN}")
 

@@ -22,7 +22,8 @@ from .model import (FAMILIES, HUB_FIX, checkpoint_folder, first_line, is_local, 
 
 # what loading a damaged checkpoint raises in transformers, safetensors and torch (a cut pickle, a tensor
 # of the wrong size); turned into ModelError at the call
-LOAD_ERRORS = (OSError, ValueError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError, SafetensorError)
+LOAD_ERRORS = (OSError, ValueError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError, SafetensorError,
+               TypeError, AttributeError, IndexError, ZeroDivisionError)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -42,9 +43,14 @@ def load_model(cfg: ModelConfig, need_pooler: bool, device: torch.device):
     safetensors are used where the checkpoint has them; a pickle-only checkpoint (pytorch_model.bin)
     loads only with ``cfg.allow_pickle`` (unpickling can run code). Never trust_remote_code.
 
+    Every parameter must come from the checkpoint (pipeline.checkpoint.check_keys on the safetensors
+    headers, or on transformers' loading report for pickle and hub checkpoints): a model with a random
+    weight is never returned. A pooler that is absent and not needed, task heads and buffers are benign.
+
     Raises:
-        ModelError: missing/unfetchable model, pickle-only without --allow-pickle, no pooler weights
-            when ``need_pooler``.
+        ModelError: missing/unfetchable model, no weights, pickle-only without --allow-pickle, a damaged
+            checkpoint (the file named, never hub advice for a local folder), weights missing, foreign or
+            of another shape than config.json gives, no pooler weights when ``need_pooler``.
     """
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
@@ -59,12 +65,12 @@ def load_model(cfg: ModelConfig, need_pooler: bool, device: torch.device):
                   dtype=torch.float32)
     folder = checkpoint_folder(path)
     where = ", ".join(p.name for p in weight_files(folder)) if folder is not None else "the checkpoint"
+    # names and shapes are checked against the model built from config.json, after transformers read the
+    # weights (mismatched ones are set aside, not raised) and before any row is read
+    kwargs["ignore_mismatched_sizes"] = True
     try:
         with offline_if_local(path), quiet_transformers():
-            expected = expected_tensors(path, cfg.model)
             stored = stored_tensors(folder, cfg.model) if folder is not None else None
-            if stored is not None:   # names and shapes refused before a weight is read
-                check_keys({k: s for k, (_, s) in stored.items()}, expected, need_pooler, where, cfg.model)
             try:
                 model, info = AutoModel.from_pretrained(path, attn_implementation="sdpa", **kwargs)
             except ValueError as err:  # a family without an SDPA path (transformers says so): its default
@@ -72,10 +78,12 @@ def load_model(cfg: ModelConfig, need_pooler: bool, device: torch.device):
                     raise
                 model, info = AutoModel.from_pretrained(path, **kwargs)
     except LOAD_ERRORS as err:
-        fix = f"{path} holds a damaged checkpoint; download or copy the model folder again" if is_local(path) \
-            else HUB_FIX
+        fix = f"{path} holds a damaged checkpoint or a config.json that does not fit it; download or copy the " \
+              "model folder again" if is_local(path) else HUB_FIX
         raise ModelError(f"cannot load --model {cfg.model!r} ({first_line(err)}); {fix}") from None
-    check_loaded(info, expected, need_pooler, where, cfg.model)
+    expected = expected_tensors(model)
+    check_keys(stored if stored is not None else reported_tensors(info, expected), expected, need_pooler, where,
+               cfg.model)
     if need_pooler and getattr(model, "pooler", None) is None:  # normally refused before loading (check_pooler)
         raise ModelError(f"--pooling pooler: --model {cfg.model!r} cannot serve it (no pooler layer); use "
                          "--pooling cls or mean")
@@ -110,24 +118,10 @@ def _weights_format(path: str, cfg: ModelConfig) -> bool | None:
     return True
 
 
-def expected_tensors(path: str, name: str) -> Expected:
-    """The parameters a model built from the folder's config.json holds, with their shapes, from a model
-    built on the meta device (no memory, no weights read: about 30 ms for the default model).
-
-    Raises:
-        ModelError: transformers cannot build a model from the config (e.g. a hidden size that the heads
-            do not divide).
-    """
-    from transformers import AutoConfig, AutoModel
-
-    mcfg = AutoConfig.from_pretrained(path, trust_remote_code=False)
-    try:
-        with torch.device("meta"):
-            model = AutoModel.from_config(mcfg)
-    except Exception as err:  # noqa: BLE001 - a model class refusing its config raises many kinds
-        raise ModelError(f"--model {name!r}: config.json describes a model transformers cannot build "
-                         f"({first_line(err)}); use the config.json saved with the model") from None
-    family = FAMILIES.get(mcfg.model_type)
+def expected_tensors(model) -> Expected:
+    """What a model built from its config.json holds: its parameters' names and shapes (as built, before
+    any weight was copied in), its top-level modules and buffers, its base-model prefix and pooler."""
+    family = FAMILIES.get(getattr(model.config, "model_type", ""))
     return Expected(shapes={k: tuple(p.shape) for k, p in model.named_parameters()},
                     modules=frozenset(n for n, _ in model.named_children()),
                     buffers=frozenset(n for n, _ in model.named_buffers()),
@@ -135,18 +129,15 @@ def expected_tensors(path: str, name: str) -> Expected:
                     pooler=family.pooler_weights if family else ())
 
 
-def check_loaded(info: dict, expected: Expected, need_pooler: bool, where: str, name: str) -> None:
-    """After from_pretrained: the same rules as checkpoint.check_keys on transformers' own loading report
-    (missing_keys, unexpected_keys, mismatched_keys), for checkpoints not checked before (pickle, hub).
-
-    Raises:
-        ModelError: a weight of the model that the checkpoint did not give (it would be random).
-    """
-    stored = {k: expected.shapes[k] for k in expected.shapes if k not in set(info.get("missing_keys", ()))}
-    stored.update({k: () for k in info.get("unexpected_keys", ())})
-    for key, *_ in info.get("mismatched_keys", ()):
-        stored[key] = ()
-    check_keys(stored, expected, need_pooler, where, name)
+def reported_tensors(info: dict, expected: Expected) -> dict:
+    """The stored tensors as transformers' loading report tells them, for a checkpoint whose headers were
+    not read (pickle, a hub download): {name: (None, shape)}; a mismatched one with its stored shape."""
+    missing = set(info.get("missing_keys", ()))
+    stored = {k: (None, shape) for k, shape in expected.shapes.items() if k not in missing}
+    stored.update({k: (None, ()) for k in info.get("unexpected_keys", ())})
+    for key, shape, *_ in info.get("mismatched_keys", ()):
+        stored[key] = (None, tuple(shape))
+    return stored
 
 
 class FullRangeDynamicLinear(torch.ao.nn.quantized.dynamic.Linear):

@@ -208,9 +208,36 @@ def load_tokenizer(cfg: ModelConfig):
     if not getattr(tok, "is_fast", False):
         raise ModelError(f"--model {cfg.model!r} has no fast tokenizer (tokenizer.json); longbert needs one for "
                          "character offsets")
+    if is_local(path):
+        _check_tokenizer_kind(Path(path), tok, cfg.model)
     return tok
 
 
+def _check_tokenizer_kind(folder: Path, tok, name: str) -> None:
+    """Without tokenizer_config.json, transformers builds the family's default tokenizer class, which may
+    read tokenizer.json as another kind (a RoBERTa folder's WordPiece file as BPE): refused, not run."""
+    file = folder / "tokenizer.json"
+    if (folder / "tokenizer_config.json").exists() or not file.is_file():
+        return
+    saved = str((read_json(file, name).get("model") or {}).get("type"))
+    built = type(tok.backend_tokenizer.model).__name__
+    if saved != built:
+        raise ModelError(f"--model {name!r}: {folder} has no tokenizer_config.json, and without it its tokenizer.json "
+                         f"({saved}) loads as another tokenizer ({built}); download or copy the model folder again "
+                         "with its tokenizer_config.json")
+
+
+def _config_errors() -> tuple[type[BaseException], ...]:
+    """What reading a config raises: transformers' own errors, and huggingface_hub's strict-dataclass checks
+    of a value's type (``"vocab_size": 74.5``)."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:
+        return (OSError, ValueError, TypeError, KeyError, AttributeError)
+    return (OSError, ValueError, TypeError, KeyError, AttributeError, StrictDataclassError)
+
+
+CONFIG_ERRORS = _config_errors()
 HUB_FIX = "no model hub may be reachable: pass a local path with --model DIR"
 
 
@@ -249,6 +276,7 @@ def load_model_config(cfg: ModelConfig):
     except (OSError, ValueError) as err:
         raise ModelError(f"cannot read the config of --model {name!r} ({first_line(err)}); "
                          + (_local_fix(Path(path), "config.json") if is_local(path) else HUB_FIX)) from None
+    check_sizes(raw, name)
     family = str(raw.get("model_type") or "unknown")
     served = ", ".join(FAMILIES)
     if raw.get("auto_map") or family not in CONFIG_MAPPING_NAMES:
@@ -258,10 +286,9 @@ def load_model_config(cfg: ModelConfig):
     try:
         with offline_if_local(path), quiet_transformers():
             mcfg = AutoConfig.from_pretrained(path, trust_remote_code=False)
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:  # a config class refusing a value
+    except CONFIG_ERRORS as err:  # a config class refusing a value
         raise ModelError(f"cannot read the config of --model {name!r} ({first_line(err)}); "
                          + (_local_fix(Path(path), "config.json") if is_local(path) else HUB_FIX)) from None
-    check_sizes(mcfg, name)
     if getattr(mcfg, "is_encoder_decoder", False) or family in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
         raise ModelError(f"--model {name!r} is an encoder-decoder model (family {family!r}); longbert embeds with "
                          f"encoder-only models of the families {served}")
