@@ -302,3 +302,51 @@ def vocab_rows(tok, mcfg, cls_id: int, sep_id: int, name: str) -> int | None:
                              "vocab_size), and every window uses it; use the tokenizer saved with this model, or "
                              "resize the model's embeddings to the tokenizer (resize_token_embeddings) and save both")
     return rows
+
+
+def check_tokenizer_kind(folder: Path, tok, name: str) -> None:
+    """Without tokenizer_config.json, transformers builds the family's default tokenizer class, which may
+    read tokenizer.json as another kind (a RoBERTa folder's WordPiece file as BPE): refused, not run."""
+    file = folder / "tokenizer.json"
+    if (folder / "tokenizer_config.json").exists() or not file.is_file():
+        return
+    saved = str((read_json(file, name).get("model") or {}).get("type"))
+    built = type(tok.backend_tokenizer.model).__name__
+    if saved != built:
+        raise ModelError(f"--model {name!r}: {folder} has no tokenizer_config.json, and without it its tokenizer.json "
+                         f"({saved}) loads as another tokenizer ({built}); download or copy the model folder again "
+                         "with its tokenizer_config.json")
+
+
+def _config_errors() -> tuple[type[BaseException], ...]:
+    """What reading a config raises: transformers' own errors, and huggingface_hub's strict-dataclass checks
+    of a value's type (``"vocab_size": 74.5``)."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:
+        return (OSError, ValueError, TypeError, KeyError, AttributeError)
+    return (OSError, ValueError, TypeError, KeyError, AttributeError, StrictDataclassError)
+
+
+CONFIG_ERRORS = _config_errors()
+
+
+def check_architectures(raw: dict, base_class: str | tuple | None, name: str) -> None:
+    """Refuse a config.json whose model_type contradicts its own ``architectures`` (a BERT checkpoint's
+    config edited to "roberta" builds a model with the same tensor names that numbers positions otherwise).
+
+    ``base_class``: the family's base model class (transformers' MODEL_MAPPING_NAMES, e.g. "BertModel");
+    each architecture must start with its stem ("Bert": BertModel, BertForMaskedLM...). Nothing is
+    checked without architectures or a known class.
+
+    Raises:
+        ModelError: no architecture starts with the family's stem.
+    """
+    archs = raw.get("architectures")
+    if not isinstance(base_class, str) or not base_class.endswith("Model") or not isinstance(archs, list) or not archs:
+        return
+    stem = base_class[: -len("Model")].lower()
+    if not any(isinstance(a, str) and a.lower().startswith(stem) for a in archs):
+        raise ModelError(f"--model {name!r}: config.json gives model_type {raw.get('model_type')!r} but its "
+                         f"architectures are {archs}, of another family; use the config.json saved with the model, "
+                         f"or {AGAIN}")

@@ -13,7 +13,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import check_sizes, model_sha256, read_json, stored_tensors, vocab_rows
+from .checkpoint import (CONFIG_ERRORS, check_architectures, check_sizes, check_tokenizer_kind, model_sha256, read_json,
+                         stored_tensors, vocab_rows)
 from .config import DEFAULT_MODEL, ModelConfig
 from .errors import ModelError
 from .types import ModelFacts
@@ -209,35 +210,10 @@ def load_tokenizer(cfg: ModelConfig):
         raise ModelError(f"--model {cfg.model!r} has no fast tokenizer (tokenizer.json); longbert needs one for "
                          "character offsets")
     if is_local(path):
-        _check_tokenizer_kind(Path(path), tok, cfg.model)
+        check_tokenizer_kind(Path(path), tok, cfg.model)
     return tok
 
 
-def _check_tokenizer_kind(folder: Path, tok, name: str) -> None:
-    """Without tokenizer_config.json, transformers builds the family's default tokenizer class, which may
-    read tokenizer.json as another kind (a RoBERTa folder's WordPiece file as BPE): refused, not run."""
-    file = folder / "tokenizer.json"
-    if (folder / "tokenizer_config.json").exists() or not file.is_file():
-        return
-    saved = str((read_json(file, name).get("model") or {}).get("type"))
-    built = type(tok.backend_tokenizer.model).__name__
-    if saved != built:
-        raise ModelError(f"--model {name!r}: {folder} has no tokenizer_config.json, and without it its tokenizer.json "
-                         f"({saved}) loads as another tokenizer ({built}); download or copy the model folder again "
-                         "with its tokenizer_config.json")
-
-
-def _config_errors() -> tuple[type[BaseException], ...]:
-    """What reading a config raises: transformers' own errors, and huggingface_hub's strict-dataclass checks
-    of a value's type (``"vocab_size": 74.5``)."""
-    try:
-        from huggingface_hub.errors import StrictDataclassError
-    except ImportError:
-        return (OSError, ValueError, TypeError, KeyError, AttributeError)
-    return (OSError, ValueError, TypeError, KeyError, AttributeError, StrictDataclassError)
-
-
-CONFIG_ERRORS = _config_errors()
 HUB_FIX = "no model hub may be reachable: pass a local path with --model DIR"
 
 
@@ -262,7 +238,7 @@ def load_model_config(cfg: ModelConfig):
     """
     from transformers import AutoConfig, PretrainedConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES,
                                                         MODEL_FOR_MASKED_LM_MAPPING_NAMES,
                                                         MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES)
 
@@ -278,6 +254,7 @@ def load_model_config(cfg: ModelConfig):
                          + (_local_fix(Path(path), "config.json") if is_local(path) else HUB_FIX)) from None
     check_sizes(raw, name)
     family = str(raw.get("model_type") or "unknown")
+    check_architectures(raw, MODEL_MAPPING_NAMES.get(family), name)
     served = ", ".join(FAMILIES)
     if raw.get("auto_map") or family not in CONFIG_MAPPING_NAMES:
         raise ModelError(f"--model {name!r} (family {family!r}) needs its own remote code (config.json "
