@@ -429,6 +429,10 @@ def test_fuzz_model_folders_end_in_a_correct_load_or_a_clear_exit_2(intact, tmp_
                                                            "hidden_size": "32"})),
      "config.json gives hidden_size = '32', not a positive integer; use the config.json saved with the model, or "
      "download or copy the model folder again"),
+    (lambda d: (d / "config.json").write_text(json.dumps({**json.loads((d / "config.json").read_text()),
+                                                           "model_type": "roberta"})),
+     "config.json gives model_type 'roberta' but its architectures are ['BertModel'], of another family; use the "
+     "config.json saved with the model, or download or copy the model folder again"),
 ])
 def test_fuzz_kinds_end_to_end_exit_2_with_nothing_written(runner, tmp_path, damage, message):
     folder = build_family("bert", tmp_path / "m")
@@ -439,3 +443,14 @@ def test_fuzz_kinds_end_to_end_exit_2_with_nothing_written(runner, tmp_path, dam
     assert result.exit_code == 2, result.output
     assert f"Error: --model {str(folder)!r}: " + message.format(d=folder) in one_line(result)
     assert not out.exists()
+
+
+def test_tokenizer_json_read_as_another_kind_without_its_config_is_refused(runner, tmp_path):
+    folder = build_family("roberta", tmp_path / "m")
+    (folder / "tokenizer_config.json").unlink()
+    result = invoke(runner, ["extract", write_csv(tmp_path / "in.csv", [{"text": "w1 w2"}]), "--model", folder,
+                             "-o", tmp_path / "o.parquet"])
+    assert result.exit_code == 2, result.output
+    assert (f"Error: --model {str(folder)!r}: {folder} has no tokenizer_config.json, and without it its "
+            "tokenizer.json (WordPiece) loads as another tokenizer (BPE); download or copy the model folder again "
+            "with its tokenizer_config.json") in one_line(result)
