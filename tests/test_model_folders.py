@@ -454,3 +454,21 @@ def test_tokenizer_json_read_as_another_kind_without_its_config_is_refused(runne
     assert (f"Error: --model {str(folder)!r}: {folder} has no tokenizer_config.json, and without it its "
             "tokenizer.json (WordPiece) loads as another tokenizer (BPE); download or copy the model folder again "
             "with its tokenizer_config.json") in one_line(result)
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda t: {"backbone." + k: v for k, v in t.items()}, "37 of the model's 39 weights are not in pytorch_model.bin"),
+    (lambda t: {**t, "encoder.layer.0.output.dense.bias": torch.zeros(33)},
+     "config.json does not match the weights in pytorch_model.bin (1 weights differ: encoder.layer.0.output.dense.bias: "
+     "stored (33,), config.json gives (32,))"),
+])
+def test_pickle_checkpoint_checked_from_the_loading_report(runner, tmp_path, change, message):
+    folder = build_family("bert", tmp_path / "m")
+    torch.save(change(load_file(folder / "model.safetensors")), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    out = tmp_path / "o.parquet"
+    result = invoke(runner, ["extract", write_csv(tmp_path / "in.csv", [{"text": "w1 w2"}]), "--model", folder,
+                             "--allow-pickle", "-o", out])
+    assert result.exit_code == 2, result.output
+    assert f"Error: --model {str(folder)!r}: {message}" in one_line(result)
+    assert not out.exists()
