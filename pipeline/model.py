@@ -1,6 +1,7 @@
 """The model's identity and checks, before any weight loads: which families are served, where a model
 is (a local folder, a hub id, its cached snapshot), its special tokens, the positions it serves, its
-sha256 and whether its checkpoint has pooler weights (read from the safetensors header).
+sha256 and whether its checkpoint has pooler weights. The folder's files themselves (cut or damaged
+config.json, weights, shards) are checked by pipeline.checkpoint, called from here.
 
 Does not import torch (transformers is imported inside the functions that need it): the pre-flight
 check and ``longbert stats`` read the config and tokenizer through it. Loading is pipeline.load.
@@ -337,7 +338,8 @@ def model_facts(cfg: ModelConfig, tokenizer=None):
 
     Raises:
         ModelError: the family cannot be served (load_model_config), the tokenizer cannot be loaded or
-            has no usable special tokens.
+            has no usable special tokens, a weight file or shard index is cut, damaged or missing
+            (pipeline.checkpoint.stored_tensors), [CLS]/[SEP]/padding beyond the embedding table.
     """
     mcfg = load_model_config(cfg)
     tok = tokenizer if tokenizer is not None else load_tokenizer(cfg)

@@ -85,6 +85,23 @@ def beyond_table(tokenizer, token_id: int, rows: int) -> str:
             "model's embeddings (resize_token_embeddings), or remove the token from the tokenizer")
 
 
+def _encode(tokenizer, batch: list[str], rows: list[int], with_offsets: bool, failed: dict[int, str]
+            ) -> tuple[list[list[int]], list]:
+    """(ids, offsets or None) per text of ``batch`` in one tokenizer call; if the call fails, text by text,
+    recording each failing text's row error in ``failed`` (row -> error) and giving it no ids."""
+    try:
+        enc = tokenizer(batch, add_special_tokens=False, split_special_tokens=True, truncation=False,
+                        return_offsets_mapping=with_offsets, return_attention_mask=False,
+                        return_token_type_ids=False, verbose=False)
+    except Exception as err:  # noqa: BLE001 - `tokenizers` raises a bare Exception (e.g. WordPiece, no [UNK])
+        if len(batch) == 1:
+            failed[rows[0]] = tokenizer_failure(tokenizer, err)
+            return [[]], [[]] if with_offsets else [None]
+        pairs = [_encode(tokenizer, [t], [r], with_offsets, failed) for t, r in zip(batch, rows)]
+        return [p[0][0] for p in pairs], [p[1][0] for p in pairs]  # only the failing texts lose their ids
+    return enc["input_ids"], enc["offset_mapping"] if with_offsets else [None] * len(batch)
+
+
 def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | None = None,
                    with_offsets: bool = True, vocab_rows: int | None = None) -> list[TokenizedDoc]:
     """Tokenize a block of documents in one call of the fast (Rust) tokenizer.
@@ -126,17 +143,7 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
     failed: dict[int, str] = {}
 
     def call(batch: list[str], rows: list[int]) -> tuple[list[list[int]], list]:
-        try:
-            enc = tokenizer(batch, add_special_tokens=False, split_special_tokens=True, truncation=False,
-                            return_offsets_mapping=with_offsets, return_attention_mask=False,
-                            return_token_type_ids=False, verbose=False)
-        except Exception as err:  # noqa: BLE001 - `tokenizers` raises a bare Exception (e.g. WordPiece, no [UNK])
-            if len(batch) == 1:
-                failed[rows[0]] = tokenizer_failure(tokenizer, err)
-                return [[]], [[]] if with_offsets else [None]
-            pairs = [call([text], [row]) for text, row in zip(batch, rows)]  # only the failing texts lose
-            return [p[0][0] for p in pairs], [p[1][0] for p in pairs]
-        return enc["input_ids"], enc["offset_mapping"] if with_offsets else [None] * len(batch)
+        return _encode(tokenizer, batch, rows, with_offsets, failed)
 
     texts = list(texts)
     parts = [None] * len(texts) if max_tokens_per_doc is None else \
