@@ -203,10 +203,9 @@ def load_tokenizer(cfg: ModelConfig):
         if is_local(path):
             for file in sorted(Path(path).glob("*.json")):
                 read_json(file, cfg.model)  # names a cut tokenizer.json, tokenizer_config.json...
-        raise ModelError(f"cannot load the tokenizer of --model {cfg.model!r} ({first_line(err)}); "
-                         + (_local_fix(Path(path), "the tokenizer files (tokenizer.json, or the family's "
-                                                              "vocabulary file)") if is_local(path) else HUB_FIX)
-                         ) from None
+        fix = _local_fix(Path(path), "the tokenizer files (tokenizer.json, or the family's vocabulary file)") \
+            if is_local(path) else HUB_FIX
+        raise ModelError(f"cannot load the tokenizer of --model {cfg.model!r} ({first_line(err)}); {fix}") from None
     if not getattr(tok, "is_fast", False):
         raise ModelError(f"--model {cfg.model!r} has no fast tokenizer (tokenizer.json); longbert needs one for "
                          "character offsets")
