@@ -199,12 +199,13 @@ Stored = dict[str, tuple[str | None, tuple[int, ...]]]   # stored name -> (safet
 def key_problems(stored: Stored, expected: Expected, need_pooler: bool) -> tuple[list[str], list[str], list[str]]:
     """(missing, foreign, mismatched) names: what the model would not get from the checkpoint.
 
-    ``stored`` maps stored names to (dtype, shape); dtype None: not known (transformers' report). A name under the base-model prefix ("bert.encoder...") counts
-    as its unprefixed name, as transformers loads it. Missing: expected names not stored, except the
+    ``stored`` maps stored names to (dtype, shape); dtype None: not known (transformers' report). A
+    name under the base-model prefix ("bert.encoder...") counts as its unprefixed name, as transformers
+    loads it. Missing: expected names not stored, except the
     pooler when it is not used. Foreign: stored names inside the model's own modules that it does not
     hold (a config with fewer layers than the weights), buffers excepted; tensors of task heads beside
     the encoder ("cls.predictions.bias") are ignored, as transformers ignores them. Mismatched:
-    "name: stored (a, b), config gives (c, d)".
+    "name: stored (a, b), config.json gives (c, d)", or a weight stored as an integer dtype.
 
     Example: a BERT saved under "backbone." -> every expected name missing, no foreign name (the
     stored names are outside the model's modules).
