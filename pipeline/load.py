@@ -7,14 +7,23 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import pickle
 import warnings
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
+from .checkpoint import Expected, check_keys, stored_tensors, weight_files
 from .config import ModelConfig, PoolConfig
 from .errors import ConfigError, ModelError
-from .model import first_line, is_local, offline_if_local, quiet_transformers, resolve_model_path
+from .model import (FAMILIES, HUB_FIX, checkpoint_folder, first_line, is_local, offline_if_local, quiet_transformers,
+                    resolve_model_path)
+
+# what loading a damaged checkpoint raises in transformers, safetensors and torch (a cut pickle, a tensor
+# of the wrong size); turned into ModelError at the call
+LOAD_ERRORS = (OSError, ValueError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError, SafetensorError,
+               TypeError, AttributeError, IndexError, ZeroDivisionError)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -34,48 +43,50 @@ def load_model(cfg: ModelConfig, need_pooler: bool, device: torch.device):
     safetensors are used where the checkpoint has them; a pickle-only checkpoint (pytorch_model.bin)
     loads only with ``cfg.allow_pickle`` (unpickling can run code). Never trust_remote_code.
 
+    Every parameter must come from the checkpoint (pipeline.checkpoint.check_keys on the safetensors
+    headers, or on transformers' loading report for pickle and hub checkpoints): a model with a random
+    weight is never returned. A pooler that is absent and not needed, task heads and buffers are benign.
+
     Raises:
-        ModelError: missing/unfetchable model, pickle-only without --allow-pickle, no pooler weights
-            when ``need_pooler``.
+        ModelError: missing/unfetchable model, no weights, pickle-only without --allow-pickle, a damaged
+            checkpoint (the file named, never hub advice for a local folder), weights missing, foreign or
+            of another shape than config.json gives, no pooler weights when ``need_pooler``.
     """
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own bar counts documents
     path = resolve_model_path(cfg.model)
-    use_safetensors: bool | None = True
-    if is_local(path):
-        files = {p.name for p in Path(path).iterdir()}
-        has_st = any(f.endswith(".safetensors") or f.endswith(".safetensors.index.json") for f in files)
-        if not has_st:
-            if not cfg.allow_pickle:
-                raise ModelError(f"--model {cfg.model!r} has only pickle weights (no .safetensors); loading a pickle "
-                                 "can run arbitrary code. Convert it to safetensors, or pass --allow-pickle "
-                                 "if you trust its source")
-            use_safetensors = False
-    elif cfg.allow_pickle:
-        use_safetensors = None  # prefer safetensors, fall back to pickle
+    use_safetensors = _weights_format(path, cfg)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[cfg.dtype]
     kwargs = dict(trust_remote_code=False, use_safetensors=use_safetensors, output_loading_info=True,
                   dtype=torch.float32)
+    folder = checkpoint_folder(path)
+    where = ", ".join(p.name for p in weight_files(folder)) if folder is not None else "the checkpoint"
+    # names and shapes are checked against the model built from config.json, after transformers read the
+    # weights (mismatched ones are set aside, not raised) and before any row is read
+    kwargs["ignore_mismatched_sizes"] = True
     try:
         with offline_if_local(path), quiet_transformers():
+            stored = stored_tensors(folder, cfg.model) if folder is not None else None
             try:
                 model, info = AutoModel.from_pretrained(path, attn_implementation="sdpa", **kwargs)
             except ValueError as err:  # a family without an SDPA path (transformers says so): its default
                 if not any(s in str(err).lower() for s in ("sdpa", "scaled_dot_product_attention")):
                     raise
                 model, info = AutoModel.from_pretrained(path, **kwargs)
-    except (OSError, ValueError) as err:
-        raise ModelError(f"cannot load --model {cfg.model!r} ({first_line(err)}); no model hub may be reachable: "
-                         "pass a local path with --model DIR") from None
-    if need_pooler:  # normally refused before loading (check_pooler); this catches pickle-only checkpoints
-        missing = [k for k in info.get("missing_keys", []) if "pooler" in k]
-        if missing or getattr(model, "pooler", None) is None:
-            raise ModelError(f"--pooling pooler: --model {cfg.model!r} cannot serve it (its checkpoint has no "
-                             f"pooler weights: {', '.join(missing) or 'no pooler layer'}); use --pooling cls or mean")
+    except LOAD_ERRORS as err:
+        fix = f"{path} holds a damaged checkpoint or a config.json that does not fit it; download or copy the " \
+              "model folder again" if is_local(path) else HUB_FIX
+        raise ModelError(f"cannot load --model {cfg.model!r} ({first_line(err)}); {fix}") from None
+    expected = expected_tensors(model)
+    check_keys(stored if stored is not None else reported_tensors(info, expected), expected, need_pooler, where,
+               cfg.model)
+    if need_pooler and getattr(model, "pooler", None) is None:  # normally refused before loading (check_pooler)
+        raise ModelError(f"--pooling pooler: --model {cfg.model!r} cannot serve it (no pooler layer); use "
+                         "--pooling cls or mean")
     model.eval()
     if cfg.quantize == "int8":
         if device.type != "cpu":
@@ -83,6 +94,50 @@ def load_model(cfg: ModelConfig, need_pooler: bool, device: torch.device):
         model = quantize_int8(model)
     model = model.to(device=device, dtype=dtype)
     return model
+
+
+def _weights_format(path: str, cfg: ModelConfig) -> bool | None:
+    """use_safetensors for from_pretrained: True, False (a local pickle-only folder with --allow-pickle),
+    None (a hub id with --allow-pickle: safetensors first).
+
+    Raises:
+        ModelError: a local folder without weight files, or with pickle weights only and no --allow-pickle.
+    """
+    if not is_local(path):
+        return None if cfg.allow_pickle else True
+    files = weight_files(Path(path))
+    if not files:
+        raise ModelError(f"--model {cfg.model!r}: {path} holds no weights (model.safetensors, or its shards and "
+                         "model.safetensors.index.json); download or copy the model folder again")
+    if not any(".safetensors" in p.name for p in files):
+        if not cfg.allow_pickle:
+            raise ModelError(f"--model {cfg.model!r} has only pickle weights (no .safetensors); loading a pickle "
+                             "can run arbitrary code. Convert it to safetensors, or pass --allow-pickle "
+                             "if you trust its source")
+        return False
+    return True
+
+
+def expected_tensors(model) -> Expected:
+    """What a model built from its config.json holds: its parameters' names and shapes (as built, before
+    any weight was copied in), its top-level modules and buffers, its base-model prefix and pooler."""
+    family = FAMILIES.get(getattr(model.config, "model_type", ""))
+    return Expected(shapes={k: tuple(p.shape) for k, p in model.named_parameters()},
+                    modules=frozenset(n for n, _ in model.named_children()),
+                    buffers=frozenset(n for n, _ in model.named_buffers()),
+                    prefix=str(getattr(model, "base_model_prefix", "") or ""),
+                    pooler=family.pooler_weights if family else ())
+
+
+def reported_tensors(info: dict, expected: Expected) -> dict:
+    """The stored tensors as transformers' loading report tells them, for a checkpoint whose headers were
+    not read (pickle, a hub download): {name: (None, shape)}; a mismatched one with its stored shape."""
+    missing = set(info.get("missing_keys", ()))
+    stored = {k: (None, shape) for k, shape in expected.shapes.items() if k not in missing}
+    stored.update({k: (None, ()) for k in info.get("unexpected_keys", ())})
+    for key, shape, *_ in info.get("mismatched_keys", ()):
+        stored[key] = (None, tuple(shape))
+    return stored
 
 
 class FullRangeDynamicLinear(torch.ao.nn.quantized.dynamic.Linear):

@@ -1,6 +1,7 @@
 """The model's identity and checks, before any weight loads: which families are served, where a model
 is (a local folder, a hub id, its cached snapshot), its special tokens, the positions it serves, its
-sha256 and whether its checkpoint has pooler weights (read from the safetensors header).
+sha256 and whether its checkpoint has pooler weights. The folder's files themselves (cut or damaged
+config.json, weights, shards) are checked by pipeline.checkpoint, called from here.
 
 Does not import torch (transformers is imported inside the functions that need it): the pre-flight
 check and ``longbert stats`` read the config and tokenizer through it. Loading is pipeline.load.
@@ -8,15 +9,13 @@ check and ``longbert stats`` read the config and tokenizer through it. Loading i
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
-import json
 import os
-import struct
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from .checkpoint import (CONFIG_ERRORS, check_architectures, check_sizes, check_tokenizer_kind, model_sha256, read_json,
+                         stored_tensors, vocab_rows)
 from .config import DEFAULT_MODEL, ModelConfig
 from .errors import ModelError
 from .types import ModelFacts
@@ -205,13 +204,27 @@ def load_tokenizer(cfg: ModelConfig):
     try:
         with offline_if_local(path), quiet_transformers():
             tok = AutoTokenizer.from_pretrained(path, use_fast=True, trust_remote_code=False)
-    except (OSError, ValueError) as err:
-        raise ModelError(f"cannot load the tokenizer of --model {cfg.model!r} ({first_line(err)}); no model hub "
-                         "may be reachable: pass a local path with --model DIR") from None
+    except Exception as err:  # noqa: BLE001 - `tokenizers` raises a bare Exception for a malformed tokenizer.json
+        if is_local(path):
+            for file in sorted(Path(path).glob("*.json")):
+                read_json(file, cfg.model)  # names a cut tokenizer.json, tokenizer_config.json...
+        fix = _local_fix(Path(path), "the tokenizer files (tokenizer.json, or the family's vocabulary file)") \
+            if is_local(path) else HUB_FIX
+        raise ModelError(f"cannot load the tokenizer of --model {cfg.model!r} ({first_line(err)}); {fix}") from None
     if not getattr(tok, "is_fast", False):
         raise ModelError(f"--model {cfg.model!r} has no fast tokenizer (tokenizer.json); longbert needs one for "
                          "character offsets")
+    if is_local(path):
+        check_tokenizer_kind(Path(path), tok, cfg.model)
     return tok
+
+
+HUB_FIX = "no model hub may be reachable: pass a local path with --model DIR"
+
+
+def _local_fix(folder: Path, needs: str) -> str:
+    """The way out for a local folder that transformers cannot load from: never about the hub."""
+    return f"{folder} needs {needs} as saved with the model; download or copy the model folder again"
 
 
 def first_line(err: BaseException) -> str:
@@ -230,19 +243,23 @@ def load_model_config(cfg: ModelConfig):
     """
     from transformers import AutoConfig, PretrainedConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES,
                                                         MODEL_FOR_MASKED_LM_MAPPING_NAMES,
                                                         MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES)
 
     path = resolve_model_path(cfg.model)
     name = cfg.model
+    if is_local(path):
+        read_json(Path(path) / "config.json", name)  # a missing or cut config.json, named
     try:
         with offline_if_local(path), quiet_transformers():
             raw, _ = PretrainedConfig.get_config_dict(path)
     except (OSError, ValueError) as err:
-        raise ModelError(f"cannot read the config of --model {name!r} ({first_line(err)}); no model hub may be "
-                         "reachable: pass a local path with --model DIR") from None
+        raise ModelError(f"cannot read the config of --model {name!r} ({first_line(err)}); "
+                         + (_local_fix(Path(path), "config.json") if is_local(path) else HUB_FIX)) from None
+    check_sizes(raw, name)
     family = str(raw.get("model_type") or "unknown")
+    check_architectures(raw, MODEL_MAPPING_NAMES.get(family), name)
     served = ", ".join(FAMILIES)
     if raw.get("auto_map") or family not in CONFIG_MAPPING_NAMES:
         raise ModelError(f"--model {name!r} (family {family!r}) needs its own remote code (config.json "
@@ -251,8 +268,9 @@ def load_model_config(cfg: ModelConfig):
     try:
         with offline_if_local(path), quiet_transformers():
             mcfg = AutoConfig.from_pretrained(path, trust_remote_code=False)
-    except (OSError, ValueError) as err:
-        raise ModelError(f"cannot read the config of --model {name!r} ({first_line(err)})") from None
+    except CONFIG_ERRORS as err:  # a config class refusing a value
+        raise ModelError(f"cannot read the config of --model {name!r} ({first_line(err)}); "
+                         + (_local_fix(Path(path), "config.json") if is_local(path) else HUB_FIX)) from None
     if getattr(mcfg, "is_encoder_decoder", False) or family in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
         raise ModelError(f"--model {name!r} is an encoder-decoder model (family {family!r}); longbert embeds with "
                          f"encoder-only models of the families {served}")
@@ -306,66 +324,6 @@ def special_ids(tokenizer, name: str) -> tuple[int, int]:
                      "before the text and one after ([CLS] ... [SEP] or <s> ... </s>)")
 
 
-_WEIGHT_SUFFIXES = (".safetensors", ".safetensors.index.json")
-
-
-def _weight_files(folder: Path) -> list[Path]:
-    """The checkpoint's weight files: *.safetensors (+ index), else pytorch_model*.bin (+ index)."""
-    files = sorted(p for p in folder.iterdir() if p.is_file())
-    st = [p for p in files if p.name.endswith(_WEIGHT_SUFFIXES)]
-    return st or [p for p in files if p.name.startswith("pytorch_model") and p.name.endswith((".bin", ".bin.index.json"))]
-
-
-def model_sha256(folder: str | Path) -> str | None:
-    """sha256 of config.json and the weight files of a model folder, in name order; each file enters as
-    its name, a NUL byte and its bytes. None when the folder holds no config.json or no weights.
-
-    Example: the default model's folder -> a 64-hex-digit string, the same on every machine.
-    """
-    folder = Path(folder)
-    config = folder / "config.json"
-    weights = _weight_files(folder) if folder.is_dir() else []
-    if not config.is_file() or not weights:
-        return None
-    files = [config, *weights]
-    return _sha256_files(tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
-
-
-@functools.lru_cache(maxsize=16)
-def _sha256_files(files: tuple[tuple[str, int, int], ...]) -> str:
-    """Cached on (path, size, mtime) so one process hashes a checkpoint once."""
-    digest = hashlib.sha256()
-    for path, _, _ in files:
-        digest.update(Path(path).name.encode() + b"\0")
-        with open(path, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                digest.update(chunk)
-    return digest.hexdigest()
-
-
-def weight_names(folder: str | Path) -> set[str] | None:
-    """Parameter names stored in a checkpoint folder, read from the safetensors headers (or the index
-    json's weight_map) without loading a tensor; None for pickle-only or absent weights.
-
-    The safetensors format: 8 bytes little-endian header length, then a JSON header keyed by name.
-    """
-    folder = Path(folder)
-    if not folder.is_dir():
-        return None
-    names: set[str] = set()
-    files = [p for p in _weight_files(folder) if ".safetensors" in p.name]
-    if not files:
-        return None
-    for path in files:
-        if path.name.endswith(".index.json"):
-            names |= set(json.loads(path.read_text()).get("weight_map", {}))
-            continue
-        with open(path, "rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            names |= {k for k in json.loads(fh.read(size)) if k != "__metadata__"}
-    return names
-
-
 def checkpoint_folder(path: str) -> Path | None:
     """The folder holding the checkpoint: ``path`` itself, or a hub id's cached snapshot (None if not cached)."""
     if is_local(path):
@@ -384,21 +342,24 @@ def model_facts(cfg: ModelConfig, tokenizer=None):
 
     Raises:
         ModelError: the family cannot be served (load_model_config), the tokenizer cannot be loaded or
-            has no usable special tokens.
+            has no usable special tokens, a weight file or shard index is cut, damaged or missing
+            (pipeline.checkpoint.stored_tensors), [CLS]/[SEP]/padding beyond the embedding table.
     """
     mcfg = load_model_config(cfg)
     tok = tokenizer if tokenizer is not None else load_tokenizer(cfg)
     family = FAMILIES[mcfg.model_type]
     cls_id, sep_id = special_ids(tok, cfg.model)
     folder = checkpoint_folder(resolve_model_path(cfg.model))
-    names = weight_names(folder) if folder is not None else None
+    stored = stored_tensors(folder, cfg.model) if folder is not None else None  # damaged weights: refused here
+    names = None if stored is None else set(stored)
     missing = missing_pooler_weights(family, names)
     has_pooler = False if not family.pooler else (None if names is None else not missing)
     facts = ModelFacts(name=model_label(cfg.model), sha256=model_sha256(folder) if folder is not None else None,
                        family=mcfg.model_type, hidden_size=int(mcfg.hidden_size),
                        num_hidden_layers=int(mcfg.num_hidden_layers), max_length=max_length_served(mcfg, tok),
                        cls_id=cls_id, sep_id=sep_id, unk_id=tok.unk_token_id, token_type_ids=family.token_type_ids,
-                       has_pooler=has_pooler, missing_pooler=missing)
+                       has_pooler=has_pooler, missing_pooler=missing,
+                       vocab_rows=vocab_rows(tok, mcfg, cls_id, sep_id, cfg.model))
     return facts, tok
 
 

@@ -136,7 +136,7 @@ class Tokenize(Stage):
     def __call__(self, batch: Batch) -> Batch:
         cfg = self.ctx.cfg
         docs = tokenize_block(batch.texts, self.ctx.tokenizer, cfg.segment.max_tokens_per_doc,
-                              with_offsets=cfg.pool.level == "token")
+                              with_offsets=cfg.pool.level == "token", vocab_rows=self.ctx.facts.vocab_rows)
         return batch.replace(docs=docs)
 
 

@@ -54,8 +54,56 @@ def cut_before_tokenizing(text: str, max_tokens: int) -> str | None:
     return text[:found.start()] if found else None
 
 
+def tokenizer_failure(tokenizer, err: BaseException) -> str:
+    """The row error of a text the tokenizer fails on, with the fix when the cause is known.
+
+    Example: a WordPiece vocabulary without "[UNK]" and a word it lacks -> "the tokenizer failed on this
+    text (WordPiece error: Missing [UNK] token from the vocabulary): its vocabulary has no entry for the
+    unknown token '[UNK]', so a word it lacks cannot be tokenized; add the entry to the vocabulary, or
+    use a tokenizer that has it".
+    """
+    lines = str(err).strip().splitlines()
+    text = f"the tokenizer failed on this text ({lines[0] if lines else type(err).__name__})"
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    model = getattr(backend, "model", None)
+    unk = getattr(model, "unk_token", None)
+    if unk and unk not in backend.get_vocab(with_added_tokens=False):
+        text += (f": its vocabulary has no entry for the unknown token {unk!r}, so a word it lacks cannot be "
+                 "tokenized; add the entry to the vocabulary, or use a tokenizer that has it")
+    return text
+
+
+def beyond_table(tokenizer, token_id: int, rows: int) -> str:
+    """The row error of a document using a token id the model's embedding table lacks.
+
+    Example: (the default tokenizer plus "covid19" as id 30522, 30522) -> "token 'covid19' (id 30522) is
+    beyond the model's embedding table of 30,522 rows: the tokenizer has tokens the model was not saved
+    with; resize the model's embeddings (resize_token_embeddings), or remove the token from the tokenizer".
+    """
+    return (f"token {tokenizer.convert_ids_to_tokens(token_id)!r} (id {token_id}) is beyond the model's "
+            f"embedding table of {rows:,} rows: the tokenizer has tokens the model was not saved with; resize the "
+            "model's embeddings (resize_token_embeddings), or remove the token from the tokenizer")
+
+
+def _encode(tokenizer, batch: list[str], rows: list[int], with_offsets: bool, failed: dict[int, str]
+            ) -> tuple[list[list[int]], list]:
+    """(ids, offsets or None) per text of ``batch`` in one tokenizer call; if the call fails, text by text,
+    recording each failing text's row error in ``failed`` (row -> error) and giving it no ids."""
+    try:
+        enc = tokenizer(batch, add_special_tokens=False, split_special_tokens=True, truncation=False,
+                        return_offsets_mapping=with_offsets, return_attention_mask=False,
+                        return_token_type_ids=False, verbose=False)
+    except Exception as err:  # noqa: BLE001 - `tokenizers` raises a bare Exception (e.g. WordPiece, no [UNK])
+        if len(batch) == 1:
+            failed[rows[0]] = tokenizer_failure(tokenizer, err)
+            return [[]], [[]] if with_offsets else [None]
+        pairs = [_encode(tokenizer, [t], [r], with_offsets, failed) for t, r in zip(batch, rows)]
+        return [p[0][0] for p in pairs], [p[1][0] for p in pairs]  # only the failing texts lose their ids
+    return enc["input_ids"], enc["offset_mapping"] if with_offsets else [None] * len(batch)
+
+
 def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | None = None,
-                   with_offsets: bool = True) -> list[TokenizedDoc]:
+                   with_offsets: bool = True, vocab_rows: int | None = None) -> list[TokenizedDoc]:
     """Tokenize a block of documents in one call of the fast (Rust) tokenizer.
 
     Args:
@@ -68,6 +116,9 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
             length; the kept ids are exactly the first ``max_tokens_per_doc`` ids of the whole text.
         with_offsets: ask the tokenizer for character offsets (only --level token writes them;
             without, each doc's offsets are an empty (0, 2) array).
+        vocab_rows: the model's embedding rows when the tokenizer has ids beyond them
+            (ModelFacts.vocab_rows): a document whose kept ids use one gets a row error naming the token
+            (beyond_table); None: every id fits, nothing is checked.
 
     Special-token strings in a text are text: ``split_special_tokens=True`` tokenizes "[SEP]" as
     the pieces of its characters (the default model: "[", "sep", "]"), so no content id is a control
@@ -84,23 +135,23 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
         that part. A text that is empty or whitespace-only gets error "empty text"; one whose
         characters all vanish in the tokenizer's normalisation (control or zero-width characters)
         gets "no tokens after normalisation" (both have 0 tokens); one whose tokens are all unknown
-        (e.g. emoji only, with an English WordPiece vocabulary) gets "only unknown tokens".
+        (e.g. emoji only, with an English WordPiece vocabulary) gets "only unknown tokens". A text
+        the tokenizer fails on (a WordPiece vocabulary without its unknown token meeting a word it
+        lacks) gets that failure as its error (tokenizer_failure), and the other texts are tokenized.
     """
     unk = tokenizer.unk_token_id
+    failed: dict[int, str] = {}
 
-    def call(batch: list[str]) -> tuple[list[list[int]], list]:
-        enc = tokenizer(batch, add_special_tokens=False, split_special_tokens=True, truncation=False,
-                        return_offsets_mapping=with_offsets, return_attention_mask=False,
-                        return_token_type_ids=False, verbose=False)
-        return enc["input_ids"], enc["offset_mapping"] if with_offsets else [None] * len(batch)
+    def call(batch: list[str], rows: list[int]) -> tuple[list[list[int]], list]:
+        return _encode(tokenizer, batch, rows, with_offsets, failed)
 
     texts = list(texts)
     parts = [None] * len(texts) if max_tokens_per_doc is None else \
         [cut_before_tokenizing(t, max_tokens_per_doc) for t in texts]
-    all_ids, all_offsets = call([t if p is None else p for t, p in zip(texts, parts)])
+    all_ids, all_offsets = call([t if p is None else p for t, p in zip(texts, parts)], list(range(len(texts))))
     short = [i for i, p in enumerate(parts) if p is not None and len(all_ids[i]) <= max_tokens_per_doc]
     if short:  # the part held too few tokens (very long words): tokenize those texts whole
-        ids2, offsets2 = call([texts[i] for i in short])
+        ids2, offsets2 = call([texts[i] for i in short], short)
         for i, ids, offsets in zip(short, ids2, offsets2):
             all_ids[i], all_offsets[i] = ids, offsets
     docs = []
@@ -112,8 +163,12 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
         off_arr = no_offsets if offsets is None else np.asarray(offsets, dtype=np.int32).reshape(n, 2)
         if max_tokens_per_doc is not None and n > max_tokens_per_doc:
             ids_arr, off_arr = ids_arr[:max_tokens_per_doc], off_arr[:max_tokens_per_doc]
-        error = None
-        if n == 0:
+        error = failed.get(row)
+        if error is not None:
+            pass
+        elif vocab_rows is not None and ids_arr.size and int(ids_arr.max()) >= vocab_rows:
+            error = beyond_table(tokenizer, int(ids_arr.max()), vocab_rows)
+        elif n == 0:
             error = EMPTY_TEXT if not text.strip() else NO_TOKENS
         elif n_unknown == n:
             error = ONLY_UNKNOWN

@@ -65,3 +65,5 @@ class ModelFacts:
     token_type_ids: bool           # the model's forward takes token_type_ids (all zeros when it does)
     has_pooler: bool | None        # pooler weights in the checkpoint; None: cannot tell without loading
     missing_pooler: tuple[str, ...] = ()   # the family's pooler weights the checkpoint lacks (pipeline.model)
+    vocab_rows: int | None = None  # rows of the embedding table when the tokenizer has ids beyond them
+                                   # (a document using one gets a row error); None: every id fits

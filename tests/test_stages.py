@@ -236,6 +236,7 @@ def test_one_extract_resolves_the_model_once(tiny_model_dir, runner, tmp_path, m
     """The model's config, its safetensors header and its facts are read once per run (they were read
     twice, the path resolved six times); a hub id is probed once per process."""
     import pipeline.block as block
+    import pipeline.checkpoint as checkpoint
     import pipeline.model as model
 
     calls: dict[str, int] = {}
@@ -250,12 +251,13 @@ def test_one_extract_resolves_the_model_once(tiny_model_dir, runner, tmp_path, m
 
     counting(block, "model_facts")
     counting(model, "load_model_config")
-    counting(model, "weight_names")
+    counting(checkpoint, "read_header")   # the safetensors header of each weight file
+    monkeypatch.setattr(checkpoint, "_STORED", {})
     counting(model, "_hub_or_cache")
     src = write_csv(tmp_path / "in.csv", [{"text": words(20)}, {"text": words(3)}])
     result = invoke(runner, ["extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model_dir, "--no-progress"])
     assert result.exit_code == 0, result.output
-    assert calls == {"model_facts": 1, "load_model_config": 1, "weight_names": 1}
+    assert calls == {"model_facts": 1, "load_model_config": 1, "read_header": 1}
     monkeypatch.setattr(model, "_HUB_RESOLVED", {})
     monkeypatch.setattr(model, "_unreachable", lambda endpoint: None)   # a hub that answers
     assert [model.resolve_model_path("org/some-model") for _ in range(3)] == ["org/some-model"] * 3
