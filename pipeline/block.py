@@ -20,6 +20,7 @@ from .config import PipelineConfig
 from .dedup import WindowPlan, plan_windows
 from .encode import Encoder
 from .errors import ConfigError
+from .late import doc_chunks, max_context
 from .model import check_pooler, checkpoint_folder, model_facts, model_sha256, resolve_model_path
 from .pool import aggregate_parts, normalize, pool_offsets, window_pools
 from .segment import covered_tokens, segment
@@ -219,7 +220,8 @@ class Extractor:
         """
         token_level = self.cfg.pool.level == "token"
         oom, fp32 = self.encoder.stats.oom_splits, self.encoder.stats.fp32_recomputed
-        enc, cached = encode_unique(self.encoder, self.cache, prep.windows, with_tokens=token_level)
+        enc, cached = encode_unique(self.encoder, self.cache, prep.windows, with_tokens=token_level,
+                                    with_layers=self._late_windows(prep))
         if self.cfg.pool.level == "window":
             table, row_errors = window_table(self, prep, enc)
             return table, self._counts(prep, row_errors, oom, fp32, cached)
@@ -245,9 +247,11 @@ class Extractor:
                     errors[doc.row] = NON_FINITE
                 else:
                     vecs = []
+                    late = self.late_chunks(wins["late"], rows["late"], enc) if "late" in wins else {}
                     for f, (a, b) in zip(self.features, self.slices):
-                        weights = np.array([w.n_content for w in wins[f.strategy]], dtype=np.float64)
-                        vec = aggregate_parts(enc.vectors[rows[f.strategy], a:b], weights, self.cfg.pool.aggregates)
+                        parts, weights = late[f] if f.strategy == "late" else (enc.vectors[rows[f.strategy], a:b],
+                            np.array([w.n_content for w in wins[f.strategy]], dtype=np.float64))
+                        vec = aggregate_parts(parts, weights, self.cfg.pool.aggregates)
                         vecs.append(normalize(vec) if self.cfg.pool.normalize else vec)
                     if self.cfg.write.out_dtype == "float16" and not all(fits_float16(v) for v in vecs):
                         errors[doc.row] = FP16_OVERFLOW
@@ -266,6 +270,21 @@ class Extractor:
         counts = self._counts(prep, errors, oom, fp32, cached)
         return self._table(prep.block, features, valid, errors, prep.docs, n_windows, truncated,
                            token_cols if token_level else None), counts
+
+    def _late_windows(self, prep: Prepared) -> np.ndarray | None:
+        """(n_unique,) bool: the unique windows a late feature reads token vectors of; None without one."""
+        if "late" not in prep.strategy_windows:
+            return None
+        mask = np.zeros(len(prep.windows), dtype=bool)
+        mask[prep.plan.index[list(prep.strategy_windows).index("late")]] = True
+        return mask
+
+    def late_chunks(self, windows: list[Window], rows: np.ndarray, enc) -> dict:
+        """{late feature: (chunk vectors, tokens per chunk)} of one document's late ``windows``
+        (``rows``: theirs in ``enc``), by pipeline.late.doc_chunks."""
+        return doc_chunks([w.positions for w in windows], [enc.layers[i] for i in rows],
+                          [f for f in self.features if f.strategy == "late"], self.cfg.segment.chunk_tokens,
+                          self.encoder.token_layers, self.facts.num_hidden_layers, self.hidden)
 
     def _counts(self, prep: Prepared, errors: list[str | None], oom: int, fp32: int, cached: int = 0) -> BlockCounts:
         """The block's counts (``errors``: one per output row; ``cached``: windows from the store, not
@@ -372,17 +391,6 @@ def token_features(doc: TokenizedDoc, windows: list[Window], window_tokens: list
     Returns:
         token_ids int32 (m,), positions int32 (m,), offsets int32 (m, 2), token_features (m, D) float32.
     """
-    positions = np.unique(np.concatenate([w.positions for w in windows]))           # (m,)
-    dim = window_tokens[0].shape[1]
-    best = np.full(positions.shape[0], -1, dtype=np.int64)
-    feats = np.zeros((positions.shape[0], dim), dtype=np.float32)                    # (m, D)
-    for w, vecs in zip(windows, window_tokens):
-        pos = w.positions                                                            # (k,)
-        k = np.arange(pos.shape[0])
-        score = np.minimum(k, pos.shape[0] - 1 - k)                                  # context, (k,)
-        where = np.searchsorted(positions, pos)
-        better = score > best[where]
-        best[where[better]] = score[better]
-        feats[where[better]] = vecs[better]
+    positions, feats = max_context([w.positions for w in windows], window_tokens)    # (m,), (m, D)
     return (doc.ids[positions].astype(np.int32), positions.astype(np.int32),
             doc.offsets[positions].astype(np.int32), feats)

