@@ -76,8 +76,9 @@ SEGMENT_OPTIONS = [
          shown="the model's, 512"),
     _opt(SegmentConfig, "head_tokens", type=int, help="head_tail: first tokens kept.", shown="128 for 512 windows"),
     _opt(SegmentConfig, "tail_tokens", type=int, help="head_tail: last tokens kept.", shown="C - head, 382 for 512"),
-    _opt(SegmentConfig, "overlap", type=int, shown="128; late: 256",
-         help="sliding and late: tokens shared by neighbouring windows (the step is C - overlap)."),
+    _opt(SegmentConfig, "overlap", type=int,
+         help="sliding and late: tokens shared by neighbouring windows (the step is C - overlap); late's "
+              "default is 256."),
     _opt(SegmentConfig, "chunk_tokens", type=int,
          help="late: content tokens per chunk; each chunk's vector pools its tokens' vectors, taken from the "
               "sliding window where each token has the most context."),
