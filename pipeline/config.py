@@ -417,10 +417,10 @@ def option_warnings(cfg: PipelineConfig, given: set[str], cpu_only: bool, max_le
     if "overlap" in given and not {"sliding", "late"} & set(strategies):
         out.append(f"--overlap {seg.overlap} has no effect: it applies only to --strategy sliding and late "
                    f"(this run: {this_run})")
-    for name in ("head_tokens", "tail_tokens"):
-        if name in given and "head_tail" not in strategies:
+    for name, owner in (("head_tokens", "head_tail"), ("tail_tokens", "head_tail"), ("chunk_tokens", "late")):
+        if name in given and owner not in strategies:
             flag = "--" + name.replace("_", "-")
-            out.append(f"{flag} {getattr(seg, name)} has no effect: it applies only to --strategy head_tail "
+            out.append(f"{flag} {getattr(seg, name)} has no effect: it applies only to --strategy {owner} "
                        f"(this run: {this_run})")
     if "aggregate" in given and cfg.pool.level == "window":
         out.append(f"--aggregate {cfg.pool.aggregate} has no effect: it applies only to --level document and "
