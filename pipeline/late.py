@@ -9,8 +9,9 @@ where it has the most context on both sides, min(tokens left, tokens right) (the
 of BERT's SQuAD code, Devlin et al. 2019; ties go to the earlier window) -- the rule ``--level
 token`` uses -- instead of the paper's left-only rule for long texts.
 
-numpy in, numpy out, no model: pipeline.block calls ``late_vectors`` per document and feature,
-pipeline.window_rows calls ``chunk_rows`` (``--level window``), pipeline.config ``check_late``.
+numpy in, numpy out, no model: pipeline.block calls ``doc_chunks`` once per document (every late
+feature), pipeline.window_rows ``chunk_spans`` (``--level window``), pipeline.config ``check_late``;
+pipeline.block's ``token_features`` (``--level token``) shares ``max_context``.
 """
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ def max_context(positions: list[np.ndarray], vectors: list[np.ndarray]) -> tuple
 
     Returns:
         (positions int64 (m,) every position of some window, ascending; vectors float32 (m, D)).
-        Example: windows [0..4] and [2..6] (5 tokens each) -> positions 0..6; 0-2 from the first
-        window (position 2 has context 2 in both: the earlier wins), 3-6 from the second.
+        Example: windows over positions 0..4 and 2..6 -> positions 0..6; 0-3 from the first window
+        (position 3 has context 1 in both: the earlier wins), 4-6 from the second.
     """
     every = np.unique(np.concatenate(positions)) if positions else np.zeros(0, np.int64)   # (m,)
     dim = vectors[0].shape[1] if vectors else 0

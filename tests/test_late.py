@@ -223,3 +223,21 @@ def test_stats_counts_late_windows(runner, tiny_model_dir, tmp_path):
     assert result.exit_code == 0, result.output
     line = next(x for x in result.output.splitlines() if x.lstrip(" *").startswith("late "))
     assert f"C={C}, overlap {OVERLAP}, chunks of 128" in line
+
+
+def test_the_pure_functions_on_hand_made_vectors():
+    from pipeline.late import chunk_bounds, chunk_spans, chunk_vectors, max_context
+
+    # windows over positions 0..4 and 2..6; each token's vector is 10 x window + position
+    pos = [np.arange(0, 5), np.arange(2, 7)]
+    vecs = [np.array([[10.0 + p] for p in range(0, 5)], np.float32), np.array([[20.0 + p] for p in range(2, 7)], np.float32)]
+    every, out = max_context(pos, vecs)
+    assert every.tolist() == list(range(7))
+    assert out[:, 0].tolist() == [10, 11, 12, 13, 24, 25, 26]       # position 3: context 1 in both, the earlier wins
+    assert chunk_bounds(7, 3) == [(0, 3), (3, 6), (6, 7)] and chunk_bounds(0, 3) == []
+    assert chunk_spans(np.arange(7), 3) == [(0, 3), (3, 6), (6, 7)]
+    tokens = np.array([[1, 10], [3, 30], [5, 50]], np.float32)         # two layers of width 1
+    cols = [(0, 1), (1, 2)]
+    assert chunk_vectors(tokens, [(0, 2), (2, 3)], "mean", cols, "concat").tolist() == [[2, 20], [5, 50]]
+    assert chunk_vectors(tokens, [(0, 2), (2, 3)], "mean", cols, "sum").tolist() == [[22], [55]]
+    assert chunk_vectors(tokens, [(0, 3)], "max", cols, "mean").tolist() == [[27.5]]
