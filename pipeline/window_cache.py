@@ -63,6 +63,7 @@ class WindowCache:
     slices: list[tuple[int, int]]      # [start, end) of each pool's vector in the concatenation
     dim: int                           # length of the concatenated window vector
     token_keys: tuple[str, ...] = ()   # per late token layer (Encoder.token_layers order): its pool key
+    read: tuple[bool, ...] = ()        # per pool: a feature other than late reads it (); () = every pool
 
     @classmethod
     def open(cls, cfg: PipelineConfig, facts: ModelFacts, store: WindowStore | None = None) -> WindowCache | None:
@@ -100,14 +101,20 @@ class WindowCache:
             quant = " int8" if cfg.model.quantize != "none" else ""
             store.register(key, hidden, f"{facts.name} {cfg.model.dtype}{quant} token vectors layer {layer}")
             token_keys.append(key)
-        return cls(store, keys, slices, slices[-1][1], tuple(token_keys))
+        read = tuple(any(f.strategy != "late" and f.pool_key == p.pool_key for f in cfg.feature_list()) for p in pools)
+        return cls(store, keys, slices, slices[-1][1], tuple(token_keys), read)
 
     def lookup(self, windows: list[Window]) -> tuple[np.ndarray, list[int]]:
-        """(n, dim) float32 window vectors from the store, and the positions missing in any pool (ascending)."""
+        """(n, dim) float32 window vectors from the store, and the positions missing in any pool (ascending).
+
+        A pool only late features ask for is not looked up (zeros): late reads token vectors (lookup_layers).
+        """
         ids = [w.input_ids for w in windows]
         vectors = np.zeros((len(windows), self.dim), dtype=np.float32)           # (n, dim)
         missing: set[int] = set()
-        for key, (a, b) in zip(self.keys, self.slices):
+        for k, (key, (a, b)) in enumerate(zip(self.keys, self.slices)):
+            if self.read and not self.read[k]:
+                continue
             found, miss = self.store.lookup(key, ids)
             vectors[:, a:b] = found
             missing.update(miss.tolist())

@@ -177,9 +177,14 @@ def test_the_store_serves_a_second_run_and_another_chunk_size(runner, tiny_model
                           "weighted", out="3.parquet")
     fresh, _ = extract(runner, tiny_model_dir, tmp_path, TEXTS, "--strategy", "late", "--chunk-tokens", 5,
                        "--aggregate", "weighted", out="4.parquet")
+    pooled, out5 = extract(runner, tiny_model_dir, tmp_path, TEXTS, "--cache", tmp_path / "store", "--feature",
+                           "late:max", "--feature", "late:mean", "--chunk-tokens", 5, out="5.parquet")
     n = sum(len(sliding_starts(x)) for x in LENGTHS if x)
     assert summary_windows(out1) == (n, 0)
-    assert summary_windows(out2) == (0, n) and summary_windows(out3) == (0, n)
+    assert summary_windows(out2) == (0, n) and summary_windows(out3) == (0, n) and summary_windows(out5) == (0, n)
+    alone, _ = extract(runner, tiny_model_dir, tmp_path, TEXTS, "--strategy", "late", "--chunk-tokens", 5,
+                       out="6.parquet")
+    assert pooled.column("f_late_mean").to_pylist() == alone.column("features").to_pylist()
     assert again.column("features").to_pylist() == first.column("features").to_pylist()
     assert other.column("features").to_pylist() == fresh.column("features").to_pylist()
 
