@@ -77,7 +77,11 @@ SEGMENT_OPTIONS = [
     _opt(SegmentConfig, "head_tokens", type=int, help="head_tail: first tokens kept.", shown="128 for 512 windows"),
     _opt(SegmentConfig, "tail_tokens", type=int, help="head_tail: last tokens kept.", shown="C - head, 382 for 512"),
     _opt(SegmentConfig, "overlap", type=int,
-         help="sliding: tokens shared by neighbouring windows (the step is C - overlap)."),
+         help="sliding and late: tokens shared by neighbouring windows (the step is C - overlap); late's "
+              "default is 256."),
+    _opt(SegmentConfig, "chunk_tokens", type=int,
+         help="late: content tokens per chunk; each chunk's vector pools its tokens' vectors, taken from the "
+              "sliding window where each token has the most context."),
     _opt(SegmentConfig, "max_tokens_per_doc", type=int,
          help="Keep at most this many tokens of a document (the row is marked truncated). A text longer than 8 "
               "characters per kept token is cut at a space before tokenizing; its n_tokens then counts the part "
@@ -146,7 +150,7 @@ def option_groups(*groups: list):
 # The options that change what stats reports (the model's, for the measured speed); the others of
 # extract's command line are accepted with a "has no effect" warning. probe: the same for its groups.
 STATS_USES = {"text_col", "format", "delimiter", "encoding", "on_bad_lines", "config_file", "strategy", "max_length",
-              "head_tokens", "tail_tokens", "overlap", "max_tokens_per_doc", "model", "device", "dtype", "quantize",
+              "head_tokens", "tail_tokens", "overlap", "chunk_tokens", "max_tokens_per_doc", "model", "device", "dtype", "quantize",
               "threads", "allow_pickle"}
 PROBE_IGNORES = ("id_col", "keep_cols", "with_source", "strategy")
 
@@ -187,7 +191,7 @@ def _warn_ignored(cfg: PipelineConfig, options: dict[str, Any]) -> None:
         else:
             cpu_only = device == "cpu"
     max_length = cfg.segment.max_length
-    if max_length is None and any(f.strategy == "sliding" for f in cfg.feature_list()):
+    if max_length is None and any(f.strategy in ("sliding", "late") for f in cfg.feature_list()):
         max_length = _model_positions(cfg.model.model)
     for line in option_warnings(cfg, given, cpu_only, max_length or 512):
         click.echo(f"Warning: {line}", err=True)

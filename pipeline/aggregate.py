@@ -13,6 +13,7 @@ import numpy as np
 from .batch import Batch
 from .errors import ConfigError
 from .features_config import AGGREGATES
+from .late import chunk_spans, doc_chunks, max_context
 from .pool import aggregate_parts, normalize
 from .segment import covered_tokens
 from .types import TokenizedDoc, Window
@@ -59,9 +60,11 @@ def aggregate_documents(ctx, batch: Batch) -> Batch:
             errors[doc.row] = NON_FINITE
             continue
         vecs = []
+        late = late_chunks(ctx, wins["late"], rows["late"], enc) if "late" in wins else {}
         for f, (a, b) in zip(ctx.features, ctx.slices):
-            weights = np.array([w.n_content for w in wins[f.strategy]], dtype=np.float64)
-            vec = aggregate_parts(enc.vectors[rows[f.strategy], a:b], weights, cfg.pool.aggregates)
+            parts, weights = late[f] if f.strategy == "late" else (
+                enc.vectors[rows[f.strategy], a:b], np.array([w.n_content for w in wins[f.strategy]], dtype=np.float64))
+            vec = aggregate_parts(parts, weights, cfg.pool.aggregates)
             vecs.append(normalize(vec) if cfg.pool.normalize else vec)
         if half and not all(fits_float16(v) for v in vecs):
             errors[doc.row] = FP16_OVERFLOW
@@ -89,20 +92,13 @@ def aggregate_windows(ctx, batch: Batch) -> Batch:
     """
     cfg = ctx.cfg
     strategy = ctx.features[0].strategy     # one strategy at --level window (PoolConfig refuses more)
-    windows = batch.windows[strategy]
-    into = np.asarray(batch.plan.index[list(batch.windows).index(strategy)], dtype=np.int64)
-    docs, wins = row_plan(batch.docs, windows)
-    has = wins >= 0                                                              # (n_out,)
-    enc = batch.encoded
-    enc_rows = into[np.maximum(wins, 0)] if len(windows) else np.zeros(len(wins), np.int64)
-    finite = enc.finite[enc_rows] & has if len(windows) else np.zeros(len(wins), bool)
-    errors = [batch.docs[d].error or NO_WINDOW if w < 0 else None if ok else NON_FINITE
-              for d, w, ok in zip(docs, wins, finite)]
+    docs, rows, raw, finite = (chunk_rows if strategy == "late" else window_rows)(ctx, batch)
+    errors = [batch.docs[d].error or NO_WINDOW if w is None else None if ok else NON_FINITE
+              for d, w, ok in zip(docs, rows, finite)]
     vectors = {}
-    for (name, _), (a, b) in zip(ctx.columns, ctx.slices):
-        v = enc.vectors[enc_rows, a:b] if len(windows) else np.zeros((len(wins), b - a), np.float32)  # (n_out, D)
+    for (name, _), v in zip(ctx.columns, raw):
         if cfg.pool.normalize:
-            v = normalize(v)
+            v = normalize(v)                                                      # (n_out, D), row by row
         vectors[name] = np.where(finite[:, None], v, 0).astype(np.float32)
     valid = finite.copy()
     if cfg.write.out_dtype == "float16":
@@ -110,7 +106,57 @@ def aggregate_windows(ctx, batch: Batch) -> Batch:
         for i in np.flatnonzero(valid & ~fits):
             errors[i], valid[i] = FP16_OVERFLOW, False
     return batch.replace(vectors=vectors, valid=valid, errors=errors, out_docs=np.asarray(docs, dtype=np.int64),
-                         out_windows=[windows[w] if w >= 0 else None for w in wins])
+                         out_windows=rows)
+
+
+def window_rows(ctx, batch: Batch) -> tuple[list[int], list, list[np.ndarray], np.ndarray]:
+    """(doc row per output row, its Window or None, per feature (n_out, D) vectors as encoded, finite (n_out,))."""
+    strategy = ctx.features[0].strategy
+    windows = batch.windows[strategy]
+    into = np.asarray(batch.plan.index[list(batch.windows).index(strategy)], dtype=np.int64)
+    docs, wins = row_plan(batch.docs, windows)
+    enc = batch.encoded
+    enc_rows = into[np.maximum(wins, 0)] if len(windows) else np.zeros(len(wins), np.int64)
+    finite = enc.finite[enc_rows] & (wins >= 0) if len(windows) else np.zeros(len(wins), bool)
+    vectors = [enc.vectors[enc_rows, a:b] if len(windows) else np.zeros((len(wins), b - a), np.float32)
+               for a, b in ctx.slices]                                            # (n_out, D) each
+    return docs, [windows[w] if w >= 0 else None for w in wins], vectors, finite
+
+
+def chunk_rows(ctx, batch: Batch) -> tuple[list[int], list, list[np.ndarray], np.ndarray]:
+    """``late`` at --level window: one row per late chunk, as window_rows returns them.
+
+    A chunk row's Window has the chunk's number (``window``), its one span of content positions and
+    no input ids; the chunks of a document tile its kept tokens in order (pipeline.late.chunk_spans).
+    """
+    windows, enc = batch.windows["late"], batch.encoded
+    into = np.asarray(batch.plan.index[list(batch.windows).index("late")], dtype=np.int64)
+    dims = [b - a for a, b in ctx.slices]
+    docs, rows, finite, vectors = [], [], [], [[] for _ in dims]
+    start = 0
+    for doc in batch.docs:
+        n = windows[start].n_windows if start < len(windows) and windows[start].doc == doc.row else 0
+        mine, enc_rows = windows[start:start + n], into[start:start + n]
+        start += n
+        spans = chunk_spans(np.unique(np.concatenate([w.positions for w in mine])), ctx.cfg.segment.chunk_tokens) \
+            if n else []
+        ok = bool(n) and bool(enc.finite[enc_rows].all())
+        chunks = late_chunks(ctx, mine, enc_rows, enc) if ok else {}
+        docs += [doc.row] * max(len(spans), 1)
+        rows += [Window(doc.row, k, len(spans), (span,), np.zeros(0, np.int64)) for k, span in enumerate(spans)] or [None]
+        finite += [ok] * max(len(spans), 1)
+        for v, f, d in zip(vectors, ctx.features, dims):
+            v.append(chunks[f][0] if ok else np.zeros((max(len(spans), 1), d), np.float32))
+    return docs, rows, [np.concatenate(v) if v else np.zeros((0, d), np.float32) for v, d in zip(vectors, dims)], \
+        np.array(finite, dtype=bool)
+
+
+def late_chunks(ctx, windows: list[Window], rows: np.ndarray, enc) -> dict:
+    """{late feature: (chunk vectors, tokens per chunk)} of one document's late ``windows`` (``rows``:
+    theirs in ``enc``), by pipeline.late.doc_chunks."""
+    return doc_chunks([w.positions for w in windows], [enc.layers[i] for i in rows],
+                      [f for f in ctx.features if f.strategy == "late"], ctx.cfg.segment.chunk_tokens,
+                      ctx.encoder.token_layers, ctx.facts.num_hidden_layers, ctx.hidden)
 
 
 def row_plan(docs: list[TokenizedDoc], windows: list[Window]) -> tuple[list[int], np.ndarray]:
@@ -160,18 +206,7 @@ def token_features(doc: TokenizedDoc, windows: list[Window], window_tokens: list
     Returns:
         token_ids int32 (m,), positions int32 (m,), offsets int32 (m, 2), token_features (m, D) float32.
     """
-    positions = np.unique(np.concatenate([w.positions for w in windows]))           # (m,)
-    dim = window_tokens[0].shape[1]
-    best = np.full(positions.shape[0], -1, dtype=np.int64)
-    feats = np.zeros((positions.shape[0], dim), dtype=np.float32)                    # (m, D)
-    for w, vecs in zip(windows, window_tokens):
-        pos = w.positions                                                            # (k,)
-        k = np.arange(pos.shape[0])
-        score = np.minimum(k, pos.shape[0] - 1 - k)                                  # context, (k,)
-        where = np.searchsorted(positions, pos)
-        better = score > best[where]
-        best[where[better]] = score[better]
-        feats[where[better]] = vecs[better]
+    positions, feats = max_context([w.positions for w in windows], window_tokens)    # (m,), (m, D)
     return (doc.ids[positions].astype(np.int32), positions.astype(np.int32),
             doc.offsets[positions].astype(np.int32), feats)
 

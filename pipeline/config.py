@@ -17,6 +17,7 @@ from .schema import check_keep_cols
 from .features_config import (AGGREGATES, LAYER_AGGS, POOLINGS, SHORTHAND, STRATEGIES, Feature, Pooling,  # noqa: F401
                               Strategy, check_aggregate, check_choice, compact_layers, feature_fault, fold_features,
                               format_layers, parse_feature, parse_layers, window_dim)
+from .late import check_late
 
 # Each closed set of choices is one tuple, used by click.Choice and by the checks below.
 LEVELS = ("document", "token", "window")
@@ -105,6 +106,8 @@ class SegmentConfig:
     tail_tokens: int | None = None         # head_tail only; None: C - head_tokens (382 for C = 510)
     overlap: int = 128                     # sliding only: tokens shared by neighbouring windows
     max_tokens_per_doc: int | None = None  # content tokens kept per document; the rest is dropped
+    chunk_tokens: int = 128                # late only: content tokens per chunk (pipeline.late)
+    late_overlap: int = 256                # late only: the windows' overlap; --overlap sets it when given
 
     def __post_init__(self) -> None:
         check_choice("--strategy", self.strategy, STRATEGIES)
@@ -117,6 +120,7 @@ class SegmentConfig:
             raise ConfigError("--head-tokens 0 with --tail-tokens 0 keeps nothing; raise one of them")
         if self.overlap < 0:
             raise ConfigError(f"--overlap={self.overlap} must be >= 0")
+        check_late(self.chunk_tokens, self.late_overlap, None)
         if self.max_tokens_per_doc is not None and self.max_tokens_per_doc < 1:
             raise ConfigError(f"--max-tokens-per-doc={self.max_tokens_per_doc} must be >= 1")
         if self.max_length is not None:
@@ -141,6 +145,8 @@ class SegmentConfig:
         if self.strategy == "sliding" and not self.overlap < c:
             raise ConfigError(f"--overlap={self.overlap} must be in [0, {c}) for windows of {c} content "
                               f"tokens (max_length {max_length} - [CLS] - [SEP]); lower --overlap")
+        if self.strategy == "late":
+            check_late(self.chunk_tokens, self.late_overlap, max_length)
         if self.strategy == "head_tail":
             head, tail = self.head_tail_tokens(max_length)
             if head > c or head + tail > c:
@@ -311,6 +317,8 @@ class PipelineConfig:
             merged.update(load_yaml(config_file))
         merged.update({k: v for k, v in options.items() if v is not None})
         fold_features(merged)
+        if "overlap" in merged:  # --overlap sets late's overlap too (its own default: 256)
+            merged.setdefault("late_overlap", merged["overlap"])
         sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
         for key, value in merged.items():
             key = key.replace("-", "_")
@@ -366,6 +374,9 @@ class PipelineConfig:
             if d["read"][key] == default:  # added later: a run without them keeps its fingerprint (resume)
                 d["read"].pop(key)
         d["model"].pop("threads")
+        if not any(f.strategy == "late" for f in self.feature_list()):  # added later: other runs keep their fingerprint
+            for key in ("chunk_tokens", "late_overlap"):
+                d["segment"].pop(key)
         return d
 
 
@@ -403,13 +414,13 @@ def option_warnings(cfg: PipelineConfig, given: set[str], cpu_only: bool, max_le
     strategies = list(dict.fromkeys(f.strategy for f in cfg.feature_list()))  # several with --feature
     this_run = ", ".join(strategies)
     out = []
-    if "overlap" in given and "sliding" not in strategies:
-        out.append(f"--overlap {seg.overlap} has no effect: it applies only to --strategy sliding "
+    if "overlap" in given and not {"sliding", "late"} & set(strategies):
+        out.append(f"--overlap {seg.overlap} has no effect: it applies only to --strategy sliding and late "
                    f"(this run: {this_run})")
-    for name in ("head_tokens", "tail_tokens"):
-        if name in given and "head_tail" not in strategies:
+    for name, owner in (("head_tokens", "head_tail"), ("tail_tokens", "head_tail"), ("chunk_tokens", "late")):
+        if name in given and owner not in strategies:
             flag = "--" + name.replace("_", "-")
-            out.append(f"{flag} {getattr(seg, name)} has no effect: it applies only to --strategy head_tail "
+            out.append(f"{flag} {getattr(seg, name)} has no effect: it applies only to --strategy {owner} "
                        f"(this run: {this_run})")
     if "aggregate" in given and cfg.pool.level == "window":
         out.append(f"--aggregate {cfg.pool.aggregate} has no effect: it applies only to --level document and "
@@ -419,10 +430,11 @@ def option_warnings(cfg: PipelineConfig, given: set[str], cpu_only: bool, max_le
                    "several times slower than in float32 and less exact; drop --dtype (or use --dtype bfloat16, "
                    "fast on CPUs that support it), or run on a GPU")
     content = max_length - 2
-    if "sliding" in strategies and 0 <= seg.overlap < content and content - seg.overlap < SMALL_STEP:
-        step = content - seg.overlap
-        w1, w10 = sliding_windows(1_000, content, seg.overlap), sliding_windows(10_000, content, seg.overlap)
-        out.append(f"--overlap {seg.overlap} leaves a step of {step} token{'s' if step > 1 else ''} (C = {content}): "
+    overlap = seg.overlap if "sliding" in strategies else seg.late_overlap if "late" in strategies else content
+    if 0 <= overlap < content and content - overlap < SMALL_STEP:
+        step = content - overlap
+        w1, w10 = sliding_windows(1_000, content, overlap), sliding_windows(10_000, content, overlap)
+        out.append(f"--overlap {overlap} leaves a step of {step} token{'s' if step > 1 else ''} (C = {content}): "
                    f"a 1,000-token document makes {w1:,} windows and a 10,000-token one {w10:,} (chunk: "
                    f"{-(-1_000 // content)} and {-(-10_000 // content)}); lower --overlap for a step of "
                    f">= {SMALL_STEP} tokens unless that cost is meant")

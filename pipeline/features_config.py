@@ -8,12 +8,13 @@ from typing import Any, Literal
 from .errors import ConfigError
 
 # Each closed set of choices is one tuple, used by click.Choice and by the checks below.
-STRATEGIES = ("head", "tail", "head_tail", "chunk", "sliding")
+STRATEGIES = ("head", "tail", "head_tail", "chunk", "sliding", "late")
 POOLINGS = ("cls", "pooler", "mean", "max")
 LAYER_AGGS = ("mean", "sum", "concat")
 AGGREGATES = ("first", "last", "mean", "max", "weighted")   # --aggregate takes one, or a comma list of several
 
-Strategy = Literal["head", "tail", "head_tail", "chunk", "sliding"]
+Strategy = Literal["head", "tail", "head_tail", "chunk", "sliding", "late"]
+WINDOW_POOLINGS = ("cls", "pooler")   # read one position of a window: no late chunk has them (pipeline.late)
 Pooling = Literal["cls", "pooler", "mean", "max"]
 PoolKey = tuple[str, tuple[int, ...], str]  # (pooling, layers, layer_agg): one pooled vector per window
 
@@ -49,6 +50,10 @@ def feature_fault(strategy: str, pooling: str, layers: tuple[int, ...], layer_ag
     if len(set(layers)) != len(layers):
         return f"--layers={format_layers(layers)} repeats a layer; name each once" if shorthand else \
             f"layers {format_layers(layers)} repeat a layer; name each once"
+    if strategy == "late" and pooling in WINDOW_POOLINGS:
+        dash = "--" if shorthand else ""
+        return (f"{dash}pooling {pooling} with {dash}strategy late: {pooling} reads a window's [CLS], but a late "
+                "chunk is a span of content tokens without one; use mean or max pooling")
     if pooling == "pooler" and layers != (-1,):
         if shorthand:
             return (f"--pooling pooler reads the last layer's [CLS] through the pooler, so "

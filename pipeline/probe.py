@@ -28,8 +28,9 @@ def _strategy_text(strategy: dict[str, Any]) -> str:
     name = strategy.get("name", "?")
     if name == "head_tail":
         return f"head_tail {strategy.get('head_tokens')}+{strategy.get('tail_tokens')}"
-    if name == "sliding":
-        return f"sliding overlap {strategy.get('overlap')}"
+    if name in ("sliding", "late"):
+        chunks = f" chunks {strategy.get('chunk_tokens')}" if name == "late" else ""
+        return f"{name}{chunks} overlap {strategy.get('overlap')}"
     return str(name)
 
 
@@ -69,7 +70,7 @@ def windows_per_doc(strategy: dict[str, Any], n_tokens: np.ndarray) -> float:
         return 0.0
     seg = SegmentConfig(strategy=strategy["name"], max_length=strategy["max_length"],
                         head_tokens=strategy.get("head_tokens"), tail_tokens=strategy.get("tail_tokens"),
-                        overlap=strategy.get("overlap", 0))
+                        overlap=strategy.get("overlap", 0), late_overlap=strategy.get("overlap", 256))
     cap = strategy.get("max_tokens_per_doc")
     kept = [int(n) if cap is None else min(int(n), cap) for n in n_tokens]
     return float(np.mean([len(window_spans(k, seg)) for k in kept]))
@@ -172,16 +173,16 @@ PROBE_POOLINGS = ("cls", "mean", "max")
 
 def probe_feature_set(n_layers: int, has_pooler: bool) -> tuple[Feature, ...]:
     """Every strategy x {cls, mean, max} x layers {-1, -2, last four averaged}, plus pooler (last
-    layer) where the model has one: 45 or 50 features. A model of fewer than 4 layers averages all
+    layer) where the model has one, late without cls and pooler (no window of its own): 51 or 56 features. A model of fewer than 4 layers averages all
     its layers for the third choice, one of 1 layer has no -2 choice.
     """
     last = min(4, n_layers)
     layer_choices = [(-1,)] + ([(-2,)] if n_layers >= 2 else []) + ([tuple(range(-last, 0))] if last >= 2 else [])
     out = []
     for strategy in STRATEGIES:
-        for pooling in PROBE_POOLINGS:
+        for pooling in PROBE_POOLINGS[1:] if strategy == "late" else PROBE_POOLINGS:  # late: no cls (no window)
             out += [Feature(strategy, pooling, layers, "mean") for layers in layer_choices]
-        if has_pooler:
+        if has_pooler and strategy != "late":
             out.append(Feature(strategy, "pooler"))
     return tuple(out)
 
@@ -226,7 +227,7 @@ def _sampled_corpus(cfg: PipelineConfig, label_col: str, sample: int, folds: int
 PROBE_PARTS = ("mean", "first", "last", "max")   # the sample's --aggregate: every variant is a slice of it
 # the aggregations ranked for the multi-window strategies, beside the mean (parts in PROBE_PARTS order)
 PROBE_AGGREGATES = {"mean": (0,), "mean,max": (0, 3), "first,last,mean,max": (1, 2, 0, 3)}
-MULTI_WINDOW = ("chunk", "sliding")
+MULTI_WINDOW = ("chunk", "sliding", "late")
 
 
 def _extract_sample(extractor, texts: list[str], picked: np.ndarray, rows: int, progress: bool):
@@ -418,6 +419,9 @@ def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[
         parts += [f"--tail-tokens {seg.tail_tokens}"] if seg.tail_tokens is not None else []
     if feature["strategy"] == "sliding" and seg.overlap != 128:
         parts.append(f"--overlap {seg.overlap}")
+    if feature["strategy"] == "late":
+        parts += [f"--overlap {seg.late_overlap}"] * (seg.late_overlap != 256) + \
+            [f"--chunk-tokens {seg.chunk_tokens}"] * (seg.chunk_tokens != 128)
     if seg.max_tokens_per_doc is not None:
         parts.append(f"--max-tokens-per-doc {seg.max_tokens_per_doc}")
     if label_col is not None:   # so that `longbert probe features.parquet --label-col LABEL` works

@@ -9,7 +9,7 @@ from typing import Any
 from .features_config import STRATEGIES, compact_layers
 
 # Strategy: marker shape; pooling: colour; aggregation: marker fill.
-MARKERS = {"head": "o", "tail": "s", "head_tail": "^", "chunk": "D", "sliding": "v"}
+MARKERS = {"head": "o", "tail": "s", "head_tail": "^", "chunk": "D", "sliding": "v", "late": "P"}
 COLOURS = {"cls": "#4c72b0", "mean": "#dd8452", "max": "#55a868", "pooler": "#c44e52"}
 FILLS = {"mean": "full", "mean,max": "left", "first,last,mean,max": "none"}
 TOP = 10            # the corpus chart names this many features; the others are drawn faint

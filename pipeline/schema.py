@@ -207,6 +207,9 @@ def strategy_metadata(cfg: PipelineConfig, name: str) -> dict:
         strategy.update(head_tokens=seg.head_tokens, tail_tokens=seg.tail_tokens)
     if name == "sliding":
         strategy.update(overlap=seg.overlap, step=seg.max_length - 2 - seg.overlap)
+    if name == "late":
+        strategy.update(overlap=seg.late_overlap, step=seg.max_length - 2 - seg.late_overlap,
+                        chunk_tokens=seg.chunk_tokens)
     return strategy
 
 

@@ -24,6 +24,8 @@ def window_spans(n_tokens: int, cfg: SegmentConfig) -> list[Spans]:
       - chunk: [kC, min((k+1)C, n)) for k = 0.. ceil(n/C) - 1; every token in exactly one window.
       - sliding: starts 0, S, 2S, ... with step S = C - overlap; window [s, min(s + C, n)); the last
         window is the first that reaches token n - 1.
+      - late: sliding's windows with cfg.late_overlap (256 unless --overlap is given); its chunks
+        are cut from the token vectors afterwards (pipeline.late).
 
     Example: n=1000, C=510, head_tail 128+382 -> [((0, 128), (618, 1000))];
              n=1000, C=510, sliding overlap 128 -> [((0, 510),), ((382, 892),), ((764, 1000),)].
@@ -50,7 +52,7 @@ def window_spans(n_tokens: int, cfg: SegmentConfig) -> list[Spans]:
         h, t = cfg.head_tokens, cfg.tail_tokens
         spans = tuple(span for span in ((0, h), (n - t, n)) if span[1] > span[0])
         return [spans]
-    step = c if strategy == "chunk" else c - cfg.overlap
+    step = c if strategy == "chunk" else c - (cfg.late_overlap if strategy == "late" else cfg.overlap)
     out: list[Spans] = []
     start = 0
     while True:

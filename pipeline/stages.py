@@ -185,7 +185,8 @@ class Encode(Stage):
         ctx.load()
         stats = ctx.encoder.stats
         oom, fp32 = stats.oom_splits, stats.fp32_recomputed
-        enc, cached = encode_unique(ctx.encoder, ctx.cache, batch.unique, with_tokens=ctx.cfg.pool.level == "token")
+        enc, cached = encode_unique(ctx.encoder, ctx.cache, batch.unique, with_tokens=ctx.cfg.pool.level == "token",
+                                    with_layers=late_windows(batch))
         counts = BlockCounts(windows=len(batch.unique) - cached, windows_cached=cached,
                              oom_splits=stats.oom_splits - oom, fp32_recomputed=stats.fp32_recomputed - fp32)
         return batch.replace(encoded=enc, cached=cached, counts=counts)
@@ -222,6 +223,17 @@ class Rows(Stage):
         release_free_heap()
         ctx.stats.add(counts)
         return batch.replace(table=table, counts=counts)
+
+
+def late_windows(batch: Batch):
+    """(n_unique,) bool: the unique windows whose per-token vectors a late feature reads; None without one."""
+    if "late" not in batch.windows:
+        return None
+    import numpy as np
+
+    mask = np.zeros(len(batch.unique), dtype=bool)
+    mask[batch.plan.index[list(batch.windows).index("late")]] = True
+    return mask
 
 
 def block_counts(batch: Batch) -> BlockCounts:

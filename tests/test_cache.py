@@ -98,9 +98,9 @@ def forward(monkeypatch):
     seen: list[int] = []
     real = encode_mod.Encoder._forward
 
-    def counting(self, model, windows, batch, with_tokens):
+    def counting(self, model, windows, batch, *args):
         seen.append(len(batch))
-        return real(self, model, windows, batch, with_tokens)
+        return real(self, model, windows, batch, *args)
 
     monkeypatch.setattr(encode_mod.Encoder, "_forward", counting)
     return seen

@@ -252,7 +252,8 @@ def test_stats_plot_draws_lengths_windows_and_time(tiny_model_dir, tmp_path):
     lengths_ax, windows_ax, time_ax = fig.axes
     assert lengths_ax.get_xlim()[0] == pytest.approx(1)   # the shortest non-empty document, not 0 or 10^0 by default
     assert lengths_ax.get_title() == "Lengths: 8 documents, 50% over C, 1 empty not shown"
-    assert [t.get_text() for t in windows_ax.get_yticklabels()] == ["head", "tail", "head_tail", "chunk", "sliding *"]
+    assert [t.get_text() for t in windows_ax.get_yticklabels()] == ["head", "tail", "head_tail", "chunk", "sliding *",
+                                                                    "late"]
     s = result["strategies"]
     assert [t.get_text() for t in windows_ax.texts] == [f"{s[n]['windows_total']:,}" for n in STRATEGIES]
     assert [p.get_width() for p in windows_ax.patches] == [s[n]["windows_total"] for n in STRATEGIES]

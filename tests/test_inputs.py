@@ -278,10 +278,10 @@ def test_out_of_memory_splits_the_batch(tiny_model_dir, monkeypatch):
     expected = np.stack(ext(block_from_texts(texts)).column("features").to_pylist())
     real = ext.encoder._forward
 
-    def flaky(model, windows, batch, with_tokens):
+    def flaky(model, windows, batch, *args):
         if len(batch) > 1:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real(model, windows, batch, with_tokens)
+        return real(model, windows, batch, *args)
 
     monkeypatch.setattr(ext.encoder, "_forward", flaky)
     got = np.stack(ext(block_from_texts(texts)).column("features").to_pylist())

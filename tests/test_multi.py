@@ -174,9 +174,9 @@ def encoded_windows(monkeypatch):
     seen: list[list[int]] = []
     real = Encoder.encode
 
-    def spy(self, windows, with_tokens=False):
+    def spy(self, windows, with_tokens=False, **kw):
         seen.extend(w.input_ids.tolist() for w in windows)
-        return real(self, windows, with_tokens)
+        return real(self, windows, with_tokens, **kw)
 
     monkeypatch.setattr(Encoder, "encode", spy)
     return seen
@@ -262,10 +262,11 @@ def test_probe_corpus_one_pass_agrees_with_single_feature_files(runner, tiny_mod
     assert lines[0] == f"loading model {tiny_model_dir} ..."       # as extract prints it (stderr)
     lines = lines[lines.index([x for x in lines if x.startswith("rank ")][0]):]
     assert lines[0].split() == ["rank", "feature", "layers", "aggregate", "windows/doc", "dim", "accuracy", "macro-F1"]
-    table = [line.split() for line in lines[1:91]]
-    # 5 strategies x (cls, mean, max) x (-1, -2, -2..-1 mean: the tiny model has 2 layers) + 5 pooler, each
-    # with the mean; chunk and sliding's 20 also with mean,max and first,last,mean,max
-    assert len({row[1] for row in table}) == 90 and lines[91].startswith("24 documents (stratified sample), 90 ")
+    table = [line.split() for line in lines[1:109]]
+    # 5 strategies x (cls, mean, max) x (-1, -2, -2..-1 mean: the tiny model has 2 layers) + 5 pooler, and
+    # late x (mean, max) x the same layers, each with the mean; chunk and sliding's 20 and late's 6 also with
+    # mean,max and first,last,mean,max
+    assert len({row[1] for row in table}) == 108 and lines[109].startswith("24 documents (stratified sample), 108 ")
     assert sum(row[1].endswith("_pooler") for row in table) == 5 and sum("_pooler" in row[1] for row in table) == 9
     assert sorted({(row[2], row[3]) for row in table if row[1].startswith("f_chunk_cls")}) == sorted(
         (layers, agg) for agg in ("first,last,mean,max", "mean", "mean,max") for layers in ("-1", "-2", "mean(-2..-1)"))
@@ -276,8 +277,10 @@ def test_probe_corpus_one_pass_agrees_with_single_feature_files(runner, tiny_mod
     n = np.array([len(r["text"].split()) for r in LABELLED])
     windows = {"head": 1, "tail": 1, "head_tail": 1, "chunk": np.ceil(n / C).mean(),
                "sliding": np.mean([1 + max(0, int(np.ceil((k - C) / (C - 4)))) for k in n])}
+    windows["late"] = windows["sliding"]     # --overlap 4 sets late's overlap too: the same windows
     for row in table:
-        strategy = next(s for s in ("head_tail", "head", "tail", "chunk", "sliding") if row[1].startswith(f"f_{s}_"))
+        strategy = next(s for s in ("head_tail", "head", "tail", "chunk", "sliding", "late")
+                        if row[1].startswith(f"f_{s}_"))
         assert float(row[2]) == pytest.approx(windows[strategy], abs=0.005), row
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the named feature and its command; the same feature extracted alone probes the same accuracy

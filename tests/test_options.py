@@ -14,7 +14,7 @@ from pipeline.config import EncodeConfig, PoolConfig, RayConfig, ReadConfig, Seg
 
 INPUT_AND_WINDOW = {"text_col", "id_col", "keep_cols", "format", "delimiter", "with_source", "encoding",
                     "on_bad_lines", "block_rows", "config_file", "strategy", "max_length", "head_tokens",
-                    "tail_tokens", "overlap", "max_tokens_per_doc"}
+                    "tail_tokens", "overlap", "chunk_tokens", "max_tokens_per_doc"}
 
 
 def params(command: click.Command) -> dict[str, click.Parameter]:

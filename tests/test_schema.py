@@ -47,10 +47,12 @@ def option_sets(draw):
     layer_sets = st.sampled_from(((-1,), (-2,), (-2, -1), (0, 1, 2)))
     n = 1 if level == "token" else draw(st.integers(1, 3))
     one_strategy = draw(st.sampled_from(STRATEGIES))
-    feats = draw(st.lists(st.builds(
-        Feature, strategy=st.just(one_strategy) if level == "window" else st.sampled_from(STRATEGIES),
-        pooling=st.sampled_from([p for p in POOLINGS if p != "pooler"]), layers=layer_sets,
-        layer_agg=st.sampled_from(LAYER_AGGS)), min_size=n, max_size=n, unique_by=lambda f: f.name))
+    strategies = st.just(one_strategy) if level == "window" else st.sampled_from(STRATEGIES)
+    features = strategies.flatmap(lambda s: st.builds(   # late pools chunks of content tokens: mean or max
+        Feature, strategy=st.just(s), pooling=st.sampled_from(["mean", "max"] if s == "late" else
+                                                              [p for p in POOLINGS if p != "pooler"]),
+        layers=layer_sets, layer_agg=st.sampled_from(LAYER_AGGS)))
+    feats = draw(st.lists(features, min_size=n, max_size=n, unique_by=lambda f: f.name))
     if len(feats) == 1 and draw(st.booleans()):   # the shorthand options
         f = feats[0]
         opts.update(strategy=f.strategy, pooling=f.pooling, layers=f.layers, layer_agg=f.layer_agg)

@@ -120,7 +120,7 @@ def segment_cases(draw):
     overlap = draw(st.integers(0, c - 1))
     n = draw(st.integers(0, 6 * c + 3))
     return n, SegmentConfig(strategy=strategy, max_length=max_length, head_tokens=head, tail_tokens=tail,
-                            overlap=overlap)
+                            overlap=overlap, late_overlap=overlap)   # late: sliding's windows
 
 
 @settings(max_examples=400, deadline=None)

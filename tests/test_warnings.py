@@ -22,10 +22,12 @@ def run(runner, tiny_model_dir, tmp_path, *args):
 
 def test_options_without_effect_are_warned_and_the_run_goes_on(runner, tiny_model_dir, tmp_path):
     result, n_windows = run(runner, tiny_model_dir, tmp_path, "--max-length", ML, "--strategy", "chunk",
-                            "--overlap", 4, "--head-tokens", 4, "--dtype", "float16", "--device", "cpu")
-    assert result.stderr.splitlines()[:3] == [
-        "Warning: --overlap 4 has no effect: it applies only to --strategy sliding (this run: chunk)",
+                            "--overlap", 4, "--head-tokens", 4, "--chunk-tokens", 5, "--dtype", "float16",
+                            "--device", "cpu")
+    assert result.stderr.splitlines()[:4] == [
+        "Warning: --overlap 4 has no effect: it applies only to --strategy sliding and late (this run: chunk)",
         "Warning: --head-tokens 4 has no effect: it applies only to --strategy head_tail (this run: chunk)",
+        "Warning: --chunk-tokens 5 has no effect: it applies only to --strategy late (this run: chunk)",
         "Warning: --dtype float16 on the CPU: CPUs have no fast float16 matrix product, so the model runs several "
         "times slower than in float32 and less exact; drop --dtype (or use --dtype bfloat16, fast on CPUs that "
         "support it), or run on a GPU"]
