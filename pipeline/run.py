@@ -18,6 +18,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from .block import BlockCounts, Extractor, Prepared, resolve_config
+from .chip import bf16_note
 from .model import model_label
 from .config import DEFAULT_MODEL, PipelineConfig
 from .errors import InputError, RunError
@@ -231,6 +232,9 @@ def open_run(cfg: PipelineConfig, schema: pa.Schema, plan: Plan, echo: Callable[
     done = sink.open(plan.blocks)
     todo = [spec for spec in plan.blocks if spec.index not in done]
     summary.resumed_from = sum(spec.n_rows for spec in plan.blocks if spec.index in done)
+    note = bf16_note(cfg.model.device, cfg.model.dtype, cfg.model.quantize)
+    if note:  # once per run: a float32 run on a CPU with a fast bfloat16 path
+        summary.notes.append(note)
     if sink.redone:
         summary.notes.append(f"{sink.redone} parts redone (a kept part failed the check of size, footer or rows)")
     if done and echo:
