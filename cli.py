@@ -193,12 +193,6 @@ def _warn_ignored(cfg: PipelineConfig, options: dict[str, Any]) -> None:
         max_length = _model_positions(cfg.model.model)
     for line in option_warnings(cfg, given, cpu_only, max_length or 512):
         click.echo(f"Warning: {line}", err=True)
-    if cfg.model.dtype == "bfloat16" and options.get("dtype") == "bfloat16" and cfg.ray.engine == "local":
-        from pipeline.chip import detect
-        chip = detect(cfg.model.device)
-        if chip.device == "cpu" and not chip.bf16_fast:
-            click.echo("Warning: --dtype bfloat16 on a CPU without AMX-BF16 or AVX-512 BF16: bfloat16 is emulated "
-                       "there, about 3x slower than float32; drop --dtype (or use --dtype auto)", err=True)
 
 
 def _build(**options: Any) -> PipelineConfig:

@@ -201,13 +201,3 @@ def test_stats_names_the_chip_and_the_dtype_it_recommends(runner, tiny_model_dir
     assert result.exit_code == 0, result.output
     assert ("chip         cpu (Intel Xeon Platinum 8481C; amx_bf16 avx512_bf16 amx_int8 avx512_vnni avx512f avx2; "
             "fast bfloat16); recommended --dtype bfloat16 (--dtype auto picks it; this run: float32)") in result.output
-
-
-def test_bf16_on_a_cpu_without_a_fast_path_warns(runner, tiny_model_dir, corpus, tmp_path, fake_cpu):
-    fake_cpu(AVX2)
-    warning = "Warning: --dtype bfloat16 on a CPU without AMX-BF16 or AVX-512 BF16: bfloat16 is emulated"
-    out, _, _ = _extract(runner, corpus, tmp_path / "a.parquet", "--model", tiny_model_dir, "--dtype", "bfloat16")
-    assert out.count(warning) == 1
-    fake_cpu(AMX)
-    out, _, _ = _extract(runner, corpus, tmp_path / "b.parquet", "--model", tiny_model_dir, "--dtype", "bfloat16")
-    assert warning not in out
