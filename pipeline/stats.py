@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .chip import detect
+from . import chip as chips  # chips.detect at call time (tests fake the chip)
 from .config import STRATEGIES, PipelineConfig, SegmentConfig
 from .errors import ConfigError
 from .read import read_blocks
@@ -175,7 +175,7 @@ def chip_stats(cfg: PipelineConfig) -> dict[str, Any]:
         {"device": "cpu", "describe": "cpu (...; avx2; no fast bfloat16 path)", "flags": ["avx2"],
         "bf16_fast": False, "recommended_dtype": "float32", "dtype": the run's compute dtype}.
     """
-    chip = detect(cfg.model.device)
+    chip = chips.detect(cfg.model.device)
     return {"device": chip.device, "describe": chip.describe(), "flags": list(chip.flags), "bf16_fast": chip.bf16_fast,
             "recommended_dtype": chip.recommended_dtype, "dtype": cfg.model.dtype}
 

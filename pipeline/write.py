@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .chip import detect
+from . import chip as chips  # chips.detect at call time (tests fake the chip)
 from .config import PipelineConfig
 from .durable import fsync_dir, place_durably, remove_stale_partials, replace_durably
 from .errors import ConfigError, RunError
@@ -62,9 +62,9 @@ def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: in
         "normalize": cfg.pool.normalize,
         "dtype": cfg.model.dtype,
         "quantize": cfg.model.quantize,
-        "device": detect(cfg.model.device).device,  # cpu | cuda | mps, and what it offers (pipeline.chip)
+        "device": chips.detect(cfg.model.device).device,  # cpu | cuda | mps, and what it offers (pipeline.chip)
         "compute_dtype": "int8" if cfg.model.quantize == "int8" else cfg.model.dtype,
-        "chip": detect(cfg.model.device).describe(),
+        "chip": chips.detect(cfg.model.device).describe(),
         "out_dtype": cfg.write.out_dtype,
         "text_col": cfg.read.text_col,
         "id_col": cfg.read.id_col,

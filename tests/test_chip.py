@@ -201,3 +201,22 @@ def test_stats_names_the_chip_and_the_dtype_it_recommends(runner, tiny_model_dir
     assert result.exit_code == 0, result.output
     assert ("chip         cpu (Intel Xeon Platinum 8481C; amx_bf16 avx512_bf16 amx_int8 avx512_vnni avx512f avx2; "
             "fast bfloat16); recommended --dtype bfloat16 (--dtype auto picks it; this run: float32)") in result.output
+
+
+@pytest.mark.parametrize("text, levels", [(AMX, 127), (AVX512_BF16, 127), (AVX2, 63)])
+def test_int8_weight_range_follows_vnni(fake_cpu, text, levels):
+    """Without VNNI the int8 kernel sums pairs of products in 16 bits: weights stay within +-63 there."""
+    from pipeline.int8 import Int8Linear, quantize_int8
+
+    fake_cpu(text)
+    torch.manual_seed(0)
+    model = quantize_int8(torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.GELU()))
+    layer = model[0]
+    assert isinstance(layer, Int8Linear) and layer.post_op == "none"   # only BERT-style GELU blocks are fused
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 8)  # the same weights again, in float32
+    torch.testing.assert_close(layer.w_scale, lin.weight.abs().amax(dim=1) / levels)
+    if levels == 63 or any(f in chip.cpu_chip().flags for f in chip.VNNI_FLAGS):  # the real CPU can run it exactly
+        x = torch.randn(5, 16)
+        cos = torch.nn.functional.cosine_similarity(layer(x), lin(x), dim=1)
+        assert cos.min() >= 0.999  # with +-127 weights on an AVX2 CPU one row fell to 0.69 (16-bit saturation)
