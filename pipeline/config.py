@@ -21,7 +21,7 @@ from .late import check_late
 
 # Each closed set of choices is one tuple, used by click.Choice and by the checks below.
 LEVELS = ("document", "token", "window")
-DTYPES = ("float32", "float16", "bfloat16")
+DTYPES = ("float32", "float16", "bfloat16", "auto")  # auto: bfloat16 where the device has a fast path (pipeline.chip)
 OUT_DTYPES = ("float32", "float16")
 QUANTIZE = ("none", "int8")
 ON_BAD_LINES = ("error", "skip")
@@ -80,7 +80,8 @@ class ReadConfig:
 class ModelConfig:
     model: str = DEFAULT_MODEL             # local directory or hub name of a BERT-family encoder
     device: str = "auto"                   # auto | cpu | cuda | cuda:N | mps
-    dtype: Literal["float32", "float16", "bfloat16"] = "float32"   # compute dtype of the model
+    dtype: Literal["float32", "float16", "bfloat16", "auto"] = "float32"   # compute dtype of the model; auto is
+                                           # resolved here, once, to bfloat16 or float32 (pipeline.chip.auto_dtype)
     quantize: Literal["none", "int8"] = "none"                      # int8: dynamic quantization, CPU
     threads: int | None = None             # CPU threads for torch; None: all cores
     allow_pickle: bool = False             # load a pickle-only (.bin) checkpoint
@@ -92,6 +93,10 @@ class ModelConfig:
         dev = self.device
         if not (dev in ("auto", "cpu", "cuda", "mps") or (dev.startswith("cuda:") and dev[5:].isdigit())):
             raise ConfigError(f"--device={dev!r}; choose auto, cpu, cuda, cuda:N or mps")
+        if self.dtype == "auto":  # frozen: set once, here, so the store key, resume and metadata see the real dtype
+            from .chip import auto_dtype
+
+            object.__setattr__(self, "dtype", auto_dtype(self.device, self.quantize))
         if self.quantize == "int8" and self.dtype != "float32":
             raise ConfigError(f"--quantize int8 works on a float32 model; drop --dtype {self.dtype}")
         if self.threads is not None and self.threads < 1:

@@ -231,6 +231,7 @@ class Encoder:
         return tensor.to(self.device)
 
     def _float32_model(self):
-        if self._fp32 is None:
-            self._fp32 = copy.deepcopy(self.model).float()
+        if self._fp32 is None:  # loaded again in float32 (pipeline.load), not upcast from rounded weights
+            load = getattr(self.model, "load_float32", None)
+            self._fp32 = load() if load is not None else copy.deepcopy(self.model).float()
         return self._fp32

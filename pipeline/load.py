@@ -1,4 +1,4 @@
-"""Load stage: the device, the weights (transformers ``from_pretrained``), int8 quantization, and the
+"""Load stage: the device, the weights (transformers ``from_pretrained``), int8 (pipeline.int8), and the
 early-stop view of a model that runs only the layers a run reads.
 
 Called by pipeline.encode.Encoder.from_config; what is loaded was checked first by pipeline.model.
@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
-import warnings
+import functools
 from pathlib import Path
 
 import torch
@@ -91,8 +91,12 @@ def load_model(cfg: ModelConfig, need_pooler: bool, device: torch.device):
     if cfg.quantize == "int8":
         if device.type != "cpu":
             raise ConfigError(f"--quantize int8 runs on the CPU only; drop it or use --device cpu (got {device})")
+        from .int8 import quantize_int8
+
         model = quantize_int8(model)
     model = model.to(device=device, dtype=dtype)
+    if dtype != torch.float32:  # the float32 recompute of a non-finite window needs the weights unrounded
+        model.load_float32 = functools.partial(load_model, dataclasses.replace(cfg, dtype="float32"), need_pooler, device)
     return model
 
 
@@ -138,45 +142,6 @@ def reported_tensors(info: dict, expected: Expected) -> dict:
     for key, shape, *_ in info.get("mismatched_keys", ()):
         stored[key] = (None, tuple(shape))
     return stored
-
-
-class FullRangeDynamicLinear(torch.ao.nn.quantized.dynamic.Linear):
-    """PyTorch's dynamic int8 Linear with activations quantized to the full 8-bit range.
-
-    The stock module passes ``reduce_range=True`` (7-bit activations), a guard against int16
-    saturation of u8 x s8 pair sums in fbgemm's AVX2 kernels. On the default model that guard cost
-    more than it saved: mean cosine to float32 0.982 (min 0.926) with it, 0.995 (min 0.980) without,
-    on 24 example documents, B21 and 60 labelled documents (README, Speed), at the same speed.
-    Same kernel (``torch.ops.quantized.linear_dynamic``), only the flag differs.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., in_features) float -> (..., out_features) in x's dtype."""
-        y = torch.ops.quantized.linear_dynamic(x, self._packed_params._packed_params, reduce_range=False)
-        return y.to(x.dtype)
-
-
-def quantize_int8(model):
-    """PyTorch dynamic quantization of every nn.Linear to int8: weights per output channel,
-    activations quantized per batch at run time to the full 8-bit range (FullRangeDynamicLinear).
-    Embeddings and LayerNorms stay float32.
-
-    The activation scale is one per forward batch, so an int8 vector depends on the other windows of
-    its batch (between --batch-size 1 and 32: cosine >= 0.986 on the example corpus, 0.965 on B21; README).
-    A per-window scale (one kernel call per window) cost 2x the time on 2 CPU cores, so it was
-    not taken; ``--batch-size 1`` gives each window its own scale, and vectors that do not depend
-    on their neighbours, at that cost.
-
-    Source: ``torch.ao.quantization.quantize_dynamic`` with ``per_channel_dynamic_qconfig`` (PyTorch's
-    "dynamic quantization on BERT" tutorial). Per-channel weights: mean cosine 0.978 against 0.904
-    per-tensor; full-range activations: 0.995 against 0.982 (README, Speed).
-    """
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # deprecated in favour of torchao, still the well-kept CPU path
-        return quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8,
-                                mapping={torch.nn.Linear: FullRangeDynamicLinear})
 
 
 # A batch that already holds this many padded tokens is closed early rather than take a window more

@@ -21,6 +21,7 @@ from tqdm import tqdm
 from .batch import Batch
 from .block import BlockCounts, resolve_config
 from .config import PipelineConfig
+from .chip import bf16_note
 from .errors import InputError, RunError
 from .feed import feed_workers, ordered_map
 from .read import BlockSpec, Plan, read_block, row_location, scan
@@ -220,6 +221,9 @@ def open_run(cfg: PipelineConfig, schema: pa.Schema, plan: Plan, echo: Callable[
     done = sink.open(plan.blocks)
     todo = [spec for spec in plan.blocks if spec.index not in done]
     summary.resumed_from = sum(spec.n_rows for spec in plan.blocks if spec.index in done)
+    note = bf16_note(cfg.model.device, cfg.model.dtype, cfg.model.quantize)
+    if note:  # once per run: a float32 run on a CPU with a fast bfloat16 path
+        summary.notes.append(note)
     if sink.redone:
         summary.notes.append(f"{sink.redone} parts redone (a kept part failed the check of size, footer or rows)")
     if done and echo:

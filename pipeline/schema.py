@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from . import chip as chips  # chips.detect at call time (tests fake the chip)
 from .errors import ConfigError
 from .types import ModelFacts
 
@@ -183,6 +184,9 @@ def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: in
         "normalize": cfg.pool.normalize,
         "dtype": cfg.model.dtype,
         "quantize": cfg.model.quantize,
+        "device": chips.detect(cfg.model.device).device,  # cpu | cuda | mps, and what it offers (pipeline.chip)
+        "compute_dtype": "int8" if cfg.model.quantize == "int8" else cfg.model.dtype,
+        "chip": chips.detect(cfg.model.device).describe(),
         "out_dtype": cfg.write.out_dtype,
         "text_col": cfg.read.text_col,
         "id_col": cfg.read.id_col,

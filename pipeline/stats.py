@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from . import chip as chips  # chips.detect at call time (tests fake the chip)
 from .config import STRATEGIES, PipelineConfig, SegmentConfig
 from .errors import ConfigError
 from .read import read_blocks
@@ -164,8 +165,21 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
         "over_window_share": over / lengths.size,
         "selected": seg.strategy,
         "speed": {"windows_per_second": speed, "source": source},
+        "chip": chip_stats(cfg),
         "strategies": strategies,
     }
+
+
+def chip_stats(cfg: PipelineConfig) -> dict[str, Any]:
+    """The device of the run and what it offers (pipeline.chip.detect; no weights load).
+
+    Returns:
+        {"device": "cpu", "describe": "cpu (...; avx2; no fast bfloat16 path)", "flags": ["avx2"],
+        "bf16_fast": False, "recommended_dtype": "float32", "dtype": the run's compute dtype}.
+    """
+    chip = chips.detect(cfg.model.device)
+    return {"device": chip.device, "describe": chip.describe(), "flags": list(chip.flags), "bf16_fast": chip.bf16_fast,
+            "recommended_dtype": chip.recommended_dtype, "dtype": cfg.model.dtype}
 
 
 def unknown_stats(unknown: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
@@ -216,6 +230,9 @@ def format_stats(result: dict[str, Any]) -> str:
                      "(--max-tokens-per-doc)")
     speed = result["speed"]
     lines.append(f"speed        {speed['windows_per_second']:.1f} full windows/s ({speed['source']})")
+    chip = result["chip"]
+    lines.append(f"chip         {chip['describe']}; recommended --dtype {chip['recommended_dtype']} "
+                 f"(--dtype auto picks it; this run: {chip['dtype']})")
     lines.append("")
     rows = [("strategy", "options", "windows/doc", "windows", "forward tokens", "est. time")]
     for name, s in result["strategies"].items():

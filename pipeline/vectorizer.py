@@ -248,7 +248,8 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         batch_size: windows per forward pass.  device: auto | cpu | cuda | cuda:N | mps.
         quantize: none | int8 (CPU dynamic quantization).
         max_tokens_per_doc: keep at most this many leading tokens of each text (None: all).
-        dtype: float32 | float16 | bfloat16 model compute dtype (half precision is meant for GPUs).
+        dtype: float32 | float16 | bfloat16 | auto model compute dtype (bfloat16: GPUs and CPUs with AMX-BF16 or
+            AVX-512 BF16; auto: bfloat16 where the device has a fast path, else float32; float16: GPUs).
         threads: CPU threads for torch (None: all cores).
         normalize: scale each vector to unit L2 norm (sentence-transformers' normalize_embeddings).
         feature: extract's --feature spec(s) in place of strategy/pooling/layers/layer_agg, e.g.
