@@ -9,6 +9,8 @@ float32 on an AVX2 CPU without torch.compile, so it was not taken (docs/hardware
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -24,15 +26,18 @@ class QuantizedInput:
         self.source: Tensor | None = None
         self.result: tuple[Tensor, float, int] | None = None
 
-    def quantize(self, x: Tensor) -> tuple[Tensor, float, int]:
+    def quantize(self, x: Tensor) -> tuple[Tensor, float, int] | None:
         """(..., k) float -> ((m, k) uint8, scale, zero point), m = x.numel() / k: x ~ scale * (q - zero),
         q in [0, 255], one scale for the whole tensor covering [min(x, 0), max(x, 0)]. The same tensor
-        object again (held here, so its id cannot be reused) returns the kept result."""
+        object again (held here, so its id cannot be reused) returns the kept result. None when x holds
+        a non-finite value (no scale exists; the caller computes in float32)."""
         if self.source is x and self.result is not None:
             return self.result
         flat = x.reshape(-1, x.shape[-1])                                        # (m, k)
         lo, hi = torch.aminmax(flat)
         lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)                     # 0 exactly representable
+        if not math.isfinite(hi - lo):
+            return None
         scale = max((hi - lo) / 255.0, 1e-12)
         zero = round(-lo / scale)
         # + 0.5, then the cast truncates: round half up, in 4 passes over the tensor (not 6)
@@ -66,12 +71,18 @@ class Int8Linear(nn.Module):
         self.register_buffer("w_scale", scale, persistent=False)
         self.register_buffer("w_zero", torch.zeros(self.out_features, dtype=torch.int32), persistent=False)
         self.register_buffer("packed", torch.ops.onednn.qlinear_prepack(q, None), persistent=False)
+        self.register_buffer("packed_weight", q, persistent=False)  # (out, in) int8, for non-finite inputs
         bias = linear.bias.detach().float() if linear.bias is not None else None
         self.register_buffer("bias", bias, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
         """x (..., in_features) float -> (..., out_features) float32."""
-        qx, scale, zero = self.shared.quantize(x)                                   # (m, in) uint8
+        quantized = self.shared.quantize(x)
+        if quantized is None:  # a non-finite input: float32 with the int8 weights, so the window stays non-finite
+            weight = self.packed_weight.float() * self.w_scale[:, None]               # (out, in)
+            y = nn.functional.linear(x.float(), weight, self.bias)
+            return nn.functional.gelu(y) if self.post_op == "gelu" else y
+        qx, scale, zero = quantized                                                   # (m, in) uint8
         y = torch.ops.onednn.qlinear_pointwise(qx, scale, zero, self.packed, self.w_scale, self.w_zero,
                                                self.bias, 1.0, 0, torch.float32, self.post_op, [],
                                                "none" if self.post_op == "gelu" else "")

@@ -220,3 +220,16 @@ def test_int8_weight_range_follows_vnni(fake_cpu, text, levels):
         x = torch.randn(5, 16)
         cos = torch.nn.functional.cosine_similarity(layer(x), lin(x), dim=1)
         assert cos.min() >= 0.999  # with +-127 weights on an AVX2 CPU one row fell to 0.69 (16-bit saturation)
+
+
+def test_int8_layer_passes_a_non_finite_input_through():
+    """A batch holding inf or NaN has no activation scale: the layer computes in float32 with its int8
+    weights, so the result is non-finite (the window gets a row error), not a crash."""
+    from pipeline.int8 import Int8Linear
+
+    torch.manual_seed(0)
+    layer = Int8Linear(torch.nn.Linear(4, 3), levels=63)
+    x = torch.randn(2, 4)
+    x[1, 2] = float("inf")
+    y = layer(x)
+    assert y.shape == (2, 3) and torch.isfinite(y[0]).all() and not torch.isfinite(y[1]).all()
