@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
+from .config_file import coerce, load_yaml
 from .errors import ConfigError
 from .paths import expand_user
 from .schema import check_keep_cols
@@ -329,7 +328,7 @@ class PipelineConfig:
             key = key.replace("-", "_")
             if key not in _OPTION_SECTION:
                 raise ConfigError(f"unknown option {key!r}; known options are {', '.join(sorted(_OPTION_SECTION))}")
-            sections[_OPTION_SECTION[key]][key] = _coerce(key, value)
+            sections[_OPTION_SECTION[key]][key] = coerce(key, value)
         try:
             return cls(**{name: _SECTIONS[name](**values) for name, values in sections.items()})
         except TypeError as err:  # a value of the wrong type reached a dataclass
@@ -385,95 +384,6 @@ class PipelineConfig:
         return d
 
 
-SMALL_STEP = 32  # sliding: a step (C - overlap) under this many tokens gets a warning
-
-
-def sliding_windows(n_tokens: int, content: int, overlap: int) -> int:
-    """Windows ``sliding`` makes for a document of n_tokens: 1 + ceil((n - C) / (C - overlap)) when n > C.
-
-    Example: n 1,000, C 510, overlap 509 (step 1) -> 491.
-    """
-    step = content - overlap
-    return 1 if n_tokens <= content else 1 + -(-(n_tokens - content) // step)
-
-
-def option_warnings(cfg: PipelineConfig, given: set[str], cpu_only: bool, max_length: int) -> list[str]:
-    """Why options of this run will do nothing, or cost far more than the user may expect.
-
-    The CLI prints them on stderr and runs anyway (a warning, not a usage error, because a --config
-    file may carry options for several strategies, e.g. ``--config configs/sliding.yaml --strategy
-    chunk``): an option without effect is reported only when given on the command line (``given``,
-    option names with underscores), not when it came from the config file.
-
-    Args:
-        cfg: the built config. given: the options set on the command line.
-        cpu_only: the model will run on a CPU (--device cpu, or auto on a machine without CUDA).
-        max_length: the window size in positions (the model's when --max-length is not given).
-
-    Returns:
-        One line per warning, in option order; [] when nothing is wrong.
-        Example: strategy chunk with --overlap 64 given ->
-        ["--overlap 64 has no effect: it applies only to --strategy sliding (this run: chunk)"].
-    """
-    seg = cfg.segment
-    strategies = list(dict.fromkeys(f.strategy for f in cfg.feature_list()))  # several with --feature
-    this_run = ", ".join(strategies)
-    out = []
-    if "overlap" in given and not {"sliding", "late"} & set(strategies):
-        out.append(f"--overlap {seg.overlap} has no effect: it applies only to --strategy sliding and late "
-                   f"(this run: {this_run})")
-    for name, owner in (("head_tokens", "head_tail"), ("tail_tokens", "head_tail"), ("chunk_tokens", "late")):
-        if name in given and owner not in strategies:
-            flag = "--" + name.replace("_", "-")
-            out.append(f"{flag} {getattr(seg, name)} has no effect: it applies only to --strategy {owner} "
-                       f"(this run: {this_run})")
-    if "aggregate" in given and cfg.pool.level == "window":
-        out.append(f"--aggregate {cfg.pool.aggregate} has no effect: it applies only to --level document and "
-                   "token (this run: window, one vector per window)")
-    if "dtype" in given and cfg.model.dtype == "float16" and cpu_only:
-        out.append("--dtype float16 on the CPU: CPUs have no fast float16 matrix product, so the model runs "
-                   "several times slower than in float32 and less exact; drop --dtype (or use --dtype bfloat16, "
-                   "fast on CPUs that support it), or run on a GPU")
-    content = max_length - 2
-    overlap = seg.overlap if "sliding" in strategies else seg.late_overlap if "late" in strategies else content
-    if 0 <= overlap < content and content - overlap < SMALL_STEP:
-        step = content - overlap
-        w1, w10 = sliding_windows(1_000, content, overlap), sliding_windows(10_000, content, overlap)
-        out.append(f"--overlap {overlap} leaves a step of {step} token{'s' if step > 1 else ''} (C = {content}): "
-                   f"a 1,000-token document makes {w1:,} windows and a 10,000-token one {w10:,} (chunk: "
-                   f"{-(-1_000 // content)} and {-(-10_000 // content)}); lower --overlap for a step of "
-                   f">= {SMALL_STEP} tokens unless that cost is meant")
-    return out
-
-
-_FLAGS = {"keep_cols": "--keep-col", "features": "--feature", "config_file": "--config"}
-
-
-def no_effect_warnings(given: dict[str, Any], names: Any, why: str) -> list[str]:
-    """The standard warning for options a command accepts but does not use, one per given option.
-
-    Args:
-        given: the command's options (underscored names; None or () when not given).
-        names: the option names without effect there, in the order to report them.
-        why: what the command does instead, e.g. "stats counts tokens and windows and writes no vectors".
-
-    Returns:
-        e.g. ["--id-col doc has no effect: stats counts tokens ...", "--resume has no effect: ..."].
-    """
-    out = []
-    for name in names:
-        value = given.get(name)
-        if value is None or value == ():
-            continue
-        flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
-        if value is False and name == "progress":
-            flag = "--no-progress"
-        text = flag if isinstance(value, bool) else \
-            f"{flag} {' '.join(map(str, value)) if isinstance(value, tuple) else value}"
-        out.append(f"{text} has no effect: {why}")
-    return out
-
-
 _SECTIONS = {"read": ReadConfig, "model": ModelConfig, "segment": SegmentConfig, "encode": EncodeConfig,
              "pool": PoolConfig, "write": WriteConfig, "ray": RayConfig}
 _OPTION_SECTION = {f.name: section for section, klass in _SECTIONS.items() for f in dataclasses.fields(klass)}
@@ -482,41 +392,3 @@ _OPTION_SECTION = {f.name: section for section, klass in _SECTIONS.items() for f
 def option_sections() -> dict[str, str]:
     """Option name -> its config section ("read", "model", "segment", "encode", "pool", "write", "ray")."""
     return dict(_OPTION_SECTION)
-
-
-def _coerce(key: str, value: Any) -> Any:
-    """Turn YAML/CLI values into the dataclass field types (tuples for sequences, layers parsed)."""
-    if key == "layers":
-        return parse_layers(value)
-    if key in ("inputs", "keep_cols"):
-        if isinstance(value, (str, Path)):
-            return (str(value),)
-        return tuple(str(v) for v in value)
-    if key == "aggregate" and isinstance(value, (list, tuple)):   # YAML: [first, last, mean, max]
-        return ",".join(str(v) for v in value)
-    if key == "quantize" and value in (False, None):
-        return "none"
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a config file with yaml.safe_load (a config sets options, never runs code).
-
-    Raises:
-        ConfigError: the file is missing, not YAML, or not a mapping of option names.
-    """
-    path = Path(expand_user(str(path), "--config"))
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ConfigError(f"--config {str(path)!r} cannot be read: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"--config {str(path)!r} is not valid YAML: {err}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"--config {str(path)!r} must be a mapping of option names to values, "
-                          f"got {type(data).__name__}")
-    return {str(k).replace("-", "_"): v for k, v in data.items()}

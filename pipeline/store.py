@@ -1,6 +1,6 @@
 """The persistent window store (``--cache DIR``): window token ids -> pooled vectors, shared across runs.
 
-Called by the block stage (look a block's unique windows up, encode the missing ones, put them) and
+Called by the encode stage through pipeline.window_cache (look a block's unique windows up, encode the missing ones, put them) and
 by ``longbert cache DIR``. One SQLite database ``DIR/windows.sqlite3`` (the sqlite-utils habit: a
 real embedded store, not a folder of pickles), opened in WAL mode with ``synchronous=NORMAL``:
 
@@ -18,23 +18,20 @@ verify is ignored (a miss: the caller encodes the window again, and its put repl
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import sqlite3
 import threading
-import zlib
 from pathlib import Path
 
 import numpy as np
 
 from .errors import ConfigError, RunError
+from .store_keys import checksum, window_key
 
 DB_NAME = "windows.sqlite3"
 APPLICATION_ID = 0x4C425753    # 'LBWS' in the database header: the file is a longbert window store
 SCHEMA_VERSION = 1             # PRAGMA user_version; a newer one is refused (ConfigError)
 BUSY_TIMEOUT_S = 60.0          # how long a writer waits for another process's write lock
-KEY_FORMAT = "longbert-window-v1"
 PAGE_SIZE = 32768  # a 1.6 KB (384-d) or 6.2 KB (1536-d) row packs 20 or 5 to a page: 1.11x / 1.08x raw float32
 _CHUNK = 500                   # keys per SELECT ... IN (...): below SQLite's 999 variables of old builds
 _SCHEMA = (
@@ -47,51 +44,6 @@ _SCHEMA = (
     # entries per model without reading the vectors: 15x faster stats() for 0.6% more bytes
     "CREATE INDEX windows_model ON windows (model)",
 )
-
-
-def pool_key(model_sha256: str, dtype: str, quantize: str, pooling_key: str) -> str:
-    """The key of one kind of window vector: which weights, computed how, pooled how.
-
-    Args:
-        model_sha256: the sha256 of the weight files (ModelFacts.sha256, as the metadata records).
-        dtype: the compute dtype ("float32", "float16", "bfloat16"); quantize: "none" or "int8".
-        pooling_key: an opaque string the CALLER builds from everything else that changes a window's
-            vector: the pooling, its layers and layer_agg (of each pool when vectors are concatenated).
-            Two different poolings must give two different strings; the store never parses it.
-
-    Returns:
-        64 hex characters (sha256 of the four values as JSON).
-
-    Raises:
-        ValueError: model_sha256 is empty (a model without hashable weight files cannot be cached).
-    """
-    if not model_sha256:
-        raise ValueError("pool_key needs the model's sha256; a model whose weights were not hashed cannot be cached")
-    payload = json.dumps([KEY_FORMAT, model_sha256, dtype, quantize, pooling_key])
-    return hashlib.sha256(payload.encode()).hexdigest()
-
-
-def _ids_bytes(ids) -> bytes | memoryview:
-    arr = np.asarray(ids)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise TypeError(f"window ids must be a 1-D integer array, got {arr.dtype} of shape {arr.shape}")
-    return memoryview(np.ascontiguousarray(arr, dtype="<i8")).cast("B")  # int64 LE: Window.input_ids as is
-
-
-def window_key(pool: str, ids) -> bytes:
-    """The 32-byte row key of one window: sha256(pool key + its token ids as little-endian int64).
-
-    ``ids`` is the window's exact model input (Window.input_ids, [CLS] ... [SEP]), any integer dtype.
-    The pool key has a fixed length (64), so no two (pool, ids) pairs give the same bytes to hash.
-    """
-    h = hashlib.sha256(pool.encode())
-    h.update(_ids_bytes(ids))
-    return h.digest()
-
-
-def checksum(key: bytes, vector: bytes) -> int:
-    """CRC-32 of the row key then the vector bytes: catches a damaged vector and a vector moved to another key."""
-    return zlib.crc32(vector, zlib.crc32(key))
 
 
 def _folder_error(folder: Path, problem: str) -> ConfigError:
@@ -446,43 +398,3 @@ def _verifies(key: bytes, row: tuple, dim: int) -> bool:
     got_dim, crc, vector = row
     return (got_dim == dim and isinstance(vector, bytes) and len(vector) == 4 * dim
             and crc == checksum(key, vector))
-
-
-def clear_store(path: str | Path) -> dict:
-    """``longbert cache DIR --clear``: empty the store in ``path``; a file that is not a readable store
-    of ours (NotAStore, StoreDamaged) is deleted with its -wal/-shm files and a new store is made.
-
-    Returns:
-        The emptied store's stats(). Raises ConfigError: ``path`` is not a writable folder, or another
-        process holds the lock.
-    """
-    for attempt in (1, 2):
-        try:
-            with WindowStore.open(path) as store:
-                store.clear()
-                return store.stats()
-        except (NotAStore, StoreDamaged):
-            if attempt == 2:
-                raise
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{Path(path).expanduser() / DB_NAME}{suffix}").unlink(missing_ok=True)
-    raise AssertionError("unreachable")  # the second attempt returned or raised
-
-
-def format_stats(stats: dict) -> str:
-    """The text of ``longbert cache DIR`` for a ``WindowStore.stats()`` dict: size, hit rate, a table per model."""
-    where = stats["path"] or "in-memory window store"
-    lines = [f"{where} ({stats['journal_mode']}): {stats['size_bytes']:,} bytes, {stats['entries']:,} windows"]
-    if stats["bytes_per_1000"] is not None:
-        lines[0] += f", {stats['bytes_per_1000'] / 1e6:.2f} MB per 1,000 windows"
-    rate = stats["hit_rate"]
-    lines.append("hit rate: no lookups yet" if rate is None else
-                 f"hit rate: {rate:.1%} ({stats['hits']:,} of {stats['lookups']:,} lookups)")
-    if stats["rejected"]:
-        lines[-1] += f"; {stats['rejected']:,} entries failed verification and were encoded again"
-    if stats["models"]:
-        lines.append(f"{'windows':>10} {'dim':>5} {'lookups':>10} {'hits':>10} {'hit rate':>8}  model")
-    for m in stats["models"]:
-        hit = "-" if m["hit_rate"] is None else f"{m['hit_rate']:.1%}"
-        lines.append(f"{m['entries']:>10,} {m['dim']:>5} {m['lookups']:>10,} {m['hits']:>10,} {hit:>8}  {m['label']}")
-    return "\n".join(lines)

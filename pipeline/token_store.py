@@ -1,7 +1,7 @@
 """Per-token vectors of a window in the window store (``--cache``): what a late chunk needs.
 
 Called by pipeline.window_cache for runs with a ``late`` feature. An entry is keyed like a pooled
-window vector (pipeline.store.window_key: a pool key and the window's exact token ids) and lives in
+window vector (pipeline.store_keys.window_key: a pool key and the window's exact token ids) and lives in
 the same table, so ``longbert cache`` counts and clears it with the rest; its pool key names one
 hidden layer's token vectors (``["tokens", layer]``), registered with dim = hidden. The entry holds the
 window's content-token vectors of that layer, (n_content, hidden) float32 row by row, with n_content =
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .store import WindowStore, checksum, window_key
+from .store import WindowStore
+from .store_keys import checksum, window_key
 
 
 def get_tokens(store: WindowStore, pool: str, ids_list: list) -> list[np.ndarray | None]:

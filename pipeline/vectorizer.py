@@ -117,9 +117,8 @@ def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "hea
            level: str = "document", preprocess: Callable[[str], str] | None = None) -> Any:
     """Embed texts in one call: one vector per text, as ``longbert extract`` would write it.
 
-    Runs the same stages as extract (pipeline.compose) in blocks of 256 texts. The model is loaded on
-    the first call and kept for later calls in this process (one model at a time: a call with another
-    model, device, dtype, quantize, threads or pooler need loads again).
+    Runs extract's stages (pipeline.compose) in blocks of 256 texts. The model loads on the first call and
+    stays for later ones (one at a time: another model, device, dtype, quantize, threads or pooler loads again).
 
     Args:
         texts: a list, tuple, 1-D numpy array or pandas Series of str, or a one-column DataFrame
@@ -154,9 +153,8 @@ def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "hea
         ConfigError: an option out of range (before loading). ModelError: the model cannot be loaded.
 
     Example:
-        >>> X = longbert.encode(["a long report ...", "another one"], strategy="chunk", normalize=True)
-        >>> X.shape, X.dtype
-        ((2, 384), dtype('float32'))
+        >>> longbert.encode(["a long report ...", "another one"], strategy="chunk", normalize=True).shape
+        (2, 384)
     """
     items = text_list(texts, "encode")
     options = dict(strategy=strategy, pooling=pooling, layers=layers, layer_agg=layer_agg)

@@ -30,7 +30,8 @@ from .encode import Encoded, Encoder
 from .errors import ConfigError
 from .features_config import compact_layers
 from .pool import pool_offsets, window_pools
-from .store import WindowStore, pool_key
+from .store import WindowStore
+from .store_keys import pool_key
 from .token_store import get_tokens, put_tokens
 from .types import ModelFacts, Window
 

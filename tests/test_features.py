@@ -21,7 +21,7 @@ from sklearn.preprocessing import StandardScaler
 from pipeline.config import STRATEGIES, PipelineConfig
 from pipeline.errors import InputError
 from pipeline.features import features_matrix, load_features
-from pipeline.probe import format_probe, probe_files
+from pipeline.probe_files import format_probe, probe_files
 from pipeline.stats import corpus_stats, format_stats
 from pipeline.vectorizer import LongBertVectorizer
 from pipeline.types import ModelFacts
@@ -401,7 +401,7 @@ def test_probe_label_col_id_and_one_row_classes(tmp_path, runner):
 
 
 def test_probe_plot_has_title_and_values_on_bars(tmp_path):
-    from pipeline.probe import plot_probe
+    from pipeline.probe_plot import plot_probe
 
     rng = np.random.default_rng(3)
     y = np.array(["a", "b"] * 10)

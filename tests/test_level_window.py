@@ -194,7 +194,7 @@ def test_strict_names_the_document_of_a_window_row(runner, tiny_model_dir, tmp_p
 
 
 def test_probe_refuses_a_window_output(runner, tiny_model_dir, tmp_path):
-    from pipeline.probe import probe_files
+    from pipeline.probe_files import probe_files
 
     result, out = run(runner, tiny_model_dir, tmp_path, [{"text": words(20), "label": "a"}], "--keep-col", "label")
     assert result.exit_code == 0, result.output

@@ -251,7 +251,7 @@ def test_stratified_sample_keeps_class_shares():
 
 
 def test_probe_corpus_one_pass_agrees_with_single_feature_files(runner, tiny_model_dir, tmp_path):
-    from pipeline.probe import probe_files
+    from pipeline.probe_files import probe_files
 
     src = write_csv(tmp_path / "labelled.csv", LABELLED)
     plot = tmp_path / "probe.png"
@@ -303,7 +303,7 @@ def test_probe_corpus_one_pass_agrees_with_single_feature_files(runner, tiny_mod
 
 
 def test_probe_each_column_of_a_several_feature_file(runner, tiny_model_dir, tmp_path):
-    from pipeline.probe import probe_files
+    from pipeline.probe_files import probe_files
 
     src = write_csv(tmp_path / "labelled.csv", LABELLED)
     out = tmp_path / "many.parquet"
@@ -378,7 +378,7 @@ def test_early_layer_stop_on_every_family(tmp_path, family):
 
 
 def test_option_warnings_look_at_every_feature_strategy():
-    from pipeline.config import option_warnings
+    from pipeline.option_warnings import option_warnings
 
     cfg = PipelineConfig.from_options(features=("head:cls", "sliding:mean"), overlap=64, head_tokens=64)
     assert option_warnings(cfg, {"overlap", "head_tokens"}, False, 512) == [

@@ -400,7 +400,7 @@ def test_extract_exits_1_and_a_dir_keeps_its_parts_when_an_input_changes(runner,
 
 
 def test_a_json_null_label_is_no_class_for_probe(runner, tiny_model_dir, tmp_path):
-    from pipeline.probe import probe_file
+    from pipeline.probe_files import probe_file
 
     labels = ["a", "b"] * 4 + [None]
     src = tmp_path / "l.jsonl"

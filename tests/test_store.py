@@ -22,8 +22,9 @@ import pytest
 
 from pipeline.errors import ConfigError, RunError
 from pipeline.paths import default_cache
-from pipeline.store import (DB_NAME, NotAStore, StoreDamaged, WindowStore, checksum, clear_store,
-                            format_stats, pool_key, window_key)
+from pipeline.store import DB_NAME, NotAStore, StoreDamaged, WindowStore
+from pipeline.store_keys import checksum, pool_key, window_key
+from pipeline.store_report import clear_store, format_stats
 
 REPO = Path(__file__).resolve().parents[1]
 DIM = 384

@@ -1,0 +1,46 @@
+"""``longbert cache DIR``: the window store's report, and ``--clear``. Called by cli.py."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .store import DB_NAME, NotAStore, StoreDamaged, WindowStore
+
+
+def clear_store(path: str | Path) -> dict:
+    """``longbert cache DIR --clear``: empty the store in ``path``; a file that is not a readable store
+    of ours (NotAStore, StoreDamaged) is deleted with its -wal/-shm files and a new store is made.
+
+    Returns:
+        The emptied store's stats(). Raises ConfigError: ``path`` is not a writable folder, or another
+        process holds the lock.
+    """
+    for attempt in (1, 2):
+        try:
+            with WindowStore.open(path) as store:
+                store.clear()
+                return store.stats()
+        except (NotAStore, StoreDamaged):
+            if attempt == 2:
+                raise
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{Path(path).expanduser() / DB_NAME}{suffix}").unlink(missing_ok=True)
+    raise AssertionError("unreachable")  # the second attempt returned or raised
+
+
+def format_stats(stats: dict) -> str:
+    """The text of ``longbert cache DIR`` for a ``WindowStore.stats()`` dict: size, hit rate, a table per model."""
+    where = stats["path"] or "in-memory window store"
+    lines = [f"{where} ({stats['journal_mode']}): {stats['size_bytes']:,} bytes, {stats['entries']:,} windows"]
+    if stats["bytes_per_1000"] is not None:
+        lines[0] += f", {stats['bytes_per_1000'] / 1e6:.2f} MB per 1,000 windows"
+    rate = stats["hit_rate"]
+    lines.append("hit rate: no lookups yet" if rate is None else
+                 f"hit rate: {rate:.1%} ({stats['hits']:,} of {stats['lookups']:,} lookups)")
+    if stats["rejected"]:
+        lines[-1] += f"; {stats['rejected']:,} entries failed verification and were encoded again"
+    if stats["models"]:
+        lines.append(f"{'windows':>10} {'dim':>5} {'lookups':>10} {'hits':>10} {'hit rate':>8}  model")
+    for m in stats["models"]:
+        hit = "-" if m["hit_rate"] is None else f"{m['hit_rate']:.1%}"
+        lines.append(f"{m['entries']:>10,} {m['dim']:>5} {m['lookups']:>10,} {m['hits']:>10,} {hit:>8}  {m['label']}")
+    return "\n".join(lines)
