@@ -11,6 +11,7 @@ Called by ``streams.hash_and_check_bytes`` (the scan) and ``lines`` (a header or
 from __future__ import annotations
 
 import codecs
+from collections.abc import Callable
 from pathlib import Path
 
 WIDE = ("utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be")
@@ -41,34 +42,14 @@ def decode_message(path: Path, encoding: str, offset: int, line: int, bad: bytes
             "--encoding with the file's encoding (e.g. latin-1, cp1252, gb18030) or convert the file to UTF-8")
 
 
-def mixed_lines(path: Path, compression: str | None) -> tuple[list[int], int, int | None]:
-    """(the first LINES_SHOWN lines that are not UTF-8, how many there are, the first line that is UTF-8
-    with a non-ASCII character or None). Reads the whole (decompressed) file; used only when it fails."""
-    from .streams import lines, open_binary  # streams imports this module
-
-    bad: list[int] = []
-    n_bad, good = 0, None
-    with open_binary(path, compression) as fh:
-        for number, _, raw in lines(fh, 0, 1):
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError:
-                n_bad += 1
-                if len(bad) < LINES_SHOWN:
-                    bad.append(number)
-                continue
-            if good is None and not raw.isascii():
-                good = number
-    return bad, n_bad, good
-
-
-def undecodable_message(path: Path, compression: str | None, encoding: str, offset: int, line: int, bad: bytes,
-                        head: bytes, fmt: str | None = None) -> str:
+def undecodable_message(path: Path, mixed: Callable[[], tuple[list[int], int, int | None]], encoding: str,
+                        offset: int, line: int, bad: bytes, head: bytes, fmt: str | None = None) -> str:
     """``decode_message``, or for a UTF-8 line-format file that also holds valid non-ASCII UTF-8 lines
-    (mixed encodings) the message that names the lines that are not UTF-8 and the way to skip them."""
+    (mixed encodings) the message that names the lines that are not UTF-8 and the way to skip them.
+    ``mixed``: reads the file for that (pipeline.read.streams.mixed_lines), called only for such a file."""
     if fmt in (None, "text") or codecs.lookup(encoding).name != "utf-8" or any(head.startswith(b) for b, _, _ in _BOMS):
         return decode_message(path, encoding, offset, line, bad, head, fmt)
-    lines, n_bad, good = mixed_lines(path, compression)
+    lines, n_bad, good = mixed()
     if good is None or not lines:
         return decode_message(path, encoding, offset, line, bad, head, fmt)
     more = f" and {n_bad - len(lines)} more" if n_bad > len(lines) else ""

@@ -34,7 +34,7 @@ from .json_text import raw_values
 from .line_messages import BadRecord, bad_message, cut_message, delimiter_hint
 from .magic import magic_check
 from .recheck import stamp_of
-from .streams import hash_and_check_bytes, line_decoding, lines, open_binary
+from .streams import hash_and_check_bytes, line_decoding, lines, mixed_lines, open_binary
 
 
 @dataclass
@@ -57,9 +57,9 @@ def _decode(src: Source, cols: Columns, raw: bytes, offset: int, line: int, skip
     except UnicodeDecodeError as err:
         if skip:
             raise _Undecodable(f"not valid {cols.encoding} (bytes {raw[err.start:err.start + 4].hex(' ')})") from None
-        raise InputError(undecodable_message(src.path, src.compression, cols.encoding, offset + err.start, line,
-                                             raw[err.start:err.start + 4], raw[:4096] if offset == 0 else b"",
-                                             src.format)) from None
+        raise InputError(undecodable_message(src.path, lambda: mixed_lines(src.path, src.compression), cols.encoding,
+                                             offset + err.start, line, raw[err.start:err.start + 4],
+                                             raw[:4096] if offset == 0 else b"", src.format)) from None
     return text[1:] if offset == 0 and text.startswith("\ufeff") else text
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
+from .signatures import head_of, stream_of
 
 if TYPE_CHECKING:
     from .sources import Source
@@ -54,7 +55,5 @@ def spool(src: Source) -> Source:
         raise InputError(f"{src.path}: this input is a pipe, which the reader copies to a temporary file first, "
                          f"and the copy failed ({err.strerror or err}); save it to a file and pass that file "
                          f"(e.g. `zcat x.jsonl.gz > x.jsonl`)") from None
-    from .magic import head_of, stream_of  # magic imports sources, which imports this module
-
     compression = src.compression or stream_of(head_of(copy))
     return dataclasses.replace(src, path=copy, compression=compression, spooled_from=str(src.path))

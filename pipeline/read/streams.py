@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import InputError
-from .encoding_advice import WIDE, undecodable_message
+from .encoding_advice import LINES_SHOWN, WIDE, undecodable_message
 
 CHUNK_BYTES = 1 << 20
 HEAD = 4096  # first bytes kept for the decode advice (a byte-order mark, the first line)
@@ -214,8 +214,9 @@ def hash_and_check_bytes(path: Path, encoding: str, compression: str | None = No
                 else:
                     bad = chunk[err.start:err.start + 4] if chunk else b""
                     line = lines + line_breaks(chunk[:err.start], prev_cr) + 1
-                    raise InputError(undecodable_message(path, compression, encoding, done + err.start, line, bad,
-                                                         head if done else chunk[:HEAD], fmt)) from None
+                    raise InputError(undecodable_message(path, lambda: mixed_lines(path, compression), encoding,
+                                                         done + err.start, line, bad, head if done else chunk[:HEAD],
+                                                         fmt)) from None
             if final:
                 break
             head = head or chunk[:HEAD]
@@ -270,3 +271,21 @@ def file_sha256(path: Path) -> tuple[str, int]:
             n += len(chunk)
     return digest.hexdigest(), n
 
+
+def mixed_lines(path: Path, compression: str | None) -> tuple[list[int], int, int | None]:
+    """(the first LINES_SHOWN lines that are not UTF-8, how many there are, the first line that is UTF-8
+    with a non-ASCII character or None). Reads the whole (decompressed) file; used only when it fails."""
+    bad: list[int] = []
+    n_bad, good = 0, None
+    with open_binary(path, compression) as fh:
+        for number, _, raw in lines(fh, 0, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                n_bad += 1
+                if len(bad) < LINES_SHOWN:
+                    bad.append(number)
+                continue
+            if good is None and not raw.isascii():
+                good = number
+    return bad, n_bad, good

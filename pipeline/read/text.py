@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..errors import InputError
-from .magic import binary_kind, head_of
+from .signatures import binary_kind, head_of
 from .recheck import stamp_of, text_digest
 from .sources import Source
 from .specs import BlockSpec, Columns, FileScan, count_id, finish_table
