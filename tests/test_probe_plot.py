@@ -40,7 +40,7 @@ def test_corpus_chart_names_the_ten_best_and_draws_the_rest_faint(tmp_path):
 
     report = corpus_report()
     results = report["results"]
-    assert len(results) == 90                                         # 50 features + 2 x 20 variants
+    assert len(results) == 96                                # 50 features + 2 x 20 variants + late's 6
     fig = plot_corpus_probe(report, tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:8] == PNG
     ax_top, ax_all = fig.axes

@@ -38,7 +38,8 @@ def test_probe_without_unknown_tokens_gives_no_warning_and_one_feature_count(run
     assert result.exit_code == 0, result.output
     assert "are unknown to the model" not in result.output
     ranked = [line for line in result.output.splitlines() if re.match(r"\s*\d+\s+f_", line)]
-    # the tiny model (2 layers, a pooler): 5 strategies x (cls, mean, max x 3 layer choices, and pooler),
-    # and chunk's and sliding's two more aggregations of each of their 10
-    assert len(ranked) == 5 * (3 * 3 + 1) + 2 * 2 * 10
+    # the tiny model (2 layers, a pooler): 5 window strategies x (cls, mean, max x 3 layer choices, and pooler),
+    # and chunk's and sliding's two more aggregations of each of their 10; late: (mean, max) x 3 layer choices,
+    # each in 3 aggregations
+    assert len(ranked) == 5 * (3 * 3 + 1) + 2 * 2 * 10 + 2 * 3 * 3
     assert re.findall(r"(\d+) features", result.output) == [str(len(ranked))]
