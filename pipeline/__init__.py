@@ -1,7 +1,8 @@
-"""longbert: long-document BERT features. Stages: read, tokenize, segment, encode, pool, write.
+"""longbert's stages package: read, then the stages tokenize, segment, dedup, encode, aggregate, rows
+(pipeline.stages, chained by pipeline.compose.Pipeline), then write. Users import ``longbert``.
 
-Public entry points: ``run`` (the local engine), ``Extractor`` (the block function every engine
-calls), ``load_features`` (parquet -> numpy) and ``LongBertVectorizer`` (scikit-learn).
+Entry points here: ``run`` (the local engine), ``Extractor`` (the whole block function, for the
+engines), ``load_features`` (parquet -> numpy) and ``LongBertVectorizer`` (scikit-learn).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Window de-duplication: the windows of every requested strategy in a block -> the unique windows to encode.
 
-Called by pipeline.block once per block, between segment and encode. Two windows are the same model
+Called by the dedup stage (pipeline.stages) once per block, between segment and encode. Two windows are the same model
 input when their token ids are equal (the forward pass sees nothing else: positions start at 0,
 token_type_ids are 0, the attention mask covers the whole window), so each unique id sequence is
 encoded once and every feature reads its vectors from there.

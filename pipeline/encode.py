@@ -1,6 +1,6 @@
 """Encode stage: batch windows by length and run the forward pass.
 
-The only module that runs torch on a device. pipeline.block calls ``Encoder.encode`` once per block;
+The only module that runs torch on a device. the encode stage (pipeline.stages) calls ``Encoder.encode`` once per block;
 the model is loaded by pipeline.load and checked beforehand by pipeline.model.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The output schema and every output column name: the one place they are spelled.
 
-The writers (pipeline.block, pipeline.window_rows), the --keep-col checks (pipeline.config), probe's
+The row builders (pipeline.rows), the --keep-col checks (pipeline.config), probe's
 label check (pipeline.probe) and load_features (pipeline.features) take the names from here, and
 ``output_schema`` declares a run's columns from its config before the first row. Nothing here needs
 the model's weights: ``output_columns`` names a run's columns from its options alone.
@@ -72,7 +72,7 @@ def output_fields(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: i
     value = pa.float16() if cfg.write.out_dtype == "float16" else pa.float32()
     fields = [pa.field(ROW if pa.types.is_integer(id_type) else ID, id_type)]
     fields += [pa.field(c, pa.string()) for c in passthrough_columns(cfg)]
-    if cfg.pool.level == "window":  # one row per window (pipeline.window_rows)
+    if cfg.pool.level == "window":  # one row per window (pipeline.rows.window_table)
         fields += [pa.field(WINDOW, pa.int32()), pa.field(SPANS, pa.list_(pa.list_(pa.int32(), 2))),
                    pa.field(N_TOKENS, pa.int32())]
     else:

@@ -1,6 +1,6 @@
 """Segment stage: cut a document's content tokens into windows of at most C = max_length - 2 tokens.
 
-Called by pipeline.block for every document; ``window_spans`` is pure arithmetic on positions, so the
+Called by the segment stage (pipeline.stages) for every document; ``window_spans`` is pure arithmetic on positions, so the
 window rules can be tested (and property-tested) without a tokenizer.
 """
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 A stage is any callable ``Batch -> Batch`` with a ``name``. The built-in ones, in order:
 ``tokenize`` -> ``segment`` -> ``dedup`` -> ``encode`` -> ``aggregate`` -> ``rows``. Only ``encode``
-touches the model (and torch); the others are CPU work on numpy and pyarrow.
+runs the model; the others are CPU work on numpy and pyarrow (importing this module imports torch,
+through pipeline.pool, but loads no weights).
 """
 from __future__ import annotations
 
