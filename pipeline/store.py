@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ConfigError, RunError
-from .store_keys import checksum, window_key
+from .store_keys import checksum, verifies, window_key
 
 DB_NAME = "windows.sqlite3"
 APPLICATION_ID = 0x4C425753    # 'LBWS' in the database header: the file is a longbert window store
@@ -279,31 +279,36 @@ class WindowStore:
         """
         model_id, dim = self._model(pool)
         keys = [window_key(pool, ids) for ids in ids_list]
-
-        def read(conn):
-            rows = {}
-            for start in range(0, len(keys), _CHUNK):
-                chunk = keys[start:start + _CHUNK]
-                marks = ",".join("?" * len(chunk))
-                rows.update((r[0], r[1:]) for r in conn.execute(
-                    f"SELECT key, dim, checksum, vector FROM windows WHERE key IN ({marks})", chunk))
-            return rows
-
-        rows = self._sql(read) if keys else {}
+        rows = self.read_rows(keys)
         out: list[np.ndarray | None] = []
         rejected = 0
         for key in keys:
             row = rows.get(key)
-            if row is not None and not _verifies(key, row, dim):
+            if row is not None and not verifies(key, row, dim):
                 rejected += 1
                 row = None
             out.append(None if row is None else np.frombuffer(row[2], dtype="<f4").astype(np.float32))
-        if keys:
-            hits = sum(v is not None for v in out)
+        self.count_lookups(model_id, len(keys), sum(v is not None for v in out), rejected)
+        return out
+
+    def read_rows(self, keys: list[bytes]) -> dict[bytes, tuple]:
+        """{key: (dim, checksum, vector bytes)} of the ``keys`` found (unverified), read _CHUNK keys a query."""
+        def read(conn):
+            rows = {}
+            for start in range(0, len(keys), _CHUNK):
+                chunk = keys[start:start + _CHUNK]
+                rows.update((r[0], r[1:]) for r in conn.execute(
+                    f"SELECT key, dim, checksum, vector FROM windows WHERE key IN ({','.join('?' * len(chunk))})", chunk))
+            return rows
+
+        return self._sql(read) if keys else {}
+
+    def count_lookups(self, model_id: int, lookups: int, hits: int, rejected: int) -> None:
+        """Add a look-up's counts to its model's row (``longbert cache`` reports the hit rate)."""
+        if lookups:
             self._write(lambda conn: conn.execute(
                 "UPDATE models SET lookups = lookups + ?, hits = hits + ?, rejected = rejected + ? WHERE id = ?",
-                (len(keys), hits, rejected, model_id)))
-        return out
+                (lookups, hits, rejected, model_id)))
 
     def lookup(self, pool: str, ids_list: list) -> tuple[np.ndarray, np.ndarray]:
         """``get_many`` as arrays: (n, dim) float32 vectors (zeros where missing) and the missing positions.
@@ -391,10 +396,3 @@ class WindowStore:
 
         self._write(empty)
         self._sql(lambda conn: (conn.execute("VACUUM"), conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()))
-
-
-def _verifies(key: bytes, row: tuple, dim: int) -> bool:
-    """A stored (dim, checksum, vector) row is usable: the expected length and an intact CRC-32."""
-    got_dim, crc, vector = row
-    return (got_dim == dim and isinstance(vector, bytes) and len(vector) == 4 * dim
-            and crc == checksum(key, vector))

@@ -55,3 +55,11 @@ def window_key(pool: str, ids) -> bytes:
 def checksum(key: bytes, vector: bytes) -> int:
     """CRC-32 of the row key then the vector bytes: catches a damaged vector and a vector moved to another key."""
     return zlib.crc32(vector, zlib.crc32(key))
+
+
+def verifies(key: bytes, row: tuple, dim: int) -> bool:
+    """A stored (dim, checksum, vector bytes) row is usable: ``dim`` float32 values and an intact CRC-32.
+    Example: a row whose vector was cut, or moved to another key, does not verify."""
+    got_dim, crc, vector = row
+    return (got_dim == dim and isinstance(vector, bytes) and len(vector) == 4 * dim
+            and crc == checksum(key, vector))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .store import WindowStore
-from .store_keys import checksum, window_key
+from .store_keys import checksum, verifies, window_key
 
 
 def get_tokens(store: WindowStore, pool: str, ids_list: list) -> list[np.ndarray | None]:
@@ -29,29 +29,15 @@ def get_tokens(store: WindowStore, pool: str, ids_list: list) -> list[np.ndarray
     """
     model_id, hidden = store._model(pool)
     keys = [window_key(pool, ids) for ids in ids_list]
-
-    def read(conn):
-        rows = {}
-        for start in range(0, len(keys), 500):
-            chunk = keys[start:start + 500]
-            rows.update((r[0], r[1:]) for r in conn.execute(
-                f"SELECT key, dim, checksum, vector FROM windows WHERE key IN ({','.join('?' * len(chunk))})", chunk))
-        return rows
-
-    rows = store._sql(read) if keys else {}
+    rows = store.read_rows(keys)
     out: list[np.ndarray | None] = []
     rejected = 0
     for key, ids in zip(keys, ids_list):
         row, n = rows.get(key), (len(ids) - 2) * hidden
-        if row is not None and not (row[0] == n and isinstance(row[2], bytes) and len(row[2]) == 4 * n
-                                    and row[1] == checksum(key, row[2])):
+        if row is not None and not verifies(key, row, n):
             rejected, row = rejected + 1, None
         out.append(None if row is None else np.frombuffer(row[2], dtype="<f4").astype(np.float32).reshape(-1, hidden))
-    if keys:
-        hits = sum(v is not None for v in out)
-        store._write(lambda conn: conn.execute(
-            "UPDATE models SET lookups = lookups + ?, hits = hits + ?, rejected = rejected + ? WHERE id = ?",
-            (len(keys), hits, rejected, model_id)))
+    store.count_lookups(model_id, len(keys), sum(v is not None for v in out), rejected)
     return out
 
 
