@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from .batch import Batch
 from .config import POOLINGS, PipelineConfig, PoolConfig, ReadConfig, option_sections
+from .config_file import coerce
 from .errors import ConfigError, InputError, RunError
 from .schema import ERROR, FEATURES, ID
 
@@ -44,8 +45,9 @@ def read(inputs: str | Path | Iterable[str | Path], **read_options: Any) -> Iter
         raise ConfigError(f"{unknown[0]!r} is not a reading option; reading options are "
                           f"{', '.join(sorted(k for k, s in option_sections().items() if s == 'read'))}")
     paths = (inputs,) if isinstance(inputs, (str, Path)) else tuple(inputs)
+    options = {k.replace("-", "_"): coerce(k.replace("-", "_"), v) for k, v in read_options.items()}  # as the CLI's
     try:
-        read_cfg = ReadConfig(inputs=tuple(str(p) for p in paths), **read_options)
+        read_cfg = ReadConfig(inputs=tuple(str(p) for p in paths), **options)
     except TypeError as err:
         raise ConfigError(f"bad option value: {err}") from None
     _, plan = scan_inputs(dataclasses.replace(PipelineConfig(), read=read_cfg))
