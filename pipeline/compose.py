@@ -249,14 +249,16 @@ def with_io_options(cfg: PipelineConfig, **options: Any) -> PipelineConfig:
         ConfigError: an option of another section (those are the pipeline's: build another), or a bad value.
     """
     from .config import option_sections
+    from .config_file import coerce
 
     read, write = {}, {}
     for key, value in options.items():
-        section = option_sections().get(key.replace("-", "_"))
+        key = key.replace("-", "_")
+        section = option_sections().get(key)
         if section not in ("read", "write"):
             raise ConfigError(f"{key!r} is not a read or write option; options of the model, windows or pooling "
                               "are the pipeline's own: build it with Pipeline.from_options(...)")
-        (read if section == "read" else write)[key.replace("-", "_")] = value
+        (read if section == "read" else write)[key] = coerce(key, value)   # as the CLI's values
     try:
         return dataclasses.replace(cfg, read=dataclasses.replace(cfg.read, **read),
                                    write=dataclasses.replace(cfg.write, **write))
