@@ -295,7 +295,7 @@ def work_ceiling(args: argparse.Namespace) -> Result:
     for block in map(read_block, scan(ext.cfg.read).blocks):
         prep = ext.prepare(block)
         n_docs += len(prep.docs)
-        lengths = [int(w.input_ids.shape[0]) for w in prep.windows]
+        lengths = [int(w.input_ids.shape[0]) for w in prep.unique]
         n_windows += len(lengths)
         n_tokens += sum(lengths)
         for batch in plan_batches(lengths, ext.cfg.encode.batch_size, ext.cfg.encode.token_budget):
@@ -303,7 +303,7 @@ def work_ceiling(args: argparse.Namespace) -> Result:
             ids = np.full((len(batch), seq), pad, dtype=np.int64)             # (b, seq)
             mask = np.zeros((len(batch), seq), dtype=np.int64)                # (b, seq)
             for j, i in enumerate(batch):
-                ids[j, :lengths[i]] = prep.windows[i].input_ids
+                ids[j, :lengths[i]] = prep.unique[i].input_ids
                 mask[j, :lengths[i]] = 1
             batches.append((torch.from_numpy(ids), torch.from_numpy(mask)))
     c0, t0 = _cpu(), time.perf_counter()
