@@ -7,6 +7,7 @@ through pipeline.pool, but loads no weights).
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 from typing import Any
 
@@ -14,7 +15,7 @@ import pyarrow as pa
 
 from .aggregate import aggregate_documents, aggregate_windows
 from .batch import Batch
-from .block import BlockCounts, check_features, feature_dim, release_free_heap, resolve_config
+from .block import BlockCounts, feature_dim, release_free_heap, resolve_config
 from .config import PipelineConfig
 from .dedup import plan_windows
 from .pool import pool_offsets, window_pools
@@ -64,14 +65,14 @@ class Context:
         the next run; the options resolved against the model, the tokenizer and a loaded model stay.
 
         Returns:
-            The read and write options that were in place (pass them back to restore them).
+            The config that was in place (pass it back to restore its read and write options).
 
         Raises:
-            ConfigError: a --keep-col that clashes with a feature column; as WindowCache.open.
+            ConfigError: a --keep-col that clashes with a column of this run (PipelineConfig checks it
+                when replaced); as WindowCache.open.
         """
         before = self.cfg
         resolved = dataclasses.replace(self.cfg, read=cfg.read, write=cfg.write)
-        check_features(resolved, resolved.segment)   # --keep-col against this run's columns
         self.cfg = resolved
         self._schemas.clear()
         if self.encoder is not None and before.write.cache != resolved.write.cache:
@@ -113,16 +114,18 @@ class Context:
         return self._schemas[key]
 
 
-class Stage:
-    """A built-in stage: ``stage(batch) -> batch`` with ``name``; holds the pipeline's Context."""
+class Stage(abc.ABC):
+    """A built-in stage: ``stage(batch) -> batch`` with ``name``; holds the pipeline's Context. (A user's
+    stage needs none of this: any callable ``Batch -> Batch`` is one.)"""
 
     name = ""
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
 
+    @abc.abstractmethod
     def __call__(self, batch: Batch) -> Batch:
-        raise NotImplementedError
+        """The batch with this stage's fields filled."""
 
     def __repr__(self) -> str:
         return f"<longbert stage {self.name!r}>"
