@@ -135,8 +135,14 @@ class SegmentConfig:
 
     @property
     def content_tokens(self) -> int:
-        """C = max_length - 2: content tokens per window ([CLS] and [SEP] take two positions)."""
-        assert self.max_length is not None, "resolve max_length from the model first"
+        """C = max_length - 2: content tokens per window ([CLS] and [SEP] take two positions).
+
+        Raises:
+            ConfigError: max_length is not resolved yet (None until the model is read).
+        """
+        if self.max_length is None:
+            raise ConfigError("max_length is not resolved: build the stages with longbert.Pipeline.from_options("
+                              "...) (it reads the model's positions), or give max_length")
         return self.max_length - 2
 
     def check_window(self, max_length: int) -> None:

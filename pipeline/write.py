@@ -105,8 +105,12 @@ class FileSink:
         return set()
 
     def write(self, spec, table: pa.Table) -> None:
-        """Append the block of ``spec`` (a BlockSpec) as one row group; blocks come in order 0, 1, 2, ..."""
-        assert self._writer is not None and spec.index == self._next, (spec.index, self._next)
+        """Append the block of ``spec`` (a BlockSpec) as one row group; blocks come in order 0, 1, 2, ...
+        Raises RunError: the sink is not open (``open()``), or a block out of order."""
+        if self._writer is None or spec.index != self._next:
+            raise RunError(f"the sink got block {spec.index} but expects block {self._next}" if self._writer
+                           else "the sink is not open: call open() first, or write your own vectors with "
+                                "longbert.save_features(path, ids, X)")
         self._writer.write_table(table)
         self._next += 1
         self.rows += table.num_rows
