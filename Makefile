@@ -40,7 +40,7 @@ test: install-test
 # Then issue 18's window store rows (first, second, other aggregation, grown corpus, cold-store overhead, bytes per
 # 1,000 windows): bench/results_cache.md; CACHE_ARGS="--docs 300 --strategy chunk --repeats 2 --probe 100".
 bench: install
-	$(BIN)/python -c "import sentence_transformers, ray.data" 2>/dev/null || $(PIP) install -e '.[bench,ray]'
+	$(BIN)/python -c "import sentence_transformers, ray.data" 2>/dev/null || $(PIP) install -e '.[bench,ray]' --config-settings editable_mode=compat
 	$(BIN)/python bench/chip_bench.py $(CHIP_ARGS)
 	$(BIN)/python bench/run_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/read_speed.py
