@@ -17,6 +17,7 @@ import pyarrow as pa
 from .batch import Batch
 from .config import POOLINGS, PipelineConfig, PoolConfig, ReadConfig, option_sections
 from .config_file import coerce
+from .durable import replace_durably
 from .errors import ConfigError, InputError, RunError
 from .schema import ERROR, FEATURES, ID
 
@@ -116,7 +117,7 @@ def save_features(path: str | Path, ids: Sequence[Any], X: Any, **columns: Seque
     """Write vectors made elsewhere as a features file that ``load_features`` and ``probe`` read.
 
     Args:
-        path: a .parquet file (written whole, then moved into place; an existing file is replaced).
+        path: a .parquet file (written whole, then moved into place durably; an existing file is replaced).
         ids: n ids (str or int; written as strings in the ``id`` column).
         X: (n, D) float array (numpy or torch); written as float32, NaN rows as null features.
         **columns: extra columns, n values each (e.g. label=y), written as strings (None stays null).
@@ -157,7 +158,7 @@ def save_features(path: str | Path, ids: Sequence[Any], X: Any, **columns: Seque
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         pq.write_table(table, tmp)
-        tmp.replace(path)
+        replace_durably(tmp, path)   # as extract's outputs: fsync, rename, fsync the folder
     except OSError as err:
         tmp.unlink(missing_ok=True)
         raise RunError(f"cannot write {path}: {err.strerror or err}; check the folder exists and is writable") from None
