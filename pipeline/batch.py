@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import InputError
+from .texts import as_texts
 from .types import TokenizedDoc, Window
 
 
@@ -78,9 +79,10 @@ class Batch:
             **columns: kept columns, n values each, written as strings (None stays null).
 
         Raises:
-            InputError: a text is not a str, or ids / a column has another length than texts.
+            TextsTypeError: ``texts`` is not one of those kinds (a bare string: "a list of texts was
+                expected"). TextError: a text is not a str. InputError: ids / a column has another length.
         """
-        items = _strings(texts, "texts")
+        items = as_texts(texts, "Batch.from_texts")
         n = len(items)
         cols: dict[str, pa.Array] = {}
         if ids is None:
@@ -99,9 +101,9 @@ class Batch:
         columns stay, and every field a stage filled is cleared.
 
         Raises:
-            InputError: not one str per row.
+            TextsTypeError / TextError: as from_texts. InputError: not one text per row.
         """
-        items = _strings(texts, "texts")
+        items = as_texts(texts, "Batch.with_texts")
         _sized(items, self.rows.num_rows, "texts")
         i = self.rows.column_names.index("text")
         return Batch(rows=self.rows.set_column(i, "text", pa.array(items, type=pa.string())))
@@ -127,18 +129,6 @@ class Batch:
     def replace(self, **fields: Any) -> Batch:
         """A copy with ``fields`` set (what a stage returns)."""
         return dataclasses.replace(self, **fields)
-
-
-def _strings(values: Any, what: str) -> list[str]:
-    """values -> list of str; InputError naming the first position that is not a str."""
-    if isinstance(values, (str, bytes)):
-        raise InputError(f"{what}: a list of texts was expected, got a single {type(values).__name__}; wrap it: [text]")
-    items = list(values.tolist() if isinstance(values, np.ndarray) else values)
-    bad = [i for i, t in enumerate(items) if not isinstance(t, str)]
-    if bad:
-        raise InputError(f"{what}[{bad[0]}] is {type(items[bad[0]]).__name__}, not str ({len(bad)} such); "
-                         "fill or drop missing texts first")
-    return items
 
 
 def _sized(values: Any, n: int, what: str) -> list:

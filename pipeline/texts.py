@@ -60,9 +60,9 @@ def text_list(texts: Any, caller: str) -> list:
                          "or pandas Series of str, or a one-column DataFrame (e.g. list(texts))")
 
 
-def as_texts(X: Any) -> list[str]:
+def as_texts(X: Any, caller: str = "transform") -> list[str]:
     """X -> list of str (text_list); raises TextError for an element that is not a str."""
-    texts = text_list(X, "transform")
+    texts = text_list(X, caller)
     bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
     if bad:
         raise TextError(f"text at position {bad[0]} is {type(texts[bad[0]]).__name__}, not str "

@@ -37,7 +37,7 @@ def test_batch_from_texts_takes_lists_series_and_arrays():
     assert cleaned.texts == ["A B", "C"] and cleaned.ids == ["x", "y"]
     with pytest.raises(InputError, match="a list of texts was expected"):
         longbert.Batch.from_texts("one text")
-    with pytest.raises(InputError, match=r"texts\[1\] is NoneType"):
+    with pytest.raises(InputError, match=r"text at position 1 is NoneType, not str"):
         longbert.Batch.from_texts(["a", None])
     with pytest.raises(InputError, match="ids has 1 values for 2 texts"):
         longbert.Batch.from_texts(texts, ids=["x"])
