@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import runpy
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -84,3 +86,39 @@ def reference_vectors(model, tokenizer, windows_ids: list[list[int]], pooling: s
 
 def read_features(path: Path) -> pd.DataFrame:
     return pd.read_parquet(path)
+
+
+def plan_of(*inputs, **options):
+    """The reader's plan of ``inputs`` with extract's reading options (no model read)."""
+    from pipeline.config import PipelineConfig
+    from pipeline.read import scan
+
+    return scan(PipelineConfig.from_options(inputs=tuple(str(i) for i in inputs), **options).read)
+
+
+def rows_of(*inputs, **options) -> list[dict]:
+    """Every row the reader gives for ``inputs``, as dicts, in input order."""
+    from pipeline.read import read_blocks
+
+    return [r for t in read_blocks(plan_of(*inputs, **options)) for r in t.to_pylist()]
+
+
+def refused(*inputs, **options) -> str:
+    """The InputError message reading ``inputs`` ends in (the test fails if it reads them)."""
+    from pipeline.errors import InputError
+
+    with pytest.raises(InputError) as err:
+        rows_of(*inputs, **options)
+    return str(err.value)
+
+
+def run_case_script(name: str, out) -> None:
+    """Run a shared case's model builder (``python tests/cases/NAME OUT``) in this process."""
+    if not (CASES / name).exists():
+        pytest.skip(f"tests/cases/{name} is not here")
+    argv = sys.argv
+    sys.argv = [name, str(out)]
+    try:
+        runpy.run_path(str(CASES / name), run_name="__main__")
+    finally:
+        sys.argv = argv

@@ -10,7 +10,6 @@ import json
 import logging
 import math
 import os
-import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import CASES, invoke, words, write_csv
+from conftest import CASES, invoke, run_case_script, words, write_csv
 from families import FAMILY_NAMES, POSITIONS, ROBERTA_STYLE, build_family, write_config
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertForMaskedLM
 
@@ -305,18 +304,6 @@ def test_unservable_families_exit_2_before_anything_loads(runner, tmp_path, conf
 
 
 # ---------------------------------------------------------------- shared cases B26 and B34
-
-def run_case_script(name: str, out) -> None:
-    """Run a shared case's model builder (``python tests/cases/NAME OUT``) in this process."""
-    if not (CASES / name).exists():
-        pytest.skip(f"tests/cases/{name} is not here")
-    argv = sys.argv
-    sys.argv = [name, str(out)]
-    try:
-        runpy.run_path(str(CASES / name), run_name="__main__")
-    finally:
-        sys.argv = argv
-
 
 @pytest.fixture(scope="session")
 def b26_models(tmp_path_factory):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import random
-import runpy
 import shutil
 import struct
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import CASES, invoke, write_csv
+from conftest import CASES, invoke, run_case_script, write_csv
 from families import FAMILY_NAMES, WORDS, build_family
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
@@ -31,16 +29,6 @@ from pipeline.tokenize import tokenize_block
 
 CPU = torch.device("cpu")
 HAS_POOLER = ("bert", "roberta", "xlm-roberta", "camembert", "albert", "mpnet")
-
-
-def run_case_script(name: str, out: Path) -> None:
-    """Run a shared case's model builder (``python tests/cases/NAME OUT``) in this process."""
-    argv = sys.argv
-    sys.argv = [name, str(out)]
-    try:
-        runpy.run_path(str(CASES / name), run_name="__main__")
-    finally:
-        sys.argv = argv
 
 
 def extract(runner, csv: Path, model: Path, out: Path):

@@ -14,31 +14,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from conftest import invoke
+from conftest import invoke, plan_of, refused, rows_of
 
-from pipeline.config import PipelineConfig
-from pipeline.errors import InputError
-from pipeline.read import read_blocks, scan
+from pipeline.read import read_blocks
 from pipeline.run import Summary
 
 # copies of ../shared/cases/B38_*: kept apart from tests/cases, whose CSVs test_ray reads as one valid corpus
 CASES = Path(__file__).resolve().parent / "read_cases"
 ROWS = [{"id": str(i), "text": f"document {i} " + "word " * 40} for i in range(60)]
 JSONL = "".join(json.dumps(r) + "\n" for r in ROWS).encode()
-
-
-def plan_of(*inputs, **options):
-    return scan(PipelineConfig.from_options(inputs=tuple(str(i) for i in inputs), **options).read)
-
-
-def rows_of(*inputs, **options) -> list[dict]:
-    return [r for t in read_blocks(plan_of(*inputs, **options)) for r in t.to_pylist()]
-
-
-def refused(*inputs, **options) -> str:
-    with pytest.raises(InputError) as err:
-        rows_of(*inputs, **options)
-    return str(err.value)
 
 
 def test_extract_exit_code_is_2_for_a_cut_gzip(runner, tiny_model_dir, tmp_path):

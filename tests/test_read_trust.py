@@ -26,29 +26,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import invoke
+from conftest import invoke, plan_of, refused, rows_of
 
-from pipeline.config import PipelineConfig
-from pipeline.errors import InputError, RunError
-from pipeline.read import read_block, read_blocks, scan, verify_inputs
+from pipeline.errors import RunError
+from pipeline.read import read_block, read_blocks, verify_inputs
 from pipeline.run import Summary
 
 CASES = Path(__file__).resolve().parent / "read_cases"
 REPO = Path(__file__).resolve().parents[1]
-
-
-def plan_of(*inputs, **options):
-    return scan(PipelineConfig.from_options(inputs=tuple(str(i) for i in inputs), **options).read)
-
-
-def rows_of(*inputs, **options) -> list[dict]:
-    return [r for t in read_blocks(plan_of(*inputs, **options)) for r in t.to_pylist()]
-
-
-def refused(*inputs, **options) -> str:
-    with pytest.raises(InputError) as err:
-        rows_of(*inputs, **options)
-    return str(err.value)
 
 
 def csv_rows(path: Path) -> list[dict]:
