@@ -113,7 +113,7 @@ def window_rows(ctx, batch: Batch) -> tuple[list[int], list, list[np.ndarray], n
     """(doc row per output row, its Window or None, per feature (n_out, D) vectors as encoded, finite (n_out,))."""
     strategy = ctx.features[0].strategy
     windows = batch.windows[strategy]
-    into = np.asarray(batch.plan.index[list(batch.windows).index(strategy)], dtype=np.int64)
+    into = batch.into_unique(strategy)
     docs, wins = row_plan(batch.docs, windows)
     enc = batch.encoded
     enc_rows = into[np.maximum(wins, 0)] if len(windows) else np.zeros(len(wins), np.int64)
@@ -130,7 +130,7 @@ def chunk_rows(ctx, batch: Batch) -> tuple[list[int], list, list[np.ndarray], np
     no input ids; the chunks of a document tile its kept tokens in order (pipeline.late.chunk_spans).
     """
     windows, enc = batch.windows["late"], batch.encoded
-    into = np.asarray(batch.plan.index[list(batch.windows).index("late")], dtype=np.int64)
+    into = batch.into_unique("late")
     dims = [b - a for a, b in ctx.slices]
     docs, rows, finite, vectors = [], [], [], [[] for _ in dims]
     start = 0

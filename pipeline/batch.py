@@ -123,6 +123,11 @@ class Batch:
         """The windows the model runs on (``dedup``): each distinct window once; [] before ``dedup``."""
         return [] if self.plan is None else self.plan.unique
 
+    def into_unique(self, strategy: str) -> np.ndarray:
+        """int64 (n windows of ``strategy``,): each of that strategy's windows' position in ``unique``
+        (after ``dedup``). Example: head and chunk sharing their first window -> head [0], chunk [0, 1]."""
+        return np.asarray(self.plan.index[list(self.windows).index(strategy)], dtype=np.int64)
+
     def __len__(self) -> int:
         return self.rows.num_rows
 

@@ -236,7 +236,7 @@ def late_windows(batch: Batch):
     import numpy as np
 
     mask = np.zeros(len(batch.unique), dtype=bool)
-    mask[batch.plan.index[list(batch.windows).index("late")]] = True
+    mask[batch.into_unique("late")] = True
     return mask
 
 
