@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from pipeline.cli_options import EXTRACT_GROUPS, PROBE_GROUPS, PROBE_IGNORES, STATS_USES, option_groups, param_names
-from pipeline.config import PipelineConfig
+from pipeline.options.cli_options import EXTRACT_GROUPS, PROBE_GROUPS, PROBE_IGNORES, STATS_USES, option_groups, param_names
+from pipeline.options.config import PipelineConfig
 from pipeline.errors import PipelineError
 
 
@@ -35,8 +35,8 @@ def _model_positions(model: str | None) -> int:
 
 
 def _warn_ignored(cfg: PipelineConfig, options: dict[str, Any]) -> None:
-    """Print pipeline.option_warnings.option_warnings on stderr ("Warning: ..."); the run goes on."""
-    from pipeline.option_warnings import option_warnings
+    """Print pipeline.options.option_warnings.option_warnings on stderr ("Warning: ..."); the run goes on."""
+    from pipeline.options.option_warnings import option_warnings
 
     given = {k for k, v in options.items() if v is not None and v != ()}
     cpu_only = False
@@ -61,8 +61,8 @@ def _build(**options: Any) -> PipelineConfig:
 
 
 def _expand_plot(plot: Path | None) -> Path | None:
-    """--plot with ``~`` expanded as every path option's (pipeline.paths.expand_user)."""
-    from pipeline.paths import expand_user
+    """--plot with ``~`` expanded as every path option's (pipeline.options.paths.expand_user)."""
+    from pipeline.options.paths import expand_user
 
     return None if plot is None else Path(expand_user(str(plot), "--plot"))
 
@@ -70,7 +70,7 @@ def _expand_plot(plot: Path | None) -> Path | None:
 def _env_cache(cfg: PipelineConfig) -> PipelineConfig:
     """$LONGBERT_CACHE as the default of --cache (used when neither the command line nor --config set it),
     made absolute: Ray workers, whose working folder may be another, open the same store."""
-    from pipeline.paths import default_cache
+    from pipeline.options.paths import default_cache
 
     folder = default_cache(cfg.write.cache)
     if folder is not None:
@@ -106,9 +106,9 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
         cfg = _env_cache(_build(config_file=config_file, inputs=inputs, **options))
         _warn_ignored(cfg, options)
         if cfg.ray.engine == "ray":
-            from pipeline.ray_engine import run
+            from pipeline.engine.ray_engine import run
         else:
-            from pipeline.compose import run
+            from pipeline.engine.compose import run
         summary = run(cfg, echo=lambda m: click.echo(m, err=True))
     except PipelineError as err:
         _fail(err)
@@ -136,8 +136,8 @@ def stats(inputs: tuple[str, ...], config_file: Path | None, plot: Path | None,
     Example:
         longbert stats examples/corpus.csv --plot out/stats.png
     """
-    from pipeline.option_warnings import no_effect_warnings
-    from pipeline.stats import corpus_stats, format_stats, plot_stats
+    from pipeline.options.option_warnings import no_effect_warnings
+    from pipeline.text.stats import corpus_stats, format_stats, plot_stats
     try:
         cfg = _build(config_file=config_file, inputs=inputs, **options)
         plot = _expand_plot(plot)
@@ -161,7 +161,7 @@ def _is_features_output(path: str) -> bool:
     is a corpus to extract from."""
     import pyarrow.parquet as pq
 
-    from pipeline.write import read_manifest
+    from pipeline.output.write import read_manifest
 
     p = Path(path)
     if p.is_dir():
@@ -205,11 +205,11 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
         longbert probe out/head.parquet out/chunk.parquet --label-col label --plot out/probe.png
         longbert probe examples/labelled.csv --label-col label --sample 300 --plot out/probe.png
     """
-    from pipeline.option_warnings import no_effect_warnings
+    from pipeline.options.option_warnings import no_effect_warnings
     from pipeline.errors import ConfigError
-    from pipeline.probe import format_corpus_probe, probe_corpus
-    from pipeline.probe_files import format_probe, probe_files
-    from pipeline.probe_plot import plot_corpus_probe, plot_probe
+    from pipeline.classify.probe import format_corpus_probe, probe_corpus
+    from pipeline.classify.probe_files import format_probe, probe_files
+    from pipeline.classify.probe_plot import plot_corpus_probe, plot_probe
     try:
         progress = options.pop("progress")
         plot = _expand_plot(plot)
@@ -257,9 +257,9 @@ def cache(folder: str | None, clear: bool) -> None:
         longbert cache ~/.cache/longbert --clear
     """
     from pipeline.errors import ConfigError
-    from pipeline.paths import default_cache
-    from pipeline.store import DB_NAME, WindowStore
-    from pipeline.store_report import clear_store, format_stats
+    from pipeline.options.paths import default_cache
+    from pipeline.cache.store import DB_NAME, WindowStore
+    from pipeline.cache.store_report import clear_store, format_stats
     try:
         folder = default_cache(folder)
         if folder is None:

@@ -31,11 +31,11 @@ __all__ = ["encode", "load_features", "LongBertVectorizer", "PipelineConfig", "P
            "aggregate", "save_features"]
 
 # public name -> (module of the stages package, attribute): loaded on first use
-_LAZY = {"encode": ("vectorizer", "encode"), "LongBertVectorizer": ("vectorizer", "LongBertVectorizer"),
-         "TextError": ("texts", "TextError"), "TextsTypeError": ("texts", "TextsTypeError"), "load_features": ("features", "load_features"),
-         "Batch": ("batch", "Batch"), "Pipeline": ("compose", "Pipeline"), "read": ("api", "read"),
-         "pool": ("api", "pool"), "save_features": ("api", "save_features"),
-         "aggregate": ("aggregate", "aggregate_rows")}
+_LAZY = {"encode": ("classify.vectorizer", "encode"), "LongBertVectorizer": ("classify.vectorizer", "LongBertVectorizer"),
+         "TextError": ("text.texts", "TextError"), "TextsTypeError": ("text.texts", "TextsTypeError"),
+         "load_features": ("classify.features", "load_features"), "Batch": ("engine.batch", "Batch"),
+         "Pipeline": ("engine.compose", "Pipeline"), "read": ("api", "read"), "pool": ("api", "pool"),
+         "save_features": ("api", "save_features"), "aggregate": ("output.aggregate", "aggregate_rows")}
 
 
 def _is_ours(origin: str | None) -> bool:

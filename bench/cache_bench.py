@@ -61,10 +61,10 @@ def run_cli(args: list[str]) -> tuple[float, int, int, str]:
 
 def new_windows(old: list[str], new: list[str], strategy: str) -> int:
     """Distinct windows of ``new`` that ``old`` does not make (the default model, longbert's segmenter)."""
-    from pipeline.block import resolve_config
-    from pipeline.config import PipelineConfig
-    from pipeline.segment import segment
-    from pipeline.tokenize import tokenize_block
+    from pipeline.engine.block import resolve_config
+    from pipeline.options.config import PipelineConfig
+    from pipeline.text.segment import segment
+    from pipeline.text.tokenize import tokenize_block
 
     cfg, tok, facts = resolve_config(PipelineConfig.from_options(strategy=strategy))
     seg = cfg.segment
@@ -80,9 +80,9 @@ def new_windows(old: list[str], new: list[str], strategy: str) -> int:
 def store_share(texts: list[str], strategy: str) -> tuple[float, float, int]:
     """In this process, a cold run's blocks with a new store: (seconds in all blocks, seconds of those in
     the store's lookups and puts, windows). The store's own cost, apart from the machine's load."""
-    import pipeline.window_cache as wc
-    from pipeline.compose import Extractor
-    from pipeline.config import PipelineConfig
+    import pipeline.cache.window_cache as wc
+    from pipeline.engine.compose import Extractor
+    from pipeline.options.config import PipelineConfig
     from pipeline.read import block_from_texts
 
     spent = [0.0]
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         plain.append(extract("base.csv", "plain.parquet"))
         cold.append(extract("base.csv", "cold.parquet", "--cache", store if k == 0 else work / f"store{k}"))
     (t_plain, n_plain, _, _), (t_cold, n_cold, _, _) = min(plain), min(cold)
-    from pipeline.store import WindowStore
+    from pipeline.cache.store import WindowStore
     with WindowStore.open(store) as opened:
         stats = opened.stats()
     t_second, n_second, c_second, _ = extract("base.csv", "second.parquet", "--cache", store)

@@ -49,7 +49,7 @@ def extract_rows(src: Path, args: argparse.Namespace, out: Path) -> list[str]:
     """The table rows of the extract runs: CPU s (min over rounds), vs float32, cosines."""
     import pyarrow.parquet as pq
 
-    from pipeline.features import load_features
+    from pipeline.classify.features import load_features
 
     base = [sys.executable, str(ROOT / "cli.py"), "extract", str(src), "--id-col", "id", "--strategy", args.strategy,
             "--threads", str(args.threads), "--no-progress", "--overwrite"]
@@ -83,7 +83,7 @@ def forward_rows(args: argparse.Namespace) -> list[str]:
     import torch
     from transformers import AutoModel
 
-    from pipeline.model import resolve_model_path
+    from pipeline.model.facts import resolve_model_path
 
     torch.set_num_threads(args.threads)
     model = AutoModel.from_pretrained(resolve_model_path("default"), attn_implementation="sdpa").eval()
@@ -134,7 +134,7 @@ def main() -> None:
     args = parser.parse_args()
     import pandas as pd
 
-    from pipeline.chip import detect
+    from pipeline.model.chip import detect
 
     chip = detect("cpu")
     with tempfile.TemporaryDirectory() as tmp:

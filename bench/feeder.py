@@ -7,7 +7,7 @@ written to a temporary parquet file. Each contender runs in its own subprocess (
 its own:
 
 - raw tokenizer: ``tokenizer(texts, add_special_tokens=False)`` on all texts in one call, texts in memory;
-- feeder: ``pipeline.compose.run`` (parquet scan to parquet written) with the model replaced, inside this
+- feeder: ``pipeline.engine.compose.run`` (parquet scan to parquet written) with the model replaced, inside this
   benchmark only, by a stub whose call returns zeros of the right shape (an expanded view: no memory
   written), so batching, padding, pooling, aggregation and writing run for real.
 
@@ -137,8 +137,8 @@ def work_raw(args) -> dict:
     """The raw batch tokenizer on the corpus's texts (already in memory): one call on all of them."""
     import pyarrow.parquet as pq
 
-    from pipeline.config import PipelineConfig
-    from pipeline.model import load_tokenizer
+    from pipeline.options.config import PipelineConfig
+    from pipeline.model.facts import load_tokenizer
 
     texts = pq.read_table(args.corpus, columns=["text"]).column("text").to_pylist()
     tok = load_tokenizer(PipelineConfig.from_options(inputs=(args.corpus,)).model)
@@ -152,11 +152,11 @@ def work_raw(args) -> dict:
 def timed_pipeline(clock: Clock, cfg, stub: bool = True):
     """The built-in pipeline for ``cfg`` with each stage timed (``pipe.replace``), its weights loaded and,
     with ``stub``, the model's forward pass replaced by ZeroModel. Reading and writing are not stages: the
-    run's read_block, scan and the file sink are timed where pipeline.run calls them. bench/gpu_bench.py
+    run's read_block, scan and the file sink are timed where pipeline.engine.run calls them. bench/gpu_bench.py
     uses it without the stub."""
-    import pipeline.run as run
-    import pipeline.write as write
-    from pipeline.compose import Pipeline
+    import pipeline.engine.run as run
+    import pipeline.output.write as write
+    from pipeline.engine.compose import Pipeline
 
     for owner, name, stage in ((run, "scan", "scan"), (run, "read_block", "read"), (write.FileSink, "write", "write"),
                                (write.FileSink, "commit", "write")):
@@ -183,10 +183,10 @@ def stage_split(clock: Clock) -> tuple[dict[str, float], dict[str, float]]:
 
 
 def work_feeder(args) -> dict:
-    """pipeline.compose.run on the corpus with the model stubbed; stage seconds from the timed stages."""
-    import pipeline.compose as compose
-    import pipeline.run as run
-    from pipeline.config import PipelineConfig
+    """pipeline.engine.compose.run on the corpus with the model stubbed; stage seconds from the timed stages."""
+    import pipeline.engine.compose as compose
+    import pipeline.engine.run as run
+    from pipeline.options.config import PipelineConfig
 
     clock = Clock()
     if args.feed_workers:

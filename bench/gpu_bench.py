@@ -6,7 +6,7 @@ Steps, each timed after a warm-up:
 1. bf16 matrix rate: ``torch.matmul`` of two 8192 x 8192 bfloat16 matrices, 20 times between CUDA events;
    2 * 8192^3 FLOP each.
 2. Corpus: examples/labelled.csv (real man pages and docs, 64% over 512 tokens) repeated ``--repeat`` times.
-3. For each model, ``pipeline.compose.run`` with ``--device cuda --dtype bfloat16 --strategy chunk --max-length
+3. For each model, ``pipeline.engine.compose.run`` with ``--device cuda --dtype bfloat16 --strategy chunk --max-length
    512``, at the default batch limits (32 windows, 16,384 padded tokens) and at larger ones
    (``--batch-size 256 --max-batch-tokens 131072``). Reported: window tokens/s (real tokens the model sees,
    [CLS] and [SEP] included, padding not), model TFLOP/s from the FLOP count below, its fraction of the
@@ -111,7 +111,7 @@ def base_model_dir(folder: Path, layers: int) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from pipeline.model import resolve_model_path
+    from pipeline.model.facts import resolve_model_path
 
     torch.manual_seed(0)
     BertModel(BertConfig(**{**BASE, "num_hidden_layers": layers})).save_pretrained(folder)
@@ -124,14 +124,14 @@ def base_model_dir(folder: Path, layers: int) -> Path:
 
 
 def work_embed(args) -> dict:
-    """pipeline.compose.run on ``args.csv``; forward calls bracketed by CUDA events; stage split; vectors saved."""
+    """pipeline.engine.compose.run on ``args.csv``; forward calls bracketed by CUDA events; stage split; vectors saved."""
     import numpy as np
     import pyarrow.parquet as pq
     import torch
 
     import feeder
-    import pipeline.compose as compose
-    from pipeline.config import PipelineConfig
+    import pipeline.engine.compose as compose
+    from pipeline.options.config import PipelineConfig
 
     clock = feeder.Clock()
     events: list = []
@@ -181,11 +181,11 @@ def work_embed(args) -> dict:
 
 def window_lengths(csv_path: str, model: str) -> list[int]:
     """Lengths ([CLS] and [SEP] included) of the chunk windows of the corpus at 512, from longbert's own stages."""
-    from pipeline.block import resolve_config
-    from pipeline.config import PipelineConfig
+    from pipeline.engine.block import resolve_config
+    from pipeline.options.config import PipelineConfig
     from pipeline.read import read_block, scan
-    from pipeline.segment import segment
-    from pipeline.tokenize import tokenize_block
+    from pipeline.text.segment import segment
+    from pipeline.text.tokenize import tokenize_block
 
     cfg = PipelineConfig.from_options(inputs=(csv_path,), id_col="id", strategy="chunk", max_length=512,
                                       model=model, progress=False)

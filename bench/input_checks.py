@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's pipeline, not an installed one
 
 import pipeline.read as read_module
-import pipeline.compose as run_module   # the local engine
-from pipeline.config import PipelineConfig
+import pipeline.engine.compose as run_module   # the local engine
+from pipeline.options.config import PipelineConfig
 from pipeline.read import scan
 from pipeline.read.recheck import check_stamps, verify_inputs
 

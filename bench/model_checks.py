@@ -41,8 +41,8 @@ def main() -> None:
     from transformers import AutoConfig, AutoModel, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
-    from pipeline.checkpoint import check_architectures, check_sizes, key_problems, stored_tensors, vocab_rows
-    from pipeline.load import expected_tensors
+    from pipeline.model.checkpoint import check_architectures, check_sizes, key_problems, stored_tensors, vocab_rows
+    from pipeline.model.load import expected_tensors
 
     folder = Path(get_model_path())
     raw = json.loads((folder / "config.json").read_text())

@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.config import PipelineConfig
+from pipeline.options.config import PipelineConfig
 from pipeline.read import read_block, scan
 
 REPO = Path(__file__).resolve().parents[1]

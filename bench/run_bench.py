@@ -145,12 +145,12 @@ def multi_facts(csv_path: Path, features: tuple[str, ...]) -> tuple[int, int, in
     from longbert's own prepare stage (tokenize, segment, de-duplicate; no model run)."""
     import dataclasses
 
-    from pipeline.block import check_features, resolve_config
-    from pipeline.config import PipelineConfig
-    from pipeline.dedup import plan_windows
+    from pipeline.engine.block import check_features, resolve_config
+    from pipeline.options.config import PipelineConfig
+    from pipeline.text.dedup import plan_windows
     from pipeline.read import read_block, scan
-    from pipeline.segment import segment
-    from pipeline.tokenize import tokenize_block
+    from pipeline.text.segment import segment
+    from pipeline.text.tokenize import tokenize_block
 
     cfg = PipelineConfig.from_options(inputs=(str(csv_path),), id_col="id", features=features, progress=False)
     cfg, tok, _ = resolve_config(cfg)
@@ -174,11 +174,11 @@ def multi_facts(csv_path: Path, features: tuple[str, ...]) -> tuple[int, int, in
 
 def corpus_facts(csv_path: Path, strategy: str) -> Facts:
     """Tokens and windows of the corpus under ``strategy``, from longbert's own stages."""
-    from pipeline.block import resolve_config
-    from pipeline.config import PipelineConfig
+    from pipeline.engine.block import resolve_config
+    from pipeline.options.config import PipelineConfig
     from pipeline.read import read_block, scan
-    from pipeline.segment import segment
-    from pipeline.tokenize import tokenize_block
+    from pipeline.text.segment import segment
+    from pipeline.text.tokenize import tokenize_block
 
     cfg = PipelineConfig.from_options(inputs=(str(csv_path),), id_col="id", strategy=strategy, progress=False)
     cfg, tok, _ = resolve_config(cfg)
@@ -221,7 +221,7 @@ def _threads() -> int:
 
 def _ours_config(csv_path: str, out: str, strategy: str, quantize: str, engine: str = "local",
                  features: tuple[str, ...] = ()):
-    from pipeline.config import PipelineConfig
+    from pipeline.options.config import PipelineConfig
     if features:  # issue 13: several features in one run (strategy is then given by the specs)
         return PipelineConfig.from_options(inputs=(csv_path,), output=out, features=features, quantize=quantize,
                                            id_col="id", progress=False, overwrite=True, engine=engine)
@@ -231,15 +231,15 @@ def _ours_config(csv_path: str, out: str, strategy: str, quantize: str, engine: 
 
 def work_ours(args: argparse.Namespace) -> Result:
     """``longbert extract`` end to end, in process: CSV read (scan + hash) to parquet written, model
-    load included (pipeline.compose.run)."""
+    load included (pipeline.engine.compose.run)."""
     import numpy as np
     import pyarrow.parquet as pq
 
-    from pipeline.encode import Encoder
+    from pipeline.model.encode import Encoder
     if args.engine == "ray":  # a local Ray started by the run, one worker: the timed region includes it
-        from pipeline.ray_engine import run
+        from pipeline.engine.ray_engine import run
     else:
-        from pipeline.compose import run
+        from pipeline.engine.compose import run
 
     # Instrumentation only: time spent in Encoder._forward (batch padding + forward + pooling + copy out).
     forward_s = [0.0]
@@ -283,8 +283,8 @@ def work_ceiling(args: argparse.Namespace) -> Result:
     import numpy as np
     import torch
 
-    from pipeline.compose import Extractor
-    from pipeline.encode import plan_batches
+    from pipeline.engine.compose import Extractor
+    from pipeline.model.encode import plan_batches
     from pipeline.read import read_block, scan
 
     cfg = _ours_config(args.csv, str(Path(args.workdir) / "unused.parquet"), "head", "none")
@@ -734,7 +734,7 @@ def main(argv: list[str] | None = None) -> int:
         "- ratio to ours (head): the contender's documents/s over longbert head's documents/s.\n"
         "- timed region: ceiling = the forward passes only (windows tokenized, segmented and padded "
         "beforehand, batched as longbert does: per block of 256 documents, longest first, 32 windows); "
-        "longbert = `pipeline.compose.run`, CSV scan to parquet written, model load included; "
+        "longbert = `pipeline.engine.compose.run`, CSV scan to parquet written, model load included; "
         "sentence-transformers and transformers pipeline = model load + encoding texts already in memory. "
         "Every worker imports torch and transformers before its clock starts.\n"
         "- CPU s: user + system CPU seconds of the contender's process over the timed region (all threads); "

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from pipeline.store import WindowStore  # noqa
-from pipeline.store_keys import pool_key  # noqa: E402
+from pipeline.cache.store import WindowStore  # noqa
+from pipeline.cache.store_keys import pool_key  # noqa: E402
 
 
 def windows(n: int, seed: int = 0) -> list[np.ndarray]:

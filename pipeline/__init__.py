@@ -1,12 +1,12 @@
 """longbert's stages package: read, then the stages tokenize, segment, dedup, encode, aggregate, rows
-(pipeline.stages, chained by pipeline.compose.Pipeline), then write. Users import ``longbert``.
+(pipeline.engine.stages, chained by pipeline.engine.compose.Pipeline), then write. Users import ``longbert``.
 
 Entry points here: ``run`` (the local engine), ``Extractor`` (the whole block function, for the
 engines), ``load_features`` (parquet -> numpy) and ``LongBertVectorizer`` (scikit-learn).
 """
 from __future__ import annotations
 
-from .config import PipelineConfig
+from .options.config import PipelineConfig
 from .errors import ConfigError, InputError, ModelError, PipelineError, RunError
 
 __all__ = ["PipelineConfig", "PipelineError", "ConfigError", "InputError", "ModelError", "RunError",
@@ -16,15 +16,15 @@ __all__ = ["PipelineConfig", "PipelineError", "ConfigError", "InputError", "Mode
 def __getattr__(name: str):
     # Lazy: `import pipeline` stays light (no torch) for `longbert --help` and config checks.
     if name == "run":
-        from .compose import run
+        from .engine.compose import run
         return run
     if name == "Extractor":
-        from .compose import Extractor
+        from .engine.compose import Extractor
         return Extractor
     if name == "load_features":
-        from .features import load_features
+        from .classify.features import load_features
         return load_features
     if name == "LongBertVectorizer":
-        from .vectorizer import LongBertVectorizer
+        from .classify.vectorizer import LongBertVectorizer
         return LongBertVectorizer
     raise AttributeError(name)

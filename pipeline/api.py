@@ -1,6 +1,6 @@
 """The stages a user calls alone, numpy in and out: ``read``, ``pool``, ``save_features``
 (``longbert.read`` / ``longbert.pool`` / ``longbert.save_features``; ``longbert.aggregate`` is
-pipeline.aggregate.aggregate_rows). Each is the same code the pipeline runs, reached without a model.
+pipeline.output.aggregate.aggregate_rows). Each is the same code the pipeline runs, reached without a model.
 """
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .batch import Batch
-from .config import POOLINGS, PipelineConfig, PoolConfig, ReadConfig, option_sections
-from .config_file import coerce
-from .durable import replace_durably
+from .engine.batch import Batch
+from .options.config import PipelineConfig, PoolConfig, ReadConfig, option_sections
+from .options.features_config import POOLINGS
+from .options.config_file import coerce
+from .output.durable import replace_durably
 from .errors import ConfigError, InputError, RunError
-from .schema import ERROR, FEATURES, ID
+from .output.schema import ERROR, FEATURES, ID
 
 
 def read(inputs: str | Path | Iterable[str | Path], **read_options: Any) -> Iterator[Batch]:
@@ -39,7 +40,7 @@ def read(inputs: str | Path | Iterable[str | Path], **read_options: Any) -> Iter
             (a file that cannot be read, a missing column, a bad record...), before the first batch.
     """
     from .read import read_block
-    from .run import scan_inputs
+    from .engine.run import scan_inputs
 
     unknown = [k for k in read_options if option_sections().get(k.replace("-", "_")) != "read"]
     if unknown:
@@ -78,7 +79,7 @@ def pool(hidden_states: Any, attention_mask: Any, pooling: str = "mean", layers:
     """
     import torch
 
-    from .pool import pool_windows
+    from .model.pool import pool_windows
 
     layers = tuple(int(i) for i in layers)
     try:
@@ -131,7 +132,7 @@ def save_features(path: str | Path, ids: Sequence[Any], X: Any, **columns: Seque
     """
     import pyarrow.parquet as pq
 
-    from .aggregate import _numpy
+    from .output.aggregate import _numpy
 
     X = _numpy(X).astype(np.float32)
     ids = list(ids)

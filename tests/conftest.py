@@ -19,6 +19,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # 40 distinct words: a text of n of them tokenizes to exactly n tokens with the tiny vocabulary.
 WORDS = [f"w{i}" for i in range(40)]
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+STAGE_ML = 16  # max_length of the stage tests' pipeline: windows of C = 14 content tokens
 CASES = Path(__file__).resolve().parent / "cases"  # copies of ../shared/cases, so a clone tests them too
 
 
@@ -90,7 +91,7 @@ def read_features(path: Path) -> pd.DataFrame:
 
 def plan_of(*inputs, **options):
     """The reader's plan of ``inputs`` with extract's reading options (no model read)."""
-    from pipeline.config import PipelineConfig
+    from pipeline.options.config import PipelineConfig
     from pipeline.read import scan
 
     return scan(PipelineConfig.from_options(inputs=tuple(str(i) for i in inputs), **options).read)
@@ -122,3 +123,17 @@ def run_case_script(name: str, out) -> None:
         runpy.run_path(str(CASES / name), run_name="__main__")
     finally:
         sys.argv = argv
+
+
+@pytest.fixture(scope="module")  # per test file: the stage tests check when the weights load
+def pipe(tiny_model_dir):
+    """The built-in stages on the tiny BERT: chunk windows of 14 content tokens (STAGE_ML)."""
+    import longbert
+    return longbert.Pipeline.from_options(model=str(tiny_model_dir), strategy="chunk", max_length=STAGE_ML)
+
+
+def window_states(model, ids: list[int]) -> torch.Tensor:
+    """(seq, h) last hidden state of one unpadded window, straight from transformers."""
+    with torch.no_grad():
+        t = torch.tensor([ids])
+        return model(input_ids=t, attention_mask=torch.ones_like(t), token_type_ids=torch.zeros_like(t)).last_hidden_state[0]

@@ -1,4 +1,5 @@
-"""--aggregate lists: the parts concatenated in order, equal to numpy on direct window vectors; names, metadata."""
+"""The aggregate stage: longbert.aggregate on numpy; --aggregate lists, the parts concatenated in order, equal
+to numpy on direct window vectors; names, metadata."""
 from __future__ import annotations
 
 import json
@@ -6,9 +7,11 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import torch
 from conftest import invoke, read_features, reference_vectors, words, write_csv
 
-from pipeline.config import PipelineConfig
+import longbert
+from pipeline.options.config import PipelineConfig
 from pipeline.errors import ConfigError
 
 ML = 16   # C = 14 content tokens per window
@@ -114,3 +117,17 @@ def test_bad_lists_are_refused_naming_the_flag(value, message, runner, tmp_path)
     src = write_csv(tmp_path / "in.csv", [{"text": "a"}])
     result = invoke(runner, ["extract", src, "--aggregate", value, "-o", tmp_path / "o.parquet"])
     assert result.exit_code == 2 and f"Error: {message}" in result.output
+
+
+def test_aggregate_on_numpy():
+    """longbert.aggregate: per document, the windows' mean / max / weighted / lists, computed by hand."""
+    v = np.array([[0, 2], [2, 4], [10, 10]], dtype=np.float32)
+    doc = [0, 0, 1]
+    np.testing.assert_allclose(longbert.aggregate(v, doc), [[1, 3], [10, 10]])
+    np.testing.assert_allclose(longbert.aggregate(v, doc, weights=[1, 3, 5], how="weighted"), [[1.5, 3.5], [10, 10]])
+    np.testing.assert_allclose(longbert.aggregate(torch.tensor(v), doc, how=["first", "max"]),
+                               [[0, 2, 2, 4], [10, 10, 10, 10]])
+    with pytest.raises(ConfigError, match="how='median'"):
+        longbert.aggregate(v, doc, how="median")
+    with pytest.raises(ConfigError, match="ascending"):
+        longbert.aggregate(v, [1, 0, 0])

@@ -18,8 +18,8 @@ from sklearn.model_selection import cross_val_score
 from sklearn.pipeline import make_pipeline
 
 import longbert
-import pipeline.encode as encode_mod
-import pipeline.vectorizer as vectorizer_mod
+import pipeline.model.encode as encode_mod
+import pipeline.classify.vectorizer as vectorizer_mod
 
 ROOT = Path(__file__).resolve().parent.parent
 ML = 16          # --max-length: C = 14 content tokens
@@ -29,7 +29,7 @@ LABELS = ["x", "y", "y", "x", "y", "x"]
 
 @pytest.fixture
 def loads(monkeypatch):
-    """Counts model loads (pipeline.encode.load_model calls), starting from an empty per-process cache."""
+    """Counts model loads (pipeline.model.encode.load_model calls), starting from an empty per-process cache."""
     calls = []
     real = encode_mod.load_model
 
@@ -56,8 +56,8 @@ def extract_rows(runner, model_dir, tmp_path, texts, *extra, name="out.parquet")
 
 def test_public_names_are_the_stages_objects():
     import pipeline
-    from pipeline.features import load_features
-    from pipeline.vectorizer import LongBertVectorizer, encode
+    from pipeline.classify.features import load_features
+    from pipeline.classify.vectorizer import LongBertVectorizer, encode
 
     assert longbert.stages is pipeline  # not shadowed here: one copy of every class
     assert longbert.load_features is load_features and longbert.LongBertVectorizer is LongBertVectorizer

@@ -1,4 +1,4 @@
-"""What encode and LongBertVectorizer take as texts (pipeline.vectorizer.text_list): list, tuple, numpy
+"""What encode and LongBertVectorizer take as texts (pipeline.classify.vectorizer.text_list): list, tuple, numpy
 array, pandas Series, one-column DataFrame; anything else a TypeError naming it (case B56)."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from conftest import CASES, reference_vectors, words
 
 import longbert
-from pipeline.texts import TextError, TextsTypeError, text_list
-from pipeline.vectorizer import LongBertVectorizer
+from pipeline.text.texts import TextError, TextsTypeError, text_list
+from pipeline.classify.vectorizer import LongBertVectorizer
 
 TEXTS = [words(5), words(12, 3), words(7, 9)]
 

@@ -20,15 +20,15 @@ from sklearn.model_selection import cross_val_score
 from sklearn.pipeline import make_pipeline
 
 import longbert
-import pipeline.encode as encode_mod
-import pipeline.vectorizer as vectorizer_mod
-from pipeline.config import PipelineConfig
+import pipeline.model.encode as encode_mod
+import pipeline.classify.vectorizer as vectorizer_mod
+from pipeline.options.config import PipelineConfig
 from pipeline.errors import ConfigError
-from pipeline.model import model_facts
-from pipeline.segment import segment
-from pipeline.store import DB_NAME
-from pipeline.tokenize import tokenize_block
-from pipeline.window_cache import WindowCache
+from pipeline.model.facts import model_facts
+from pipeline.text.segment import segment
+from pipeline.cache.store import DB_NAME
+from pipeline.text.tokenize import tokenize_block
+from pipeline.cache.window_cache import WindowCache
 
 ROOT = Path(__file__).resolve().parent.parent
 ML = 16                        # --max-length: C = 14 content tokens

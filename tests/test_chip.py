@@ -13,8 +13,8 @@ import pytest
 import torch
 from conftest import invoke, words, write_csv
 
-import pipeline.chip as chip
-from pipeline.config import ModelConfig
+import pipeline.model.chip as chip
+from pipeline.options.config import ModelConfig
 
 AMX = "processor : 0\nmodel name : Intel Xeon Platinum 8481C\nflags : fpu sse avx2 avx512f avx512_bf16 " \
       "avx512_vnni amx_bf16 amx_int8 amx_tile\n\nprocessor : 1\nflags : fpu\n"
@@ -143,11 +143,11 @@ def test_non_finite_bf16_window_is_recomputed_in_float32(tiny_model_dir):
     its vector equals the float32 model's, the other windows keep their bfloat16 vectors."""
     from transformers import BertModel
 
-    from pipeline.config import PoolConfig
-    from pipeline.encode import Encoder
+    from pipeline.options.config import PoolConfig
+    from pipeline.model.encode import Encoder
     from pipeline.types import Window
 
-    from pipeline.load import load_model
+    from pipeline.model.load import load_model
 
     f32 = BertModel.from_pretrained(tiny_model_dir).eval()
     bf16 = load_model(ModelConfig(model=str(tiny_model_dir), device="cpu", dtype="bfloat16"), False, torch.device("cpu"))
@@ -206,7 +206,7 @@ def test_stats_names_the_chip_and_the_dtype_it_recommends(runner, tiny_model_dir
 @pytest.mark.parametrize("text, levels", [(AMX, 127), (AVX512_BF16, 127), (AVX2, 63)])
 def test_int8_weight_range_follows_vnni(fake_cpu, text, levels):
     """Without VNNI the int8 kernel sums pairs of products in 16 bits: weights stay within +-63 there."""
-    from pipeline.int8 import Int8Linear, quantize_int8
+    from pipeline.model.int8 import Int8Linear, quantize_int8
 
     fake_cpu(text)
     torch.manual_seed(0)
@@ -225,7 +225,7 @@ def test_int8_weight_range_follows_vnni(fake_cpu, text, levels):
 def test_int8_layer_passes_a_non_finite_input_through():
     """A batch holding inf or NaN has no activation scale: the layer computes in float32 with its int8
     weights, so the result is non-finite (the window gets a row error), not a crash."""
-    from pipeline.int8 import Int8Linear
+    from pipeline.model.int8 import Int8Linear
 
     torch.manual_seed(0)
     layer = Int8Linear(torch.nn.Linear(4, 3), levels=63)

@@ -81,7 +81,7 @@ def test_transformers_from_pretrained_takes_dtype(tiny_model_dir):
 def test_sklearn_reads_the_vectorizers_tags():
     from sklearn.utils import get_tags
 
-    from pipeline.vectorizer import LongBertVectorizer
+    from pipeline.classify.vectorizer import LongBertVectorizer
 
     tags = get_tags(LongBertVectorizer())
     assert (tags.requires_fit, tags.input_tags.string, tags.input_tags.one_d_array, tags.input_tags.two_d_array) \

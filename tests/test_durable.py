@@ -1,4 +1,4 @@
-"""Durable, verified parts (pipeline.durable, pipeline.write): fsync before each rename and of the folder
+"""Durable, verified parts (pipeline.output.durable, pipeline.output.write): fsync before each rename and of the folder
 after it, rows and bytes in the manifest, --resume redoing damaged parts and refusing an unreadable
 manifest; shared cases B45 (zero-length part and manifest) and B43 (float16 overflow of token vectors)."""
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import CASES, invoke, words, write_csv
 
-import pipeline.durable as durable
-from pipeline.aggregate import FP16_TOKEN_OVERFLOW
-from pipeline.write import DONE_MANIFEST, MANIFEST, read_manifest
+import pipeline.output.durable as durable
+from pipeline.output.aggregate import FP16_TOKEN_OVERFLOW
+from pipeline.output.write import DONE_MANIFEST, MANIFEST, read_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 

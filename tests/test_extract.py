@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import invoke, read_features, reference_vectors, words, write_csv
 
-from pipeline.encode import plan_batches
+from pipeline.model.encode import plan_batches
 
 ML = 16          # --max-length for most tests: C = 14 content tokens, so windows are quick to check by hand
 C = ML - 2

@@ -22,10 +22,11 @@ from conftest import CASES, invoke, run_case_script, words, write_csv
 from families import FAMILY_NAMES, POSITIONS, ROBERTA_STYLE, build_family, write_config
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertForMaskedLM
 
-import pipeline.encode
-from pipeline.block import resolve_config
-from pipeline.config import STRATEGIES, ModelConfig, PipelineConfig
-from pipeline.model import FAMILIES, model_facts
+import pipeline.model.encode
+from pipeline.engine.block import resolve_config
+from pipeline.options.config import ModelConfig, PipelineConfig
+from pipeline.options.features_config import STRATEGIES
+from pipeline.model.facts import FAMILIES, model_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 C = POSITIONS - 2                       # content tokens of a tiny model's window
@@ -145,7 +146,7 @@ def test_pooler_where_the_family_has_one_refused_before_loading_where_not(runner
         expected = direct_vectors(model, tok, DOCS[0], rule_positions(150, "chunk", C, 0), pooling="pooler")
         np.testing.assert_allclose(pq.read_table(out).column("features")[0].as_py(), expected, atol=1e-5)
         return
-    monkeypatch.setattr(pipeline.encode, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    monkeypatch.setattr(pipeline.model.encode, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
     result, _ = run_extract(runner, tmp_path, family_dir(family), DOCS[:1], "--pooling", "pooler", *size, ok=False)
     assert result.exit_code == 2
     assert (f"Error: --pooling pooler: --model {str(family_dir(family))!r} cannot serve it (a {family} model has no "
@@ -172,7 +173,7 @@ def test_checkpoint_without_pooler_weights_refused_naming_them(runner, tmp_path,
     path = family_dir("bert", pooler=False)
     names = pooler_parameters(direct_model("bert")[0])
     assert names == ("pooler.dense.weight", "pooler.dense.bias")
-    monkeypatch.setattr(pipeline.encode, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    monkeypatch.setattr(pipeline.model.encode, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
     result, _ = run_extract(runner, tmp_path, path, DOCS[:1], "--pooling", "pooler", ok=False)
     assert result.exit_code == 2
     assert (f"Error: --pooling pooler: --model {str(path)!r} cannot serve it (its checkpoint has no pooler "
@@ -364,7 +365,7 @@ def test_b34_distilbert_runs_without_token_type_ids_and_refuses_pooler(runner, t
                 t = torch.tensor([[tok.cls_token_id] + [doc[p] for p in positions] + [tok.sep_token_id]])
                 vecs.append(model(input_ids=t).last_hidden_state[0].mean(0))
         np.testing.assert_allclose(row["features"], torch.stack(vecs).double().mean(0).numpy(), atol=1e-5)
-    monkeypatch.setattr(pipeline.encode, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    monkeypatch.setattr(pipeline.model.encode, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
     result = invoke(runner, ["extract", CASES / "B34.csv", "--model", path, "-o", tmp_path / "p.parquet",
                              "--pooling", "pooler"])
     assert result.exit_code == 2 and "a distilbert model has no pooler layer" in result.output
@@ -373,8 +374,8 @@ def test_b34_distilbert_runs_without_token_type_ids_and_refuses_pooler(runner, t
 # ---------------------------------------------------------------- provenance
 
 def test_model_identity_tokenize_and_segment_import_without_torch():
-    """pipeline.model (resolution, families, checks), tokenize and segment: no torch on import (issue 16)."""
-    code = ("import sys\nimport pipeline.model, pipeline.tokenize, pipeline.segment\n"
+    """pipeline.model.facts (resolution, families, checks), tokenize and segment: no torch on import (issue 16)."""
+    code = ("import sys\nimport pipeline.model.facts, pipeline.text.tokenize, pipeline.text.segment\n"
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
@@ -500,6 +501,6 @@ def test_normalize_scales_each_document_vector_to_unit_length(runner, tiny_model
     np.testing.assert_allclose(got, raw / np.linalg.norm(raw, axis=1, keepdims=True), atol=1e-6)
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-6)
     assert json.loads(pq.read_schema(out).metadata[b"longbert"])["normalize"] is True
-    from pipeline.vectorizer import LongBertVectorizer
+    from pipeline.classify.vectorizer import LongBertVectorizer
     vec = LongBertVectorizer(model=str(tiny_model_dir), max_length=16, strategy="chunk", normalize=True)
     np.testing.assert_allclose(vec.transform(texts), got, atol=1e-6)

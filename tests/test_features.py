@@ -4,7 +4,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import pickle
-import re
 
 import numpy as np
 import pyarrow as pa
@@ -18,15 +17,16 @@ from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from pipeline.config import STRATEGIES, PipelineConfig
+from pipeline.options.config import PipelineConfig
+from pipeline.options.features_config import STRATEGIES
 from pipeline.errors import InputError
-from pipeline.features import features_matrix, load_features
-from pipeline.probe_files import format_probe, probe_files
-from pipeline.stats import corpus_stats, format_stats
-from pipeline.vectorizer import LongBertVectorizer
+from pipeline.classify.features import features_matrix, load_features
+from pipeline.classify.probe_files import format_probe, probe_files
+from pipeline.text.stats import corpus_stats, format_stats
+from pipeline.classify.vectorizer import LongBertVectorizer
 from pipeline.types import ModelFacts
-from pipeline.schema import output_schema
-from pipeline.write import read_manifest
+from pipeline.output.schema import output_schema
+from pipeline.output.write import read_manifest
 
 ML = 16          # --max-length: C = 14 content tokens
 C = ML - 2
@@ -189,7 +189,7 @@ LENGTHS = [0, 1, 13, C, C + 1, 29, 40, 100]
 
 
 def expected_windows(strategy: str, n: int, overlap: int) -> int:
-    """Window count by the README rule, computed here without pipeline.segment."""
+    """Window count by the README rule, computed here without pipeline.text.segment."""
     if n == 0:
         return 0
     if n <= C or strategy in ("head", "tail", "head_tail"):
@@ -241,7 +241,7 @@ def test_stats_cli_plot_measured_speed_and_unusable_strategy(runner, tiny_model_
 
 
 def test_stats_plot_draws_lengths_windows_and_time(tiny_model_dir, tmp_path):
-    from pipeline.stats import plot_stats
+    from pipeline.text.stats import plot_stats
 
     src = write_csv(tmp_path / "in.csv", [{"text": words(n, i)} for i, n in enumerate(LENGTHS)])
     cfg = PipelineConfig.from_options(inputs=(str(src),), model=str(tiny_model_dir), max_length=ML, head_tokens=4,
@@ -401,7 +401,7 @@ def test_probe_label_col_id_and_one_row_classes(tmp_path, runner):
 
 
 def test_probe_plot_has_title_and_values_on_bars(tmp_path):
-    from pipeline.probe_plot import plot_probe
+    from pipeline.classify.probe_plot import plot_probe
 
     rng = np.random.default_rng(3)
     y = np.array(["a", "b"] * 10)

@@ -1,4 +1,4 @@
-"""Issue 19: the parallel feeder (pipeline.feed.ordered_map behind pipeline.run.prefetch) keeps input order,
+"""Issue 19: the parallel feeder (pipeline.engine.feed.ordered_map behind pipeline.engine.run.prefetch) keeps input order,
 gives exactly the single-thread result, and prepares a bounded number of blocks ahead."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-import pipeline.compose as compose_mod
-import pipeline.run as run_mod
-from pipeline.config import PipelineConfig
-from pipeline.feed import ordered_map
+import pipeline.engine.compose as compose_mod
+import pipeline.engine.run as run_mod
+from pipeline.options.config import PipelineConfig
+from pipeline.engine.feed import ordered_map
 from tests.conftest import words, write_csv
 
 

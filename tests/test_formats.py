@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import CASES, invoke, words
 
-from pipeline.config import PipelineConfig
+from pipeline.options.config import PipelineConfig
 from pipeline.read import BlockSpec, read_block, scan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -299,7 +299,7 @@ def test_directory_output_opens_in_other_readers(runner, tiny_model_dir, tmp_pat
     import duckdb
     import polars as pl
 
-    from pipeline.write import MANIFEST, part_name
+    from pipeline.output.write import MANIFEST, part_name
 
     src = tmp_path / "in.csv"
     src.write_text("doc,text\n" + "".join(f"d{i},{words(i + 1)}\n" for i in range(7)))

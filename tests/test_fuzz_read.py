@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from pipeline.config import PipelineConfig
+from pipeline.options.config import PipelineConfig
 from pipeline.errors import InputError
 from pipeline.read import read_block, scan
 

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import CASES, invoke, words, write_csv
 
-from pipeline.config import PipelineConfig
+from pipeline.options.config import PipelineConfig
 from pipeline.read import read_blocks, scan
 
 
@@ -185,7 +185,7 @@ def test_megabyte_documents_with_and_without_whitespace(runner, tiny_model_dir, 
     out = tmp_path / "o.parquet"
     run_ok(runner, tiny_model_dir, src, "-o", out, "--strategy", "chunk", "--max-tokens-per-doc", "5000")
     df = pd.read_parquet(out)
-    # the spaced text is cut before tokenizing (pipeline.tokenize.cut_before_tokenizing): its n_tokens
+    # the spaced text is cut before tokenizing (pipeline.text.tokenize.cut_before_tokenizing): its n_tokens
     # counts the part tokenized: 5000 * 8 + 256 characters at most, one token per "wN " word of 3-4
     assert 5000 < df["n_tokens"][0] <= (5000 * 8 + 256) // 3 and df["n_tokens"].tolist()[1:] == [1, 1]
     assert df["n_windows"].tolist() == [10, 0, 1]     # 5000 kept tokens / 510 per window
@@ -253,7 +253,7 @@ def test_half_precision_overflow_is_recomputed_in_float32(tiny_model_dir, tmp_pa
     import torch
     from transformers import BertModel
 
-    from pipeline.compose import Extractor
+    from pipeline.engine.compose import Extractor
     from pipeline.read import block_from_texts
     folder = tmp_path / "overflowing"
     shutil.copytree(tiny_model_dir, folder)
@@ -275,7 +275,7 @@ def test_half_precision_overflow_is_recomputed_in_float32(tiny_model_dir, tmp_pa
 def test_out_of_memory_splits_the_batch(tiny_model_dir, monkeypatch):
     import torch
 
-    from pipeline.compose import Extractor
+    from pipeline.engine.compose import Extractor
     from pipeline.read import block_from_texts
     ext = Extractor(PipelineConfig.from_options(model=str(tiny_model_dir), batch_size=8))
     texts = [words(n) for n in (5, 9, 12, 3)]

@@ -24,7 +24,7 @@ def auto(tiny_model_dir):
 
 
 def sliding_starts(n: int, overlap: int = OVERLAP) -> list[int]:
-    """Window starts of sliding with C = 10, written out independently of pipeline.segment."""
+    """Window starts of sliding with C = 10, written out independently of pipeline.text.segment."""
     starts = [0]
     while starts[-1] + C < n:
         starts.append(starts[-1] + C - overlap)
@@ -160,8 +160,8 @@ def test_ties_of_context_go_to_the_earlier_window(runner, tiny_model_dir, auto, 
 
 
 def test_late_default_overlap_is_256_and_overlap_sets_it(runner, tiny_model_dir, tmp_path):
-    from pipeline.config import PipelineConfig
-    from pipeline.segment import window_spans
+    from pipeline.options.config import PipelineConfig
+    from pipeline.text.segment import window_spans
 
     cfg = PipelineConfig.from_options(strategy="late", max_length=512)
     assert (cfg.segment.late_overlap, cfg.segment.chunk_tokens, cfg.segment.overlap) == (256, 128, 128)
@@ -204,7 +204,7 @@ def test_window_poolings_and_bad_chunk_sizes_are_refused_before_the_model_loads(
 
 def test_encode_and_the_vectorizer_take_late(tiny_model_dir, tmp_path, runner):
     import longbert
-    from pipeline.vectorizer import LongBertVectorizer
+    from pipeline.classify.vectorizer import LongBertVectorizer
 
     table, _ = extract(runner, tiny_model_dir, tmp_path, TEXTS[:2], "--strategy", "late", "--chunk-tokens", K)
     expected = np.array(table.column("features").to_pylist())
@@ -216,9 +216,9 @@ def test_encode_and_the_vectorizer_take_late(tiny_model_dir, tmp_path, runner):
 
 
 def test_stats_counts_late_windows(runner, tiny_model_dir, tmp_path):
-    from pipeline.config import PipelineConfig
-    from pipeline.stats import strategy_cost
-    from pipeline.segment import window_spans  # noqa: F401 - the rule strategy_cost applies
+    from pipeline.options.config import PipelineConfig
+    from pipeline.text.stats import strategy_cost
+    from pipeline.text.segment import window_spans  # noqa: F401 - the rule strategy_cost applies
 
     seg = PipelineConfig.from_options(strategy="late", max_length=ML, overlap=OVERLAP).segment
     cost = strategy_cost(np.array([n for n in LENGTHS]), seg)
@@ -231,7 +231,7 @@ def test_stats_counts_late_windows(runner, tiny_model_dir, tmp_path):
 
 
 def test_the_pure_functions_on_hand_made_vectors():
-    from pipeline.late import chunk_bounds, chunk_spans, chunk_vectors, max_context
+    from pipeline.model.late import chunk_bounds, chunk_spans, chunk_vectors, max_context
 
     # windows over positions 0..4 and 2..6; each token's vector is 10 x window + position
     pos = [np.arange(0, 5), np.arange(2, 7)]

@@ -13,8 +13,8 @@ from conftest import invoke, words, write_csv
 from transformers import AutoModel, AutoTokenizer
 
 from pipeline.errors import InputError
-from pipeline.features import load_features
-from pipeline.write import PartsSink, read_manifest
+from pipeline.classify.features import load_features
+from pipeline.output.write import PartsSink, read_manifest
 
 ML = 16    # C = 14 content tokens
 C = ML - 2
@@ -38,7 +38,7 @@ def direct(auto, text: str, spans, pooling: str) -> np.ndarray:
 
 
 def rules(strategy: str, n: int) -> list[list[list[int]]]:
-    """The window rules (README), written out independently of pipeline.segment: C = 14, head 4 + tail
+    """The window rules (README), written out independently of pipeline.text.segment: C = 14, head 4 + tail
     10, overlap 4 (step 10)."""
     if n == 0:
         return []
@@ -194,7 +194,7 @@ def test_strict_names_the_document_of_a_window_row(runner, tiny_model_dir, tmp_p
 
 
 def test_probe_refuses_a_window_output(runner, tiny_model_dir, tmp_path):
-    from pipeline.probe_files import probe_files
+    from pipeline.classify.probe_files import probe_files
 
     result, out = run(runner, tiny_model_dir, tmp_path, [{"text": words(20), "label": "a"}], "--keep-col", "label")
     assert result.exit_code == 0, result.output

@@ -1,4 +1,4 @@
-"""One writer per output (pipeline.lock): the lock, its refusal before any model file is read, a dead
+"""One writer per output (pipeline.output.lock): the lock, its refusal before any model file is read, a dead
 run's lock taken over, the output location checked first, and write failures named by their cause."""
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import invoke, words, write_csv
 
-import pipeline.block as block
-import pipeline.run as run_module
-from pipeline.stages import Context
-from pipeline.durable import os_cause
+import pipeline.engine.block as block
+import pipeline.engine.run as run_module
+from pipeline.engine.stages import Context
+from pipeline.output.durable import os_cause
 from pipeline.errors import RunError
-from pipeline.lock import acquire, lock_path
-from pipeline.write import FileSink
+from pipeline.output.lock import acquire, lock_path
+from pipeline.output.write import FileSink
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -179,7 +179,7 @@ def test_write_failures_name_their_cause(code, says):
 
 
 def test_a_folder_removed_part_way_is_named_not_disk_space(runner, tiny_model_dir, tmp_path, monkeypatch):
-    import pipeline.write as write
+    import pipeline.output.write as write
 
     src = write_csv(tmp_path / "in.csv", [{"text": words(5, i)} for i in range(6)])
     real = write.pq.write_table

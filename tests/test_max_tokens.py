@@ -6,7 +6,7 @@ import pytest
 from conftest import WORDS
 from transformers import AutoTokenizer, BertTokenizerFast
 
-from pipeline.tokenize import CUT_CHARS_PER_TOKEN, CUT_MIN_CHARS, cut_before_tokenizing, tokenize_block
+from pipeline.text.tokenize import CUT_CHARS_PER_TOKEN, CUT_MIN_CHARS, cut_before_tokenizing, tokenize_block
 
 rng = np.random.default_rng(7)
 # Tiny vocabulary: "w1" and "w12" are both words, so a character cut inside "w12" changes the last token.

@@ -20,12 +20,12 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoTokenizer
 
-from pipeline.checkpoint import model_sha256
-from pipeline.config import ModelConfig
+from pipeline.model.checkpoint import model_sha256
+from pipeline.options.config import ModelConfig
 from pipeline.errors import PipelineError
-from pipeline.load import load_model
-from pipeline.model import model_facts
-from pipeline.tokenize import tokenize_block
+from pipeline.model.load import load_model
+from pipeline.model.facts import model_facts
+from pipeline.text.tokenize import tokenize_block
 
 CPU = torch.device("cpu")
 HAS_POOLER = ("bert", "roberta", "xlm-roberta", "camembert", "albert", "mpnet")
@@ -70,7 +70,7 @@ def test_b46_only_the_row_with_the_added_token_gets_a_row_error(runner, tmp_path
 
 
 def test_a_special_token_beyond_the_table_is_refused_before_loading(runner, tmp_path, monkeypatch):
-    import pipeline.encode
+    import pipeline.model.encode
 
     folder = build_family("bert", tmp_path / "m")
     config = json.loads((folder / "config.json").read_text())
@@ -81,7 +81,7 @@ def test_a_special_token_beyond_the_table_is_refused_before_loading(runner, tmp_
     key = "embeddings.word_embeddings.weight"
     tensors[key] = tensors[key][:tok.sep_token_id].contiguous()
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
-    monkeypatch.setattr(pipeline.encode, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    monkeypatch.setattr(pipeline.model.encode, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
     result = extract(runner, CASES / "B46.csv", folder, tmp_path / "o.parquet")
     assert result.exit_code == 2
     assert (f"Error: --model {str(folder)!r}: the tokenizer's last token '[SEP]' has id {tok.sep_token_id}, beyond "

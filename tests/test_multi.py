@@ -12,10 +12,11 @@ import pytest
 import torch
 from conftest import invoke, read_features, words, write_csv
 
-from pipeline.config import Feature, PipelineConfig, parse_feature
+from pipeline.options.config import PipelineConfig
+from pipeline.options.features_config import Feature, parse_feature
 from pipeline.errors import ConfigError, InputError
-from pipeline.features import feature_names, load_features
-from pipeline.segment import window_spans
+from pipeline.classify.features import feature_names, load_features
+from pipeline.text.segment import window_spans
 
 ML = 16          # --max-length: C = 14 content tokens
 C = ML - 2
@@ -170,7 +171,7 @@ def test_load_features_needs_a_feature_name_for_several(runner, tiny_model_dir, 
 @pytest.fixture
 def encoded_windows(monkeypatch):
     """Records the input ids of every window the encoder receives."""
-    from pipeline.encode import Encoder
+    from pipeline.model.encode import Encoder
     seen: list[list[int]] = []
     real = Encoder.encode
 
@@ -216,7 +217,7 @@ def test_duplicate_documents_share_a_pass(runner, tiny_model_dir, tmp_path, enco
 
 @pytest.mark.parametrize("layers,depth", [("-2", 1), ("0", 1), ("1,-3", 1), ("-1", 2), ("-2,-1", 2)])
 def test_early_layer_stop_equals_the_full_pass(runner, tiny_model_dir, tiny_bert, tmp_path, layers, depth):
-    from pipeline.compose import Extractor
+    from pipeline.engine.compose import Extractor
 
     model, tok = tiny_bert
     text = words(11)
@@ -240,7 +241,7 @@ LABELLED = [{"text": words(6 + (i * 7) % 30, 20 * (i % 2) + i % 5), "label": "ab
 
 
 def test_stratified_sample_keeps_class_shares():
-    from pipeline.probe import stratified_sample
+    from pipeline.classify.probe import stratified_sample
 
     labels = np.array(["a"] * 60 + ["b"] * 40)
     picked = stratified_sample(labels, 10, seed=0)
@@ -251,7 +252,7 @@ def test_stratified_sample_keeps_class_shares():
 
 
 def test_probe_corpus_one_pass_agrees_with_single_feature_files(runner, tiny_model_dir, tmp_path):
-    from pipeline.probe_files import probe_files
+    from pipeline.classify.probe_files import probe_files
 
     src = write_csv(tmp_path / "labelled.csv", LABELLED)
     plot = tmp_path / "probe.png"
@@ -303,7 +304,7 @@ def test_probe_corpus_one_pass_agrees_with_single_feature_files(runner, tiny_mod
 
 
 def test_probe_each_column_of_a_several_feature_file(runner, tiny_model_dir, tmp_path):
-    from pipeline.probe_files import probe_files
+    from pipeline.classify.probe_files import probe_files
 
     src = write_csv(tmp_path / "labelled.csv", LABELLED)
     out = tmp_path / "many.parquet"
@@ -356,8 +357,8 @@ def test_early_layer_stop_on_every_family(tmp_path, family):
     from families import build_family
     from transformers import AutoModel
 
-    from pipeline.config import PoolConfig
-    from pipeline.load import _layer_list, stop_early
+    from pipeline.options.config import PoolConfig
+    from pipeline.model.load import _layer_list, stop_early
 
     path = build_family(family, tmp_path / family)
     model = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
@@ -378,7 +379,7 @@ def test_early_layer_stop_on_every_family(tmp_path, family):
 
 
 def test_option_warnings_look_at_every_feature_strategy():
-    from pipeline.option_warnings import option_warnings
+    from pipeline.options.option_warnings import option_warnings
 
     cfg = PipelineConfig.from_options(features=("head:cls", "sliding:mean"), overlap=64, head_tokens=64)
     assert option_warnings(cfg, {"overlap", "head_tokens"}, False, 512) == [

@@ -10,7 +10,7 @@ import pytest
 from conftest import invoke, words
 
 import cli
-from pipeline.config import EncodeConfig, PoolConfig, RayConfig, ReadConfig, SegmentConfig, WriteConfig
+from pipeline.options.config import EncodeConfig, PoolConfig, RayConfig, ReadConfig, SegmentConfig, WriteConfig
 
 INPUT_AND_WINDOW = {"text_col", "id_col", "keep_cols", "format", "delimiter", "with_source", "encoding",
                     "on_bad_lines", "block_rows", "config_file", "strategy", "max_length", "head_tokens",

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from conftest import CASES, invoke, words, write_csv
 
-from pipeline.config import PipelineConfig
+from pipeline.options.config import PipelineConfig
 from pipeline.errors import ConfigError
-from pipeline.paths import expand_user
+from pipeline.options.paths import expand_user
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_expand_user(home, monkeypatch):
 
 def test_every_path_option_is_expanded_in_the_config(home, monkeypatch):
     monkeypatch.setenv("LONGBERT_CACHE", "~/env-cache")
-    from pipeline.paths import default_cache
+    from pipeline.options.paths import default_cache
 
     cfg = PipelineConfig.from_options(config_file=str(CASES / "B50.yaml"), inputs=("~/in.csv", "~/docs/*.txt"),
                                       model="~/models/m", cache="~/c")
@@ -108,8 +108,8 @@ def _make_b51(folder) -> object:
 
 @pytest.fixture
 def no_model_load(monkeypatch):
-    """Fails the test if a model's weights load (pipeline.encode.load_model)."""
-    import pipeline.encode as encode_mod
+    """Fails the test if a model's weights load (pipeline.model.encode.load_model)."""
+    import pipeline.model.encode as encode_mod
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model loaded")

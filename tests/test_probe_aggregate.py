@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.config import Feature
-from pipeline.probe import PROBE_PARTS, probe_variants, variant_name
+from pipeline.options.features_config import Feature
+from pipeline.classify.probe import PROBE_PARTS, probe_variants, variant_name
 
 
 def test_variants_are_the_named_parts_in_order():

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from pipeline.probe import probe_feature_set, variant_name
+from pipeline.classify.probe import probe_feature_set, variant_name
 
 pytest.importorskip("matplotlib")
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -36,7 +36,7 @@ def overlapping(texts) -> list[tuple[str, str]]:
 
 
 def test_corpus_chart_names_the_ten_best_and_draws_the_rest_faint(tmp_path):
-    from pipeline.probe_plot import FAINT, MARKERS, TOP, plot_corpus_probe
+    from pipeline.classify.probe_plot import FAINT, MARKERS, TOP, plot_corpus_probe
 
     report = corpus_report()
     results = report["results"]
@@ -77,7 +77,7 @@ def file_results(rows: list[int], names: list[str]) -> list[dict]:
 
 
 def test_file_chart_gives_each_bar_its_rows_and_labels_do_not_overlap(tmp_path):
-    from pipeline.probe_plot import plot_probe
+    from pipeline.classify.probe_plot import plot_probe
 
     names = ["head.parquet", "many_features_of_a_long_run.parquet:f_chunk_cls_L-4..-1_concat_agg-first-last-mean-max",
              "head_tail.parquet", "x.parquet:f_sliding_max_L-4..-1_mean"]
@@ -92,7 +92,7 @@ def test_file_chart_gives_each_bar_its_rows_and_labels_do_not_overlap(tmp_path):
 
 
 def test_file_chart_title_has_the_rows_when_all_files_share_them(tmp_path):
-    from pipeline.probe_plot import plot_probe
+    from pipeline.classify.probe_plot import plot_probe
 
     fig = plot_probe(file_results([60, 60], ["a.parquet", "b.parquet"]), tmp_path / "probe.png")
     assert fig.axes[0].get_title() == "Linear probe: 5-fold stratified CV, 3 classes, 60 rows"

@@ -7,7 +7,7 @@ import pytest
 from conftest import invoke, words
 
 from pipeline.errors import InputError
-from pipeline.folds import check_classes, stratified_sample
+from pipeline.classify.folds import check_classes, stratified_sample
 
 
 def test_sample_keeps_fold_count_of_a_small_class():

@@ -6,8 +6,8 @@ import io
 from conftest import invoke, words, write_csv
 from tqdm import tqdm
 
-from pipeline.progress import PlainProgress, progress_bar
-from pipeline.run import BatchProgress
+from pipeline.engine.progress import PlainProgress, progress_bar
+from pipeline.engine.run import BatchProgress
 
 
 def test_bar_advances_by_whole_documents_of_the_tokens_done_and_waits_for_the_write():

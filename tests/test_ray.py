@@ -26,7 +26,7 @@ from test_formats import INPUTS, corpus  # noqa: F401 - the corpus fixture, writ
 
 os.environ["RAY_AUTH_MODE"] = "disabled"
 import ray  # noqa: E402 - make test installs the ray extra; a missing one fails here, not silently skips
-from pipeline.write import read_manifest
+from pipeline.output.write import read_manifest
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 REPO = Path(__file__).resolve().parents[1]
@@ -176,7 +176,7 @@ def test_ray_three_mib_field_and_skipped_lines_equal_local(ray_address, tiny_mod
     (["--format", "parquet"], "not a parquet file"),
 ], ids=["workers", "gpus", "column", "overlap", "format"])
 def test_bad_option_fails_before_ray_starts(tiny_model_dir, tmp_path, runner, monkeypatch, args, message):
-    import pipeline.ray_engine as engine
+    import pipeline.engine.ray_engine as engine
 
     def no_ray(*_a, **_k):
         raise AssertionError("Ray was started")
@@ -194,7 +194,7 @@ def test_bad_option_fails_before_ray_starts(tiny_model_dir, tmp_path, runner, mo
 def test_unreachable_address_and_missing_resources_exit_2(ray_address, tiny_model_dir, tmp_path, runner):
     """Ray would retry a dead address for minutes and wait forever for a GPU no node has."""
     from pipeline.errors import ConfigError
-    from pipeline.ray_engine import check_address
+    from pipeline.engine.ray_engine import check_address
 
     with pytest.raises(ConfigError, match="nothing answers there"):
         check_address("127.0.0.1:1")
@@ -221,7 +221,7 @@ def test_results_are_regrouped_into_blocks_in_plan_order():
     """in_block_order: Ray may split a block's rows over batches or return blocks early; each block
     comes out whole, in plan order; a block that never comes back is an error, not a gap."""
     from pipeline.errors import RunError
-    from pipeline.ray_engine import BLOCK, in_block_order
+    from pipeline.engine.ray_engine import BLOCK, in_block_order
     from pipeline.read import BlockSpec, Columns
 
     specs = [BlockSpec(i, "x.csv", "csv", first_row, n, Columns()) for i, (first_row, n) in enumerate([(0, 3), (3, 2), (5, 2)])]

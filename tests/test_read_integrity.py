@@ -17,7 +17,7 @@ import zstandard
 from conftest import invoke, plan_of, refused, rows_of
 
 from pipeline.read import read_blocks
-from pipeline.run import Summary
+from pipeline.engine.run import Summary
 
 # copies of ../shared/cases/B38_*: kept apart from tests/cases, whose CSVs test_ray reads as one valid corpus
 CASES = Path(__file__).resolve().parent / "read_cases"

@@ -30,7 +30,7 @@ from conftest import invoke, plan_of, refused, rows_of
 
 from pipeline.errors import RunError
 from pipeline.read import read_block, read_blocks, verify_inputs
-from pipeline.run import Summary
+from pipeline.engine.run import Summary
 
 CASES = Path(__file__).resolve().parent / "read_cases"
 REPO = Path(__file__).resolve().parents[1]
@@ -363,7 +363,7 @@ def test_a_change_that_keeps_size_and_time_is_caught_by_the_sha256(tmp_path):
 
 def test_extract_exits_1_and_a_dir_keeps_its_parts_when_an_input_changes(runner, tiny_model_dir, tmp_path,
                                                                           monkeypatch):
-    import pipeline.compose as run_module   # the local engine
+    import pipeline.engine.compose as run_module   # the local engine
 
     src = tmp_path / "in.csv"
     src.write_text("id,text\n" + "".join(f"{i},w{i} words here\n" for i in range(6)))
@@ -385,7 +385,7 @@ def test_extract_exits_1_and_a_dir_keeps_its_parts_when_an_input_changes(runner,
 
 
 def test_a_json_null_label_is_no_class_for_probe(runner, tiny_model_dir, tmp_path):
-    from pipeline.probe_files import probe_file
+    from pipeline.classify.probe_files import probe_file
 
     labels = ["a", "b"] * 4 + [None]
     src = tmp_path / "l.jsonl"

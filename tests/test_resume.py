@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import words, write_csv
-from pipeline.write import read_manifest
+from pipeline.output.write import read_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "corpus.csv"

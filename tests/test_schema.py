@@ -1,4 +1,4 @@
-"""The output schema (pipeline.schema): over random option sets, the output's column names are unique and
+"""The output schema (pipeline.output.schema): over random option sets, the output's column names are unique and
 a --keep-col that collides with any output column of that run is exit 2 before the model loads."""
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ from conftest import invoke, words, write_csv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.block import feature_dim
-from pipeline.config import PipelineConfig
+from pipeline.engine.block import feature_dim
+from pipeline.options.config import PipelineConfig
 from pipeline.errors import ConfigError
-from pipeline.features import load_features
-from pipeline.features_config import AGGREGATES, LAYER_AGGS, POOLINGS, STRATEGIES, Feature
-from pipeline.schema import feature_columns, output_columns, output_schema
+from pipeline.classify.features import load_features
+from pipeline.options.features_config import AGGREGATES, LAYER_AGGS, POOLINGS, STRATEGIES, Feature
+from pipeline.output.schema import feature_columns, output_columns, output_schema
 from pipeline.types import ModelFacts
 
 ML = 16
 HIDDEN = 8
-# The documented columns, spelled here independently of pipeline.schema (the README's output tables).
+# The documented columns, spelled here independently of pipeline.output.schema (the README's output tables).
 ALWAYS_RESERVED = {"id", "row", "source", "n_tokens", "n_unknown", "n_windows", "truncated", "features", "error",
                    "token_ids", "positions", "offsets", "token_features"}
 BY_LEVEL = {"document": ["n_tokens", "n_unknown", "n_windows", "truncated"],
@@ -89,8 +89,8 @@ def test_column_names_are_unique_and_a_colliding_keep_col_is_refused(case, row_i
 
 @pytest.fixture
 def no_model_load(monkeypatch):
-    """Fails the test if a model's weights load (pipeline.encode.load_model)."""
-    import pipeline.encode as encode_mod
+    """Fails the test if a model's weights load (pipeline.model.encode.load_model)."""
+    import pipeline.model.encode as encode_mod
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model loaded")

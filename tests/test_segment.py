@@ -1,14 +1,19 @@
-"""Window rules: exact token positions of every window, for every strategy, at the boundaries."""
+"""The segment stage: exact token positions of every window, for every strategy, at the boundaries;
+the windows of a text from the stages before encode, without the model."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from conftest import words
 from hypothesis import strategies as st
 
-from pipeline.config import STRATEGIES, SegmentConfig
+import longbert
+
+from pipeline.options.config import SegmentConfig
+from pipeline.options.features_config import STRATEGIES
 from pipeline.errors import ConfigError
-from pipeline.segment import covered_tokens, segment, window_spans
+from pipeline.text.segment import covered_tokens, segment, window_spans
 from pipeline.types import TokenizedDoc
 
 C = 510
@@ -158,3 +163,17 @@ def test_windows_cover_exactly_the_promised_positions(case):
         assert flat[-1][-1] == n - 1 and (len(flat) == 1 or flat[-2][-1] < n - 1)  # first to reach n-1
         assert all(len(a) == c and a[-c_fg.overlap:] == b[:c_fg.overlap] if c_fg.overlap else True
                    for a, b in zip(flat[:-1], flat[1:]) if len(b) >= c_fg.overlap)
+
+
+def test_windows_without_the_model(pipe, tiny_bert):
+    """(a) The stages before encode give each window's exact token positions and ids; no weight loads."""
+    _, tok = tiny_bert
+    texts = [words(30), words(3, 5)]
+    batch = pipe.prepare(longbert.Batch.from_texts(texts))
+    assert not pipe.context.loaded
+    wins = batch.windows["chunk"]
+    assert [(w.doc, w.spans) for w in wins] == [(0, ((0, 14),)), (0, ((14, 28),)), (0, ((28, 30),)), (1, ((0, 3),))]
+    ids = tok(texts[0], add_special_tokens=False)["input_ids"]
+    assert wins[1].input_ids.tolist() == [tok.cls_token_id, *ids[14:28], tok.sep_token_id]
+    assert [d.n_tokens for d in batch.docs] == [30, 3]
+    assert batch.unique == wins   # four distinct windows

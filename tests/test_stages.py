@@ -1,105 +1,15 @@
-"""The public stages: Batch, read, Pipeline (insert / replace / without / run), pool, aggregate and
-save_features, each checked against an independent computation (tiny BERT, transformers called directly)."""
+"""The Pipeline: insert / replace / without / run against extract, read, save_features, the hooks of encode and
+the vectorizer, resolve-once counts, and the import paths. Each stage alone: tests/test_<stage name>.py."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-import torch
+from conftest import STAGE_ML as ML
 from conftest import invoke, words, write_csv
 
 import longbert
 from pipeline.errors import ConfigError, InputError
-
-ML = 16     # max_length: windows of C = 14 content tokens
-
-
-@pytest.fixture(scope="module")
-def pipe(tiny_model_dir):
-    return longbert.Pipeline.from_options(model=str(tiny_model_dir), strategy="chunk", max_length=ML)
-
-
-def direct(model, ids: list[int]) -> torch.Tensor:
-    """(seq, h) last hidden state of one unpadded window, straight from transformers."""
-    with torch.no_grad():
-        t = torch.tensor([ids])
-        return model(input_ids=t, attention_mask=torch.ones_like(t), token_type_ids=torch.zeros_like(t)).last_hidden_state[0]
-
-
-def test_batch_from_texts_takes_lists_series_and_arrays():
-    texts = ["a b", "c"]
-    for given in (texts, tuple(texts), pd.Series(texts), np.array(texts)):
-        b = longbert.Batch.from_texts(given, ids=["x", "y"], lang=["en", None])
-        assert b.texts == texts and b.ids == ["x", "y"] and b.rows.column("lang").to_pylist() == ["en", None]
-    assert longbert.Batch.from_texts(texts).ids == [0, 1]
-    cleaned = longbert.Batch.from_texts(texts, ids=["x", "y"]).with_texts(["A B", "C"])
-    assert cleaned.texts == ["A B", "C"] and cleaned.ids == ["x", "y"]
-    with pytest.raises(InputError, match="a list of texts was expected"):
-        longbert.Batch.from_texts("one text")
-    with pytest.raises(InputError, match=r"text at position 1 is NoneType, not str"):
-        longbert.Batch.from_texts(["a", None])
-    with pytest.raises(InputError, match="ids has 1 values for 2 texts"):
-        longbert.Batch.from_texts(texts, ids=["x"])
-
-
-def test_windows_without_the_model(pipe, tiny_bert):
-    """(a) The stages before encode give each window's exact token positions and ids; no weight loads."""
-    _, tok = tiny_bert
-    texts = [words(30), words(3, 5)]
-    batch = pipe.prepare(longbert.Batch.from_texts(texts))
-    assert not pipe.context.loaded
-    wins = batch.windows["chunk"]
-    assert [(w.doc, w.spans) for w in wins] == [(0, ((0, 14),)), (0, ((14, 28),)), (0, ((28, 30),)), (1, ((0, 3),))]
-    ids = tok(texts[0], add_special_tokens=False)["input_ids"]
-    assert wins[1].input_ids.tolist() == [tok.cls_token_id, *ids[14:28], tok.sep_token_id]
-    assert [d.n_tokens for d in batch.docs] == [30, 3]
-    assert batch.unique == wins   # four distinct windows
-
-
-def test_encode_stage_equals_a_direct_model_call(pipe, tiny_bert):
-    """(b) Window vectors from pipe['encode'] equal transformers on the window's ids (mean pooling)."""
-    model, _ = tiny_bert
-    p = longbert.Pipeline.from_options(model=str(pipe.cfg.model.model), strategy="chunk", pooling="mean",
-                                       max_length=ML)
-    batch = p["encode"](p.prepare(longbert.Batch.from_texts([words(30), words(3, 5)])))
-    expected = np.stack([direct(model, w.input_ids.tolist()).mean(0).numpy() for w in batch.unique])
-    np.testing.assert_allclose(batch.encoded.vectors, expected, atol=1e-5)
-
-
-def test_pool_on_my_own_model_output_equals_the_products_window_vector(tiny_model_dir, tiny_bert):
-    """(d) longbert.pool on a user's own AutoModel output (numpy, padded batch) = the product's vectors."""
-    model, tok = tiny_bert
-    texts = [words(9), words(4, 3)]
-    enc = tok(texts, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        out = model(**enc, output_hidden_states=True)
-    mask = enc["attention_mask"].numpy()
-    for pooling, layers, agg in (("mean", (-1,), "mean"), ("max", (-1,), "mean"), ("cls", (-2, -1), "concat")):
-        states = tuple(h.numpy() for h in out.hidden_states)
-        mine = longbert.pool(states if layers != (-1,) else out.last_hidden_state.numpy(), mask, pooling=pooling,
-                             layers=layers, layer_agg=agg)
-        p = longbert.Pipeline.from_options(model=str(tiny_model_dir), strategy="head", pooling=pooling,
-                                           layers=layers, layer_agg=agg, max_length=ML)
-        product = p["encode"](p.prepare(longbert.Batch.from_texts(texts))).encoded.vectors
-        assert mine.dtype == np.float32
-        np.testing.assert_allclose(mine, product, atol=1e-5)
-    with pytest.raises(ConfigError, match="needs every layer"):
-        longbert.pool(out.last_hidden_state.numpy(), mask, layers=(-2,))
-
-
-def test_aggregate_on_numpy():
-    """longbert.aggregate: per document, the windows' mean / max / weighted / lists, computed by hand."""
-    v = np.array([[0, 2], [2, 4], [10, 10]], dtype=np.float32)
-    doc = [0, 0, 1]
-    np.testing.assert_allclose(longbert.aggregate(v, doc), [[1, 3], [10, 10]])
-    np.testing.assert_allclose(longbert.aggregate(v, doc, weights=[1, 3, 5], how="weighted"), [[1.5, 3.5], [10, 10]])
-    np.testing.assert_allclose(longbert.aggregate(torch.tensor(v), doc, how=["first", "max"]),
-                               [[0, 2, 2, 4], [10, 10, 10, 10]])
-    with pytest.raises(ConfigError, match="how='median'"):
-        longbert.aggregate(v, doc, how="median")
-    with pytest.raises(ConfigError, match="ascending"):
-        longbert.aggregate(v, [1, 0, 0])
 
 
 def test_inserted_cleaning_step_equals_extract_on_the_cleaned_corpus(pipe, tiny_model_dir, runner, tmp_path):
@@ -235,9 +145,9 @@ def test_encode_and_vectorizer_take_preprocess_feature_and_level(tiny_model_dir)
 def test_one_extract_resolves_the_model_once(tiny_model_dir, runner, tmp_path, monkeypatch):
     """The model's config, its safetensors header and its facts are read once per run (they were read
     twice, the path resolved six times); a hub id is probed once per process."""
-    import pipeline.block as block
-    import pipeline.checkpoint as checkpoint
-    import pipeline.model as model
+    import pipeline.engine.block as block
+    import pipeline.model.checkpoint as checkpoint
+    import pipeline.model.facts as model
 
     calls: dict[str, int] = {}
 
@@ -272,8 +182,8 @@ def test_import_longbert_beside_a_clone_named_longbert(tmp_path):
 
     (tmp_path / "longbert").mkdir()
     (tmp_path / "longbert" / "README.md").write_text("a clone\n")
-    code = ("import longbert, longbert.stages.segment as s; from longbert.stages.aggregate import token_features; "
-            "print(hasattr(longbert, 'Pipeline'), s is longbert.stages.segment, callable(token_features))")
+    code = ("import longbert, longbert.stages.text.segment as s; from longbert.stages.output.aggregate import token_features; "
+            "print(hasattr(longbert, 'Pipeline'), s is longbert.stages.text.segment, callable(token_features))")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "True", "True"]

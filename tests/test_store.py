@@ -1,4 +1,4 @@
-"""The window store (pipeline.store): exact round trips, rejected entries, SIGKILL, two processes, stats, errors.
+"""The window store (pipeline.cache.store): exact round trips, rejected entries, SIGKILL, two processes, stats, errors.
 
 Vectors are made from the window ids alone (``expected_vector``), so any process, before or after a
 kill, knows what every entry must hold. Subprocesses import this module for those helpers.
@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from pipeline.errors import ConfigError, RunError
-from pipeline.paths import default_cache
-from pipeline.store import DB_NAME, NotAStore, StoreDamaged, WindowStore
-from pipeline.store_keys import checksum, pool_key, window_key
-from pipeline.store_report import clear_store, format_stats
+from pipeline.options.paths import default_cache
+from pipeline.cache.store import DB_NAME, NotAStore, StoreDamaged, WindowStore
+from pipeline.cache.store_keys import checksum, pool_key, window_key
+from pipeline.cache.store_report import clear_store, format_stats
 
 REPO = Path(__file__).resolve().parents[1]
 DIM = 384

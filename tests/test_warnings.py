@@ -5,8 +5,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import invoke, words, write_csv
 
-from pipeline.config import PipelineConfig
-from pipeline.option_warnings import option_warnings
+from pipeline.options.config import PipelineConfig
+from pipeline.options.option_warnings import option_warnings
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 ML = 16  # C = 14

@@ -1,6 +1,6 @@
 """Read stage: check every input once and cut it into a plan of blocks; ``read_block(spec)`` reads one.
 
-Called by every engine (pipeline.run, pipeline.ray_engine) and by ``longbert stats``: ``scan`` runs on
+Called by every engine (pipeline.engine.run, pipeline.engine.ray_engine) and by ``longbert stats``: ``scan`` runs on
 the driver before any model loads (exit 2 with file and line on bad input), and ``read_block`` runs
 wherever a block is processed, from the spec alone.
 
@@ -35,7 +35,7 @@ from types import ModuleType
 
 import pyarrow as pa
 
-from ..config import ReadConfig
+from ..options.config import ReadConfig
 from ..errors import InputError
 from . import lines, parquet, text
 from .recheck import check_stamps, verify_inputs

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import ReadConfig
+from ..options.config import ReadConfig
 from ..errors import InputError
 from .pipes import is_pipe, spool
 

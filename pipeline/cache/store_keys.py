@@ -1,0 +1,65 @@
+"""The window store's keys (pipeline.cache.store): which weights, computed how, pooled how, and the window's exact
+token ids; and the checksum that ties a stored vector to its key. Pure functions, no database.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+
+import numpy as np
+
+KEY_FORMAT = "longbert-window-v1"
+
+
+def pool_key(model_sha256: str, dtype: str, quantize: str, pooling_key: str) -> str:
+    """The key of one kind of window vector: which weights, computed how, pooled how.
+
+    Args:
+        model_sha256: the sha256 of the weight files (ModelFacts.sha256, as the metadata records).
+        dtype: the compute dtype ("float32", "float16", "bfloat16"); quantize: "none" or "int8".
+        pooling_key: an opaque string the CALLER builds from everything else that changes a window's
+            vector: the pooling, its layers and layer_agg (of each pool when vectors are concatenated).
+            Two different poolings must give two different strings; the store never parses it.
+
+    Returns:
+        64 hex characters (sha256 of the four values as JSON).
+
+    Raises:
+        ValueError: model_sha256 is empty (a model without hashable weight files cannot be cached).
+    """
+    if not model_sha256:
+        raise ValueError("pool_key needs the model's sha256; a model whose weights were not hashed cannot be cached")
+    payload = json.dumps([KEY_FORMAT, model_sha256, dtype, quantize, pooling_key])
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _ids_bytes(ids) -> bytes | memoryview:
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise TypeError(f"window ids must be a 1-D integer array, got {arr.dtype} of shape {arr.shape}")
+    return memoryview(np.ascontiguousarray(arr, dtype="<i8")).cast("B")  # int64 LE: Window.input_ids as is
+
+
+def window_key(pool: str, ids) -> bytes:
+    """The 32-byte row key of one window: sha256(pool key + its token ids as little-endian int64).
+
+    ``ids`` is the window's exact model input (Window.input_ids, [CLS] ... [SEP]), any integer dtype.
+    The pool key has a fixed length (64), so no two (pool, ids) pairs give the same bytes to hash.
+    """
+    h = hashlib.sha256(pool.encode())
+    h.update(_ids_bytes(ids))
+    return h.digest()
+
+
+def checksum(key: bytes, vector: bytes) -> int:
+    """CRC-32 of the row key then the vector bytes: catches a damaged vector and a vector moved to another key."""
+    return zlib.crc32(vector, zlib.crc32(key))
+
+
+def verifies(key: bytes, row: tuple, dim: int) -> bool:
+    """A stored (dim, checksum, vector bytes) row is usable: ``dim`` float32 values and an intact CRC-32.
+    Example: a row whose vector was cut, or moved to another key, does not verify."""
+    got_dim, crc, vector = row
+    return (got_dim == dim and isinstance(vector, bytes) and len(vector) == 4 * dim
+            and crc == checksum(key, vector))

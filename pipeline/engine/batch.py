@@ -1,0 +1,143 @@
+"""``Batch``: one block of documents as it moves through the stages (pipeline.engine.stages, pipeline.engine.compose).
+
+Each stage takes a Batch and returns a new one with its own fields filled; nothing else passes
+between stages. Built by ``longbert.read`` (from inputs), ``Batch.from_texts`` (from Python) or the
+engines (from a block that ``pipeline.read.read_block`` returned).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import InputError
+from ..text.texts import as_texts
+from ..types import TokenizedDoc, Window
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One block of documents and what the stages made of it.
+
+    Fields, by the stage that fills them:
+        rows: the input rows: ``id`` (int64 row numbers or string ids), ``text`` (string) and the kept
+            columns, one row per document, in input order (``read`` / ``from_texts``).
+        docs: ``tokenize``: one pipeline.types.TokenizedDoc per row (content ids, offsets, counts, error).
+        windows: ``segment``: strategy -> that strategy's windows (pipeline.types.Window: document row,
+            spans of content-token positions, input ids with the model's specials), grouped by document
+            in row order.
+        plan: ``dedup``: pipeline.text.dedup.WindowPlan: the unique windows and, per strategy, the index of
+            each requested window into them.
+        encoded: ``encode``: pipeline.model.encode.Encoded of ``unique``: vectors (n_unique, D) float32 (every
+            pooling of the run side by side), ``finite``, and per-window token vectors at --level token.
+        cached: ``encode``: how many of ``unique`` came from the window store instead of the model.
+        vectors: ``aggregate``: output column -> (n_out, D) float32, one row per output row (a document,
+            or at --level window a window); rows that are not ``valid`` hold zeros.
+        valid: ``aggregate``: (n_out,) bool. errors: ``aggregate``: per output row, why it has no vector.
+        out_docs: ``aggregate``: (n_out,) int64, the document row of each output row.
+        out_windows: ``aggregate`` at --level window: the window of each output row (None: no window).
+        n_windows, truncated: ``aggregate`` at document/token level: per document, the distinct windows
+            its features used, and whether some content token was in none of them.
+        tokens: ``aggregate`` at --level token: per document (token_ids, positions, offsets, vectors) or None.
+        table: ``rows``: the output rows, the schema ``longbert extract`` writes.
+        counts: ``rows``: the block's pipeline.engine.block.BlockCounts.
+
+    Example:
+        >>> b = Batch.from_texts(["a long report", "a memo"], ids=["r1", "m7"], lang=["en", "en"])
+        >>> b.texts, b.ids
+        (['a long report', 'a memo'], ['r1', 'm7'])
+    """
+
+    rows: pa.Table
+    docs: list[TokenizedDoc] | None = None
+    windows: dict[str, list[Window]] | None = None
+    plan: Any = None                       # pipeline.text.dedup.WindowPlan (not imported: keeps this module light)
+    encoded: Any = None                    # pipeline.model.encode.Encoded (imports torch)
+    cached: int = 0
+    vectors: dict[str, np.ndarray] | None = None
+    valid: np.ndarray | None = None
+    errors: list[str | None] | None = None
+    out_docs: np.ndarray | None = None
+    out_windows: list[Window | None] | None = None
+    n_windows: np.ndarray | None = None
+    truncated: np.ndarray | None = None
+    tokens: list[tuple | None] | None = None
+    table: pa.Table | None = None
+    counts: Any = None                     # pipeline.engine.block.BlockCounts
+
+    @classmethod
+    def from_texts(cls, texts: Sequence[str] | Any, ids: Sequence[Any] | None = None, **columns: Sequence[Any]) -> Batch:
+        """A batch from Python: a list, tuple, numpy array or pandas Series of str.
+
+        Args:
+            texts: n documents (str each).
+            ids: n ids, kept as strings (None: row numbers 0..n-1, written as the ``row`` column).
+            **columns: kept columns, n values each, written as strings (None stays null).
+
+        Raises:
+            TextsTypeError: ``texts`` is not one of those kinds (a bare string: "a list of texts was
+                expected"). TextError: a text is not a str. InputError: ids / a column has another length.
+        """
+        items = as_texts(texts, "Batch.from_texts")
+        n = len(items)
+        cols: dict[str, pa.Array] = {}
+        if ids is None:
+            cols["id"] = pa.array(range(n), type=pa.int64())
+        else:
+            cols["id"] = pa.array([str(i) for i in _sized(ids, n, "ids")], type=pa.string())
+        cols["text"] = pa.array(items, type=pa.string())
+        for name, values in columns.items():
+            if name in ("id", "text"):
+                raise InputError(f"column {name!r} is the batch's own; give ids with ids= and texts first")
+            cols[name] = pa.array([None if v is None else str(v) for v in _sized(values, n, name)], type=pa.string())
+        return cls(rows=pa.table(cols))
+
+    def with_texts(self, texts: Sequence[str] | Any) -> Batch:
+        """A copy whose texts are replaced (for a cleaning step before ``tokenize``); ids and kept
+        columns stay, and every field a stage filled is cleared.
+
+        Raises:
+            TextsTypeError / TextError: as from_texts. InputError: not one text per row.
+        """
+        items = as_texts(texts, "Batch.with_texts")
+        _sized(items, self.rows.num_rows, "texts")
+        i = self.rows.column_names.index("text")
+        return Batch(rows=self.rows.set_column(i, "text", pa.array(items, type=pa.string())))
+
+    @property
+    def texts(self) -> list[str]:
+        """The documents' texts, in row order."""
+        return self.rows.column("text").to_pylist()
+
+    @property
+    def ids(self) -> list:
+        """The documents' ids (int row numbers, or str), in row order."""
+        return self.rows.column("id").to_pylist()
+
+    @property
+    def unique(self) -> list[Window]:
+        """The windows the model runs on (``dedup``): each distinct window once; [] before ``dedup``."""
+        return [] if self.plan is None else self.plan.unique
+
+    def into_unique(self, strategy: str) -> np.ndarray:
+        """int64 (n windows of ``strategy``,): each of that strategy's windows' position in ``unique``
+        (after ``dedup``). Example: head and chunk sharing their first window -> head [0], chunk [0, 1]."""
+        return np.asarray(self.plan.index[list(self.windows).index(strategy)], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return self.rows.num_rows
+
+    def replace(self, **fields: Any) -> Batch:
+        """A copy with ``fields`` set (what a stage returns)."""
+        return dataclasses.replace(self, **fields)
+
+
+def _sized(values: Any, n: int, what: str) -> list:
+    items = list(values)
+    if len(items) != n:
+        raise InputError(f"{what} has {len(items)} values for {n} texts; give one per text")
+    return items

@@ -1,0 +1,76 @@
+"""Parallel feeding: map a function over blocks in worker threads, a bounded number ahead of the consumer,
+results in input order; pipeline.engine.run reads, tokenizes and segments blocks with it ahead of the encoder.
+
+Threads, not processes: the fast tokenizer's batch call and pyarrow's readers release the GIL, and a
+block's prepared windows (numpy arrays, many small objects) would cost a pickle round trip to come back
+from a process (bench/feeder.py measures the split).
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def feed_workers() -> int:
+    """How many blocks to prepare at once: torch's CPU threads (``--threads``, else the cores torch uses).
+
+    One worker per core the run may use, so ``--threads 1`` keeps the CPU side on one thread ahead of
+    the model, as before, and a 16-core GPU machine prepares 16 blocks at once.
+    Example: --threads 1 -> 1; no --threads on a 2-core machine -> 2.
+    """
+    import torch
+
+    return max(1, int(torch.get_num_threads()))
+
+
+def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int,
+                name: str = "longbert-feed") -> Iterator[tuple[T, R]]:
+    """Yield ``(item, fn(item))`` for each item, in the order of ``items``, computing up to ``workers`` of
+    them at once in a thread pool.
+
+    Memory stays flat: at most ``workers`` results are computed or waiting (submitted, not yet yielded),
+    plus the one the consumer holds; a new item is submitted only when the consumer takes a result.
+    ``workers=1`` is one thread preparing the next item while the consumer works on the current one.
+
+    Args:
+        fn: the work per item (called in a worker thread).
+        items: the inputs, in order (consumed lazily).
+        workers: threads, >= 1.
+        name: the threads' name prefix (seen in py-spy and thread dumps).
+
+    Yields:
+        (item, result) in input order.
+
+    Raises:
+        ValueError: workers < 1. Whatever ``fn`` raises, when its item's turn comes (items after it are
+            cancelled if not started; started ones finish before the generator closes).
+
+    Example: ordered_map(len, ["ab", "c"], workers=2) -> ("ab", 2), ("c", 1).
+    """
+    if workers < 1:
+        raise ValueError(f"workers={workers} must be >= 1")
+    source = iter(items)
+    pending: deque[tuple[T, Future]] = deque()
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+    try:
+        for item in source:
+            pending.append((item, pool.submit(fn, item)))
+            if len(pending) == workers:
+                break
+        while pending:
+            item, future = pending.popleft()
+            result = future.result()
+            following = next(source, _END)
+            if following is not _END:
+                pending.append((following, pool.submit(fn, following)))
+            yield item, result
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+_END = object()

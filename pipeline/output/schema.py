@@ -1,0 +1,238 @@
+"""The output schema and every output column name: the one place they are spelled.
+
+The row builders (pipeline.output.rows), the --keep-col checks (pipeline.options.config), probe's
+label check (pipeline.classify.probe) and load_features (pipeline.classify.features) take the names from here, and
+``output_schema`` declares a run's columns from its config before the first row. Nothing here needs
+the model's weights: ``output_columns`` names a run's columns from its options alone.
+"""
+from __future__ import annotations
+
+import json
+from importlib import metadata
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from ..model import chip as chips  # chips.detect at call time (tests fake the chip)
+from ..errors import ConfigError
+from ..types import ModelFacts
+
+if TYPE_CHECKING:  # pipeline.options.config imports this module (check_keep_cols)
+    from ..options.config import PipelineConfig
+
+# Every column name longbert writes itself.
+ID = "id"                    # string: the id column's values, or text files' paths
+ROW = "row"                  # int64: the 0-based row number across all inputs, when they have no id column
+SOURCE = "source"            # --with-source: each row's file
+N_TOKENS = "n_tokens"        # content tokens of the document (--level window: of the window)
+N_UNKNOWN = "n_unknown"
+N_WINDOWS = "n_windows"
+TRUNCATED = "truncated"
+WINDOW = "window"            # --level window: the window's 0-based number within its document
+SPANS = "spans"              # --level window: [start, end) content-token positions
+FEATURES = "features"        # the one feature's vector (several --feature: one column per Feature.name)
+ERROR = "error"
+TOKEN_IDS = "token_ids"      # --level token, the four columns below
+POSITIONS = "positions"
+OFFSETS = "offsets"
+TOKEN_FEATURES = "token_features"
+
+DOCUMENT_COUNTS = (N_TOKENS, N_UNKNOWN, N_WINDOWS, TRUNCATED)   # a row per document: --level document, token
+WINDOW_COUNTS = (WINDOW, SPANS, N_TOKENS)                       # a row per window: --level window
+TOKEN_COLUMNS = (TOKEN_IDS, POSITIONS, OFFSETS, TOKEN_FEATURES)  # --level token, after error
+# Columns longbert computes (never a label, never a kept input column).
+COMPUTED = tuple(dict.fromkeys((*DOCUMENT_COUNTS, *WINDOW_COUNTS, FEATURES, ERROR, *TOKEN_COLUMNS)))
+# Names a --keep-col may never take, whatever the run's options (the fixed columns of --level document and
+# token); a run's other output columns (window, spans; several --feature's names) are refused in that run.
+RESERVED_COLUMNS = (ID, ROW, SOURCE, *DOCUMENT_COUNTS, FEATURES, ERROR, *TOKEN_COLUMNS)
+
+
+def feature_columns(cfg: PipelineConfig, hidden: int) -> list[tuple[str, int]]:
+    """(column name, D) of each feature: ``[("features", D)]`` for one feature, else one per --feature.
+
+    D = Feature.dim(hidden) x the --aggregate parts (1 at --level window); Feature.dim is hidden for
+    pooler, else hidden x len(layers) with layer_agg concat, else hidden. With several --aggregate parts
+    each --feature column's name (Feature.name) gains ``_agg-`` and the parts joined by ``-``, e.g.
+    ``f_chunk_mean_agg-first-last-mean-max``; one part adds nothing (``features`` never changes).
+    """
+    feats, parts = cfg.feature_list(), cfg.pool.parts
+    if not cfg.multi_feature:
+        return [(FEATURES, feats[0].dim(hidden) * parts)]
+    suffix = "" if parts == 1 else "_agg-" + "-".join(cfg.pool.aggregates)
+    return [(f.name + suffix, f.dim(hidden) * parts) for f in feats]
+
+
+def passthrough_columns(cfg: PipelineConfig) -> list[str]:
+    """Input columns copied to the output as they are: each --keep-col, then ``source`` (--with-source)."""
+    return [*cfg.read.keep_cols, *([SOURCE] if cfg.read.with_source else [])]
+
+
+def output_fields(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: int, token_dim: int) -> list[pa.Field]:
+    """The run's columns in order, as ``output_schema`` documents them (no metadata, no checks)."""
+    value = pa.float16() if cfg.write.out_dtype == "float16" else pa.float32()
+    fields = [pa.field(ROW if pa.types.is_integer(id_type) else ID, id_type)]
+    fields += [pa.field(c, pa.string()) for c in passthrough_columns(cfg)]
+    if cfg.pool.level == "window":  # one row per window (pipeline.output.rows.window_table)
+        fields += [pa.field(WINDOW, pa.int32()), pa.field(SPANS, pa.list_(pa.list_(pa.int32(), 2))),
+                   pa.field(N_TOKENS, pa.int32())]
+    else:
+        fields += [pa.field(N_TOKENS, pa.int32()), pa.field(N_UNKNOWN, pa.int32()),
+                   pa.field(N_WINDOWS, pa.int32()), pa.field(TRUNCATED, pa.bool_())]
+    if cfg.multi_feature:
+        fields += [pa.field(name, pa.list_(value, d)) for name, d in feature_columns(cfg, hidden)]
+    else:
+        fields += [pa.field(FEATURES, pa.list_(value, dim))]
+    fields += [pa.field(ERROR, pa.string())]
+    if cfg.pool.level == "token":
+        fields += [pa.field(TOKEN_IDS, pa.list_(pa.int32())), pa.field(POSITIONS, pa.list_(pa.int32())),
+                   pa.field(OFFSETS, pa.list_(pa.list_(pa.int32(), 2))),
+                   pa.field(TOKEN_FEATURES, pa.list_(pa.list_(value, token_dim)))]
+    return fields
+
+
+def output_columns(cfg: PipelineConfig, id_type: pa.DataType = pa.string()) -> list[str]:
+    """The names of the run's output columns, in order, from its options alone (no model).
+
+    Example: --level window --keep-col label, string ids ->
+    ["id", "label", "window", "spans", "n_tokens", "features", "error"].
+    """
+    return [f.name for f in output_fields(cfg, id_type, hidden=1, dim=1, token_dim=1)]
+
+
+def check_keep_cols(cfg: PipelineConfig) -> None:
+    """No --keep-col takes the name of a column the run writes itself: a reserved name
+    (RESERVED_COLUMNS), or one of this run's columns (``window``/``spans`` at --level window, a
+    --feature's column). Runs when the config is built, before any input or model file is read.
+
+    Raises:
+        ConfigError (exit 2): naming the column and the fix.
+    """
+    features = {name for name, _ in feature_columns(cfg, 1)}
+    kept = len(passthrough_columns(cfg))
+    written = {ROW}  # the id column's other name, then the columns after the passthrough ones
+    written.update(c for i, c in enumerate(output_columns(cfg)) if not 1 <= i <= kept)
+    for col in cfg.read.keep_cols:
+        if col in RESERVED_COLUMNS:
+            raise ConfigError(f"--keep-col {col!r} clashes with an output column of that name; reserved names are "
+                              f"{', '.join(RESERVED_COLUMNS)}; rename the column in the input, or drop --keep-col {col}")
+        if col in features:
+            raise ConfigError(f"--keep-col {col!r} clashes with the feature column of that name; rename the column "
+                              "in the CSV or drop that --feature")
+        if col in written:
+            raise ConfigError(f"--keep-col {col!r} clashes with an output column of that name (--level "
+                              f"{cfg.pool.level} writes {col!r}); rename the column in the input, or drop --keep-col "
+                              f"{col} (or run another --level)")
+
+
+def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, dim: int, token_dim: int) -> pa.Schema:
+    """The fixed output schema, declared from the config and the model's facts before the first row.
+
+    Columns: id (string: the id column's values or text files' paths), or row (int64: the 0-based row
+    number, when the inputs have no id column), each --keep-col (string), source (--with-source),
+    n_tokens int32, n_unknown int32, n_windows int32, truncated bool,
+    features fixed_size_list<float32|float16>[dim] (with several --feature: one such column per
+    feature, named as Feature.name, instead), error string; with --level token also token_ids
+    list<int32>, positions list<int32>, offsets list<fixed_size_list<int32>[2]>, token_features
+    list<fixed_size_list<float>[token_dim]>. With --level window one row per window instead: id or row,
+    the --keep-col (and source) columns, window int32 (0-based within the document), spans
+    list<fixed_size_list<int32>[2]> ([start, end) content-token positions), n_tokens int32 (content
+    tokens of the window), the feature column(s), error. Metadata key ``longbert``: run_metadata as JSON.
+
+    Raises:
+        ConfigError: two columns of one name (check_keep_cols refuses the options that would make them).
+    """
+    fields = output_fields(cfg, id_type, model.hidden_size, dim, token_dim)
+    names = [f.name for f in fields]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"the output would have two columns named {', '.join(map(repr, twice))}; rename that "
+                          "--keep-col column in the input")
+    meta = {"longbert": json.dumps(run_metadata(cfg, model, dim, token_dim))}
+    return pa.schema(fields, metadata=meta)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: int) -> dict:
+    """The JSON stored under the parquet schema metadata key ``longbert``.
+
+    ``model`` is what the user named (pipeline.model.encode.model_label: never an absolute path of this
+    machine), ``model_sha256`` the hash of its config and weight files (pipeline.model.encode.model_sha256),
+    so two outputs can be compared across machines.
+    """
+    seg = cfg.segment
+    strategy = strategy_metadata(cfg, seg.strategy)
+    meta = {
+        "model": model.name,
+        "model_sha256": model.sha256,
+        "model_family": model.family,
+        "hidden_size": model.hidden_size,
+        "feature_dim": dim,
+        "token_feature_dim": token_dim if cfg.pool.level == "token" else None,
+        "max_length": seg.max_length,
+        "strategy": strategy,
+        "pooling": cfg.pool.pooling,
+        "layers": list(cfg.pool.layers),
+        "layer_agg": cfg.pool.layer_agg,
+        "aggregate": aggregate_metadata(cfg),
+        "level": cfg.pool.level,
+        "normalize": cfg.pool.normalize,
+        "dtype": cfg.model.dtype,
+        "quantize": cfg.model.quantize,
+        "device": chips.detect(cfg.model.device).device,  # cpu | cuda | mps, and what it offers (pipeline.model.chip)
+        "compute_dtype": "int8" if cfg.model.quantize == "int8" else cfg.model.dtype,
+        "chip": chips.detect(cfg.model.device).describe(),
+        "out_dtype": cfg.write.out_dtype,
+        "text_col": cfg.read.text_col,
+        "id_col": cfg.read.id_col,
+        "keep_cols": list(cfg.read.keep_cols),
+        "version": _version("longbert"),
+        "libraries": {name: _version(name) for name in ("torch", "transformers", "tokenizers", "pyarrow", "pandas")},
+    }
+    if cfg.pool.parts > 1:  # D = parts x window_dim: part k is feature[k * window_dim:(k + 1) * window_dim]
+        meta["window_dim"] = dim // cfg.pool.parts
+    meta["features"] = features_metadata(cfg, model.hidden_size)
+    if cfg.multi_feature:  # no one strategy/pooling describes the file: see meta["features"]
+        meta.update(strategy=None, pooling=None, layers=None, layer_agg=None, feature_dim=None)
+    return meta
+
+
+def strategy_metadata(cfg: PipelineConfig, name: str) -> dict:
+    """The metadata's strategy dict for ``name``: max_length, content tokens, and its own numbers."""
+    seg = cfg.segment
+    strategy = {"name": name, "max_length": seg.max_length, "content_tokens": seg.max_length - 2,
+                "max_tokens_per_doc": seg.max_tokens_per_doc}
+    if name == "head_tail":
+        strategy.update(head_tokens=seg.head_tokens, tail_tokens=seg.tail_tokens)
+    if name == "sliding":
+        strategy.update(overlap=seg.overlap, step=seg.max_length - 2 - seg.overlap)
+    if name == "late":
+        strategy.update(overlap=seg.late_overlap, step=seg.max_length - 2 - seg.late_overlap,
+                        chunk_tokens=seg.chunk_tokens)
+    return strategy
+
+
+def features_metadata(cfg: PipelineConfig, hidden: int) -> list[dict]:
+    """Every feature column with its full settings: column, spec, strategy dict, pooling, layers,
+    layer_agg, aggregate (aggregate_metadata), feature_dim (and window_dim with several aggregate parts)."""
+    out = []
+    for f, (column, dim) in zip(cfg.feature_list(), feature_columns(cfg, hidden)):
+        out.append({"column": column, "spec": f.spec, "strategy": strategy_metadata(cfg, f.strategy),
+                    "pooling": f.pooling, "layers": list(f.layers), "layer_agg": f.layer_agg,
+                    "aggregate": aggregate_metadata(cfg), "feature_dim": dim})
+        if cfg.pool.parts > 1:
+            out[-1]["window_dim"] = dim // cfg.pool.parts
+    return out
+
+
+def aggregate_metadata(cfg: PipelineConfig) -> str | list[str] | None:
+    """The metadata's ``aggregate``: the one name ("mean"), the list of parts in vector order
+    (["first", "last", "mean", "max"]), or None at --level window (window vectors are not aggregated)."""
+    if cfg.pool.level == "window":
+        return None
+    return cfg.pool.aggregate if len(cfg.pool.aggregates) == 1 else list(cfg.pool.aggregates)

@@ -1,0 +1,101 @@
+"""Segment stage: cut a document's content tokens into windows of at most C = max_length - 2 tokens.
+
+Called by the segment stage (pipeline.engine.stages) for every document; ``window_spans`` is pure arithmetic on positions, so the
+window rules can be tested (and property-tested) without a tokenizer.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..options.config import SegmentConfig
+from ..types import TokenizedDoc, Window
+
+Spans = tuple[tuple[int, int], ...]
+
+
+def window_spans(n_tokens: int, cfg: SegmentConfig) -> list[Spans]:
+    """Content-token ranges of each window of a document of ``n_tokens`` tokens.
+
+    Rules (README "Window rules"), with C = cfg.max_length - 2:
+      - n_tokens == 0: no window; n_tokens <= C: one window [0, n) for every strategy.
+      - head: [0, C).  tail: [n - C, n).
+      - head_tail: [0, H) and [n - T, n) in one window (Sun et al. 2019, "How to Fine-Tune BERT for
+        Text Classification?", H=128, T=382).
+      - chunk: [kC, min((k+1)C, n)) for k = 0.. ceil(n/C) - 1; every token in exactly one window.
+      - sliding: starts 0, S, 2S, ... with step S = C - overlap; window [s, min(s + C, n)); the last
+        window is the first that reaches token n - 1.
+      - late: sliding's windows with cfg.late_overlap (256 unless --overlap is given); its chunks
+        are cut from the token vectors afterwards (pipeline.model.late).
+
+    Example: n=1000, C=510, head_tail 128+382 -> [((0, 128), (618, 1000))];
+             n=1000, C=510, sliding overlap 128 -> [((0, 510),), ((382, 892),), ((764, 1000),)].
+
+    Args:
+        n_tokens: content tokens of the document (>= 0).
+        cfg: segment options, with max_length resolved.
+
+    Returns:
+        One tuple of [start, end) spans per window, in document order.
+    """
+    c = cfg.content_tokens
+    n = n_tokens
+    if n == 0:
+        return []
+    if n <= c:
+        return [((0, n),)]
+    strategy = cfg.strategy
+    if strategy == "head":
+        return [((0, c),)]
+    if strategy == "tail":
+        return [((n - c, n),)]
+    if strategy == "head_tail":
+        h, t = cfg.head_tokens, cfg.tail_tokens
+        spans = tuple(span for span in ((0, h), (n - t, n)) if span[1] > span[0])
+        return [spans]
+    step = c if strategy == "chunk" else c - (cfg.late_overlap if strategy == "late" else cfg.overlap)
+    out: list[Spans] = []
+    start = 0
+    while True:
+        end = min(start + c, n)
+        out.append(((start, end),))
+        if end == n:
+            return out
+        start += step
+
+
+def segment(doc: TokenizedDoc, cfg: SegmentConfig, cls_id: int, sep_id: int) -> list[Window]:
+    """Wrap each window of ``doc`` as [CLS] + content ids + [SEP] (the model's own special tokens).
+
+    Args:
+        doc: the tokenized document; its ``ids`` are the content tokens (already capped).
+        cfg: segment options with max_length resolved.
+        cls_id, sep_id: the tokenizer's cls_token_id and sep_token_id.
+
+    Returns:
+        The document's windows in order (empty for a document with no tokens). Each window's
+        ``input_ids`` is int64 of length n_content + 2 <= cfg.max_length.
+    """
+    spans_list = window_spans(doc.n_kept, cfg)
+    windows = []
+    for idx, spans in enumerate(spans_list):
+        content = np.concatenate([doc.ids[s:e] for s, e in spans]).astype(np.int64)
+        input_ids = np.concatenate([[cls_id], content, [sep_id]]).astype(np.int64)
+        assert input_ids.shape[0] <= cfg.content_tokens + 2
+        windows.append(Window(doc=doc.row, window_idx=idx, n_windows=len(spans_list), spans=spans,
+                              input_ids=input_ids))
+    return windows
+
+
+def covered_tokens(windows: list[Window]) -> int:
+    """How many distinct content positions the windows cover (overlapping sliding windows count once).
+
+    Example: spans [0, 510) and [382, 892) -> 892.
+    """
+    spans = sorted(span for w in windows for span in w.spans)
+    total, reach = 0, 0
+    for start, end in spans:
+        start = max(start, reach)
+        if end > start:
+            total += end - start
+            reach = end
+    return total

@@ -1,0 +1,177 @@
+"""Tokenize stage: the model's fast tokenizer on whole documents (no truncation, no special tokens).
+
+Document text is data: a special-token string inside it ("[CLS]", "[SEP]", "[MASK]", "<s>", "</s>",
+"<pad>"...) is tokenized as the characters it is (``split_special_tokens=True``), never matched to the
+model's control token; the window's own special tokens are added by id in pipeline.text.segment.
+
+Called by pipeline.engine.block once per block, and by ``longbert stats`` (which needs no model).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..types import TokenizedDoc
+
+EMPTY_TEXT = "empty text"
+NO_TOKENS = "no tokens after normalisation"
+ONLY_UNKNOWN = "only unknown tokens"
+UNKNOWN_WARN_SHARE = 0.05  # a run or corpus with this share of unknown tokens or more gets a warning
+
+
+def unknown_warning(unknown: int, tokens: int) -> str:
+    """The warning the run summary and ``longbert stats`` print when unknown tokens reach 5%.
+
+    Example: (3817, 4828) -> "warning: 79.1% of tokens (3,817 of 4,828) are unknown to the model's
+    vocabulary, which does not cover this text; pass --model with one that does (docs/models.md)".
+    """
+    return (f"warning: {100 * unknown / tokens:.1f}% of tokens ({unknown:,} of {tokens:,}) are unknown to the "
+            "model's vocabulary, which does not cover this text; pass --model with one that does (docs/models.md)")
+
+# --max-tokens-per-doc N: a text longer than N * CUT_CHARS_PER_TOKEN + CUT_MIN_CHARS characters is
+# tokenized only up to its last whitespace before that length (English BERT averages ~4.5 characters
+# per token, so the part holds > N tokens unless the text is unusual; if not, the whole text is tokenized).
+CUT_CHARS_PER_TOKEN = 8
+CUT_MIN_CHARS = 256
+_LAST_SPACE = re.compile(r"\s(?=\S*\Z)")  # the last whitespace character before endpos
+
+
+def cut_before_tokenizing(text: str, max_tokens: int) -> str | None:
+    """The leading part of ``text`` to tokenize instead of all of it, or None to tokenize it whole.
+
+    The part ends at a whitespace character (excluded), so no word is split: pre-tokenizers split
+    at whitespace and normalisers work per character, so the part's tokens are the first tokens
+    of the whole text. None when the text is short or has no whitespace in the second half of the
+    character budget. Example: max_tokens 2 -> budget 272 characters; a 1,000-character text of
+    5-letter words -> its first 269 characters (45 words).
+    """
+    budget = max_tokens * CUT_CHARS_PER_TOKEN + CUT_MIN_CHARS
+    if len(text) <= budget:
+        return None
+    found = _LAST_SPACE.search(text, budget // 2, budget)
+    return text[:found.start()] if found else None
+
+
+def tokenizer_failure(tokenizer, err: BaseException) -> str:
+    """The row error of a text the tokenizer fails on, with the fix when the cause is known.
+
+    Example: a WordPiece vocabulary without "[UNK]" and a word it lacks -> "the tokenizer failed on this
+    text (WordPiece error: Missing [UNK] token from the vocabulary): its vocabulary has no entry for the
+    unknown token '[UNK]', so a word it lacks cannot be tokenized; add the entry to the vocabulary, or
+    use a tokenizer that has it".
+    """
+    lines = str(err).strip().splitlines()
+    text = f"the tokenizer failed on this text ({lines[0] if lines else type(err).__name__})"
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    model = getattr(backend, "model", None)
+    unk = getattr(model, "unk_token", None)
+    if unk and unk not in backend.get_vocab(with_added_tokens=False):
+        text += (f": its vocabulary has no entry for the unknown token {unk!r}, so a word it lacks cannot be "
+                 "tokenized; add the entry to the vocabulary, or use a tokenizer that has it")
+    return text
+
+
+def beyond_table(tokenizer, token_id: int, rows: int) -> str:
+    """The row error of a document using a token id the model's embedding table lacks.
+
+    Example: (the default tokenizer plus "covid19" as id 30522, 30522) -> "token 'covid19' (id 30522) is
+    beyond the model's embedding table of 30,522 rows: the tokenizer has tokens the model was not saved
+    with; resize the model's embeddings (resize_token_embeddings), or remove the token from the tokenizer".
+    """
+    return (f"token {tokenizer.convert_ids_to_tokens(token_id)!r} (id {token_id}) is beyond the model's "
+            f"embedding table of {rows:,} rows: the tokenizer has tokens the model was not saved with; resize the "
+            "model's embeddings (resize_token_embeddings), or remove the token from the tokenizer")
+
+
+def _encode(tokenizer, batch: list[str], rows: list[int], with_offsets: bool, failed: dict[int, str]
+            ) -> tuple[list[list[int]], list]:
+    """(ids, offsets or None) per text of ``batch`` in one tokenizer call; if the call fails, text by text,
+    recording each failing text's row error in ``failed`` (row -> error) and giving it no ids."""
+    try:
+        enc = tokenizer(batch, add_special_tokens=False, split_special_tokens=True, truncation=False,
+                        return_offsets_mapping=with_offsets, return_attention_mask=False,
+                        return_token_type_ids=False, verbose=False)
+    except Exception as err:  # noqa: BLE001 - `tokenizers` raises a bare Exception (e.g. WordPiece, no [UNK])
+        if len(batch) == 1:
+            failed[rows[0]] = tokenizer_failure(tokenizer, err)
+            return [[]], [[]] if with_offsets else [None]
+        pairs = [_encode(tokenizer, [t], [r], with_offsets, failed) for t, r in zip(batch, rows)]
+        return [p[0][0] for p in pairs], [p[1][0] for p in pairs]  # only the failing texts lose their ids
+    return enc["input_ids"], enc["offset_mapping"] if with_offsets else [None] * len(batch)
+
+
+def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | None = None,
+                   with_offsets: bool = True, vocab_rows: int | None = None) -> list[TokenizedDoc]:
+    """Tokenize a block of documents in one call of the fast (Rust) tokenizer.
+
+    Args:
+        texts: the documents, exactly as read (str; never None).
+        tokenizer: a transformers *fast* tokenizer (``tokenizer.is_fast``), e.g. BertTokenizerFast;
+            its character offsets are kept.
+        max_tokens_per_doc: keep at most this many leading tokens of each document (None: all). A
+            text longer than 8 characters per kept token (+ 256) is cut at a whitespace before
+            tokenizing (``cut_before_tokenizing``), so a huge document costs about the cap, not its
+            length; the kept ids are exactly the first ``max_tokens_per_doc`` ids of the whole text.
+        with_offsets: ask the tokenizer for character offsets (only --level token writes them;
+            without, each doc's offsets are an empty (0, 2) array).
+        vocab_rows: the model's embedding rows when the tokenizer has ids beyond them
+            (ModelFacts.vocab_rows): a document whose kept ids use one gets a row error naming the token
+            (beyond_table); None: every id fits, nothing is checked.
+
+    Special-token strings in a text are text: ``split_special_tokens=True`` tokenizes "[SEP]" as
+    the pieces of its characters (the default model: "[", "sep", "]"), so no content id is a control
+    token of the model (transformers' fast tokenizers, ``encode_special_tokens`` of ``tokenizers``).
+
+    Returns:
+        One TokenizedDoc per text, in order, with n_unknown = how many of its n_tokens are the
+        tokenizer's unknown token (``tokenizer.unk_token_id``; 0 for a tokenizer without one): pieces
+        the vocabulary lacks. A literal "[UNK]" in the text is text too, counted only where its own
+        pieces are unknown (the default model: "[", "un", "##k", "]", none unknown).
+        ``n_tokens`` counts the whole text's tokens, except for a text cut before tokenizing: there
+        it counts the tokens of the part tokenized, a lower bound of the whole that is always
+        > max_tokens_per_doc (so the row still reads as truncated), and n_unknown counts within
+        that part. A text that is empty or whitespace-only gets error "empty text"; one whose
+        characters all vanish in the tokenizer's normalisation (control or zero-width characters)
+        gets "no tokens after normalisation" (both have 0 tokens); one whose tokens are all unknown
+        (e.g. emoji only, with an English WordPiece vocabulary) gets "only unknown tokens". A text
+        the tokenizer fails on (a WordPiece vocabulary without its unknown token meeting a word it
+        lacks) gets that failure as its error (tokenizer_failure), and the other texts are tokenized.
+    """
+    unk = tokenizer.unk_token_id
+    failed: dict[int, str] = {}
+
+    def call(batch: list[str], rows: list[int]) -> tuple[list[list[int]], list]:
+        return _encode(tokenizer, batch, rows, with_offsets, failed)
+
+    texts = list(texts)
+    parts = [None] * len(texts) if max_tokens_per_doc is None else \
+        [cut_before_tokenizing(t, max_tokens_per_doc) for t in texts]
+    all_ids, all_offsets = call([t if p is None else p for t, p in zip(texts, parts)], list(range(len(texts))))
+    short = [i for i, p in enumerate(parts) if p is not None and len(all_ids[i]) <= max_tokens_per_doc]
+    if short:  # the part held too few tokens (very long words): tokenize those texts whole
+        ids2, offsets2 = call([texts[i] for i in short], short)
+        for i, ids, offsets in zip(short, ids2, offsets2):
+            all_ids[i], all_offsets[i] = ids, offsets
+    docs = []
+    no_offsets = np.zeros((0, 2), dtype=np.int32)
+    for row, (text, ids, offsets) in enumerate(zip(texts, all_ids, all_offsets)):
+        n = len(ids)
+        ids_arr = np.asarray(ids, dtype=np.int32)
+        n_unknown = int(np.count_nonzero(ids_arr == unk)) if unk is not None else 0
+        off_arr = no_offsets if offsets is None else np.asarray(offsets, dtype=np.int32).reshape(n, 2)
+        if max_tokens_per_doc is not None and n > max_tokens_per_doc:
+            ids_arr, off_arr = ids_arr[:max_tokens_per_doc], off_arr[:max_tokens_per_doc]
+        error = failed.get(row)
+        if error is not None:
+            pass
+        elif vocab_rows is not None and ids_arr.size and int(ids_arr.max()) >= vocab_rows:
+            error = beyond_table(tokenizer, int(ids_arr.max()), vocab_rows)
+        elif n == 0:
+            error = EMPTY_TEXT if not text.strip() else NO_TOKENS
+        elif n_unknown == n:
+            error = ONLY_UNKNOWN
+        docs.append(TokenizedDoc(row=row, ids=ids_arr, offsets=off_arr, n_tokens=n, error=error,
+                                 n_unknown=n_unknown))
+    return docs
