@@ -59,7 +59,22 @@ def _decompressor(kind: str):
     return zstandard.ZstdDecompressor().decompressobj()
 
 
-class _Unpacked:
+class _Wrapper:
+    """A read-only byte stream over the file object ``inner``: closing it closes ``inner``; a context manager."""
+
+    inner: BinaryIO
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _Unpacked(_Wrapper):
     """A decompressed stream that refuses to end early: every read that meets a damaged or cut stream
     raises InputError naming the file and the decompressed byte where it happened.
 
@@ -71,12 +86,12 @@ class _Unpacked:
 
     def __init__(self, path: Path, compression: str):
         self.path, self.kind, self.done, self.produced = path, compression, 0, 0
-        self.raw = path.open("rb")
-        if self.raw.read(1) == b"":
-            self.raw.close()
+        self.inner = path.open("rb")
+        if self.inner.read(1) == b"":
+            self.inner.close()
             raise InputError(f"{path}: the file is empty (0 bytes), not a {_NAMES[compression]} stream; "
                              "the file is cut short: download or copy it again")
-        self.raw.seek(0)
+        self.inner.seek(0)
         self.frame = None
         self.pending = b""
 
@@ -96,7 +111,7 @@ class _Unpacked:
 
     def _fill(self) -> bool:
         """Decompress the next 64 KiB of stored bytes into ``pending``; False at the end of the input."""
-        data = self.raw.read(1 << 16)
+        data = self.inner.read(1 << 16)
         if not data:
             if self.frame is not None and not self.frame.eof:
                 raise EOFError(f"the input ends inside a {_NAMES[self.kind]} stream")
@@ -119,17 +134,8 @@ class _Unpacked:
         return (f"{self.path}: the {_NAMES[self.kind]} stream {what} after decompressed byte {self.produced} "
                 f"({err}); the file is cut short or corrupt, as by an interrupted download or copy: get it again")
 
-    def close(self) -> None:
-        self.raw.close()
 
-    def __enter__(self) -> _Unpacked:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-class _Transcoded:
+class _Transcoded(_Wrapper):
     """A UTF-16 / UTF-32 byte stream as UTF-8 bytes, so that the line splitter (which splits on the
     bytes \\n and \\r) and the offsets of a plan work on it as on any other file."""
 
@@ -147,15 +153,6 @@ class _Transcoded:
                 break
         got, self.buffer = self.buffer[:n], self.buffer[n:]
         return got
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def __enter__(self) -> _Transcoded:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def open_binary(path: Path, compression: str | None, offset: int = 0, encoding: str = "utf-8") -> BinaryIO:
