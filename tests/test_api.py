@@ -156,4 +156,4 @@ def test_import_longbert_beside_a_users_pipeline_py(tiny_model_dir, tmp_path, lo
             "print(json.dumps([pipeline.USER, longbert.stages.__name__, longbert.load_features.__module__, "
             "longbert.LongBertVectorizer.__module__]))\n")
     assert json.loads(_run_python(code, tmp_path)) == [
-        "mine", "_longbert_pipeline", "_longbert_pipeline.features", "_longbert_pipeline.vectorizer"]
+        "mine", "_longbert_pipeline", "_longbert_pipeline.classify.features", "_longbert_pipeline.classify.vectorizer"]
