@@ -4,8 +4,10 @@ Called by pipeline.load for ``--quantize int8``. Weights are int8 per output cha
 quantized per forward batch at run time to the full unsigned 8-bit range (dynamic quantization).
 The kernel is ``torch.ops.onednn.qlinear_pointwise`` on plain uint8/int8 tensors: the op torch.compile's
 x86 int8 path lowers to. It replaces ``torch.ao.quantization.quantize_dynamic`` (and fbgemm's
-quantized tensors), which PyTorch marks as deprecated; torchao's int8 config ran 16x slower than
-float32 on an AVX2 CPU without torch.compile, so it was not taken (docs/hardware.md).
+quantized tensors), which PyTorch marks as deprecated. Measured on an AVX2 CPU (docs/hardware.md):
+fbgemm's ``quantized.linear_dynamic`` op, called directly, is 0-10% faster on one thread but its weights
+must be a quantized tensor, whose creation warns that it is deprecated; torchao 0.18's
+Int8DynamicActivationInt8WeightConfig ran 25x slower than float32 without torch.compile.
 """
 from __future__ import annotations
 
