@@ -55,17 +55,18 @@ def extract_rows(src: Path, args: argparse.Namespace, out: Path) -> list[str]:
             "--threads", str(args.threads), "--no-progress", "--overwrite"]
     one = out / "one.csv"
     one.write_text("id,text\n1,a\n")
-    seconds = {name: [] for name in ROWS}
+    rows = {name: ROWS[name] for name in ["float32", *(n for n in args.rows if n != "float32")]}
+    seconds = {name: [] for name in rows}
     start = []
     for _ in range(args.rounds):  # interleaved: each round runs every row once, so load drifts hit all alike
         start.append(child_cpu(base[:3] + [str(one)] + base[4:] + ["-o", str(out / "one.parquet")]))
-        for name, extra in ROWS.items():
+        for name, extra in rows.items():
             seconds[name].append(child_cpu(base + extra + ["-o", str(out / f"{name}.parquet")]))
     ref = load_features(out / "float32.parquet")[1]
     overhead = min(start)
     f32 = min(seconds["float32"]) - overhead
     lines = []
-    for name, extra in ROWS.items():
+    for name, extra in rows.items():
         meta = json.loads(pq.read_schema(out / f"{name}.parquet").metadata[b"longbert"])
         cos = cosines(ref.astype(np.float64), load_features(out / f"{name}.parquet")[1].astype(np.float64))
         model_s = min(seconds[name]) - overhead
@@ -77,7 +78,8 @@ def extract_rows(src: Path, args: argparse.Namespace, out: Path) -> list[str]:
 
 
 def forward_rows(args: argparse.Namespace) -> list[str]:
-    """The bare forward pass on one batch of ``args.batch`` x ``args.seq`` tokens, three bfloat16 ways."""
+    """The bare forward pass on one batch of ``args.batch`` x ``args.seq`` tokens: three bfloat16 ways,
+    then --quantize int8's model (pipeline.int8)."""
     import copy
 
     import torch
@@ -101,8 +103,11 @@ def forward_rows(args: argparse.Namespace) -> list[str]:
         return best, out.numpy().astype(np.float64)
 
     base_s, ref = timed(model)
+    from pipeline.int8 import quantize_int8
+
     ways = {"float32": (model, None), "weights in bfloat16": (copy.deepcopy(model).to(torch.bfloat16), None),
-            "torch.autocast bfloat16": (model, lambda: torch.autocast("cpu", dtype=torch.bfloat16))}
+            "torch.autocast bfloat16": (model, lambda: torch.autocast("cpu", dtype=torch.bfloat16)),
+            "int8 (`--quantize int8`)": (quantize_int8(copy.deepcopy(model)), None)}
     lines = []
     for name, (m, setup) in ways.items():
         s, vec = timed(m, setup)
@@ -129,6 +134,9 @@ def main() -> None:
     parser.add_argument("--strategy", default="head")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rows", type=lambda v: v.split(","), default=list(ROWS),
+                        help=f"extract rows to run, comma-separated; float32 always runs (default: {','.join(ROWS)})")
+    parser.add_argument("--no-forward", action="store_true", help="skip the bare forward-pass table")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq", type=int, default=512)
     args = parser.parse_args()
@@ -148,7 +156,7 @@ def main() -> None:
              f"Command: `python bench/chip_bench.py {' '.join(sys.argv[1:])}` ({args.docs} documents of "
              f"{args.corpus.name}, `extract --strategy {args.strategy} --threads {args.threads}`, {args.rounds} "
              "rounds interleaved, the fastest; cosines per document to the float32 run).", "", *rows, "",
-             *forward_rows(args), ""]
+             *([] if args.no_forward else forward_rows(args)), ""]
     text = "\n".join(lines)
     print(text)
     RESULTS.write_text(text, encoding="utf-8")

@@ -185,8 +185,10 @@ def test_int8_loads_without_deprecation_warnings(runner, tiny_model_dir, corpus,
         _, f32, _ = _extract(runner, corpus, tmp_path / "a.parquet", "--model", tiny_model_dir)
         _, int8, meta = _extract(runner, corpus, tmp_path / "b.parquet", "--model", tiny_model_dir,
                                  "--quantize", "int8")
+    # PyTorch says "deprecated" in DeprecationWarning, FutureWarning and (quantized tensors) UserWarning
     deprecated = [str(w.message)[:120] for w in caught
-                  if issubclass(w.category, DeprecationWarning) or "deprecated" in str(w.message).lower()]
+                  if issubclass(w.category, (DeprecationWarning, FutureWarning))
+                  or "deprecat" in str(w.message).lower()]
     assert deprecated == []
     assert meta["compute_dtype"] == "int8"
     cos = [float(_cosines(a["features"], b["features"])) for a, b in zip(f32, int8)]
@@ -233,3 +235,30 @@ def test_int8_layer_passes_a_non_finite_input_through():
     x[1, 2] = float("inf")
     y = layer(x)
     assert y.shape == (2, 3) and torch.isfinite(y[0]).all() and not torch.isfinite(y[1]).all()
+
+
+def test_int8_input_quantization_reuses_its_buffers_and_matches_the_formula():
+    """QuantizedInput writes into scratch buffers kept between calls (no fresh 50 MB tensor per layer):
+    the codes equal round-half-up of x / scale + zero clamped to [0, 255], a smaller input reuses the
+    storage, the same tensor object returns the kept result, and a larger one grows the buffers."""
+    from pipeline.int8 import QuantizedInput
+
+    def expected(x):
+        lo, hi = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
+        scale = (hi - lo) / 255.0
+        zero = round(-lo / scale)
+        return torch.floor(x.reshape(-1, x.shape[-1]) / scale + zero + 0.5).clamp(0, 255).to(torch.uint8), scale, zero
+
+    torch.manual_seed(0)
+    shared = QuantizedInput()
+    big, small, bigger = torch.randn(4, 6, 8) * 3, torch.randn(5, 8) + 1, torch.randn(40, 8)
+    q, scale, zero = shared.quantize(big)
+    want, want_scale, want_zero = expected(big)
+    assert q.shape == (24, 8) and (scale, zero) == (pytest.approx(want_scale), want_zero)
+    assert (q.int() - want.int()).abs().max() <= 1  # the one-pass reciprocal may round a tie the other way
+    assert shared.quantize(big)[0] is q                                     # query, key, value: one pass
+    storage = q.untyped_storage().data_ptr()
+    q2, _, _ = shared.quantize(small)
+    assert q2.untyped_storage().data_ptr() == storage and (q2.int() - expected(small)[0].int()).abs().max() <= 1
+    q3, _, _ = shared.quantize(bigger)
+    assert q3.shape == (40, 8) and (q3.int() - expected(bigger)[0].int()).abs().max() <= 1

@@ -4,8 +4,10 @@ Called by pipeline.model.load for ``--quantize int8``. Weights are int8 per outp
 quantized per forward batch at run time to the full unsigned 8-bit range (dynamic quantization).
 The kernel is ``torch.ops.onednn.qlinear_pointwise`` on plain uint8/int8 tensors: the op torch.compile's
 x86 int8 path lowers to. It replaces ``torch.ao.quantization.quantize_dynamic`` (and fbgemm's
-quantized tensors), which PyTorch marks as deprecated; torchao's int8 config ran 16x slower than
-float32 on an AVX2 CPU without torch.compile, so it was not taken (docs/hardware.md).
+quantized tensors), which PyTorch marks as deprecated. Measured on an AVX2 CPU (docs/hardware.md):
+fbgemm's ``quantized.linear_dynamic`` op, called directly, is 0-10% faster on one thread but its weights
+must be a quantized tensor, whose creation warns that it is deprecated; torchao 0.18's
+Int8DynamicActivationInt8WeightConfig ran 25x slower than float32 without torch.compile.
 """
 from __future__ import annotations
 
@@ -20,17 +22,25 @@ from ..errors import ConfigError
 class QuantizedInput:
     """The last input quantized, kept for the next Linear that reads the very same tensor: an attention
     layer's query, key and value projections read one hidden state, so it is quantized once, not three
-    times (the quantization passes cost about as much as the int8 products on an AVX2 CPU)."""
+    times (the quantization passes cost about as much as the int8 products on an AVX2 CPU).
+
+    The passes write into two scratch buffers kept between calls (float32 and uint8, grown to the
+    largest input seen: 5 bytes per input value, 63 MB for 8,192 positions x 1,536). A fresh buffer of
+    that size costs the kernel's page faults on every call: 46 ms against 17 ms for one 8,192 x 1,536
+    input on one AVX2 core, about a tenth of an int8 forward pass (torch.profiler, bundled model)."""
 
     def __init__(self):
         self.source: Tensor | None = None
         self.result: tuple[Tensor, float, int] | None = None
+        self.floats = torch.empty(0)                        # (capacity,) float32 scratch
+        self.codes = torch.empty(0, dtype=torch.uint8)      # (capacity,) uint8: the result's storage
 
     def quantize(self, x: Tensor) -> tuple[Tensor, float, int] | None:
         """(..., k) float -> ((m, k) uint8, scale, zero point), m = x.numel() / k: x ~ scale * (q - zero),
         q in [0, 255], one scale for the whole tensor covering [min(x, 0), max(x, 0)]. The same tensor
         object again (held here, so its id cannot be reused) returns the kept result. None when x holds
-        a non-finite value (no scale exists; the caller computes in float32)."""
+        a non-finite value (no scale exists; the caller computes in float32). The uint8 result is a view
+        of the scratch buffer: valid until the next call with another tensor."""
         if self.source is x and self.result is not None:
             return self.result
         flat = x.reshape(-1, x.shape[-1])                                        # (m, k)
@@ -40,8 +50,15 @@ class QuantizedInput:
             return None
         scale = max((hi - lo) / 255.0, 1e-12)
         zero = round(-lo / scale)
-        # + 0.5, then the cast truncates: round half up, in 4 passes over the tensor (not 6)
-        q = flat.float().mul(1.0 / scale).add_(zero + 0.5).clamp_(0.0, 255.0).to(torch.uint8)
+        if self.codes.numel() < flat.numel():
+            self.source = self.result = None  # the old result's storage goes with the old buffer
+            self.floats = torch.empty(flat.numel())
+            self.codes = torch.empty(flat.numel(), dtype=torch.uint8)
+        buf = self.floats[:flat.numel()].view(flat.shape)
+        q = self.codes[:flat.numel()].view(flat.shape)
+        # + 0.5, then the cast truncates: round half up, in 4 passes over the tensor, none allocating
+        torch.mul(flat, 1.0 / scale, out=buf).add_(zero + 0.5).clamp_(0.0, 255.0)
+        q.copy_(buf)
         self.source, self.result = x, (q, scale, zero)
         return self.result
 
