@@ -79,7 +79,7 @@ def extract_rows(src: Path, args: argparse.Namespace, out: Path) -> list[str]:
 
 def forward_rows(args: argparse.Namespace) -> list[str]:
     """The bare forward pass on one batch of ``args.batch`` x ``args.seq`` tokens: three bfloat16 ways,
-    then --quantize int8's model (pipeline.int8)."""
+    then --quantize int8's model (pipeline.model.int8)."""
     import copy
 
     import torch
@@ -103,7 +103,7 @@ def forward_rows(args: argparse.Namespace) -> list[str]:
         return best, out.numpy().astype(np.float64)
 
     base_s, ref = timed(model)
-    from pipeline.int8 import quantize_int8
+    from pipeline.model.int8 import quantize_int8
 
     ways = {"float32": (model, None), "weights in bfloat16": (copy.deepcopy(model).to(torch.bfloat16), None),
             "torch.autocast bfloat16": (model, lambda: torch.autocast("cpu", dtype=torch.bfloat16)),

@@ -241,7 +241,7 @@ def test_int8_input_quantization_reuses_its_buffers_and_matches_the_formula():
     """QuantizedInput writes into scratch buffers kept between calls (no fresh 50 MB tensor per layer):
     the codes equal round-half-up of x / scale + zero clamped to [0, 255], a smaller input reuses the
     storage, the same tensor object returns the kept result, and a larger one grows the buffers."""
-    from pipeline.int8 import QuantizedInput
+    from pipeline.model.int8 import QuantizedInput
 
     def expected(x):
         lo, hi = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
