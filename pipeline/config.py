@@ -12,7 +12,6 @@ from typing import Any, Literal
 from .config_file import coerce, load_yaml
 from .errors import ConfigError
 from .paths import expand_user
-from .schema import check_keep_cols
 from .features_config import (AGGREGATES, LAYER_AGGS, POOLINGS, SHORTHAND, STRATEGIES, Feature, Pooling,  # noqa: F401
                               Strategy, check_aggregate, check_choice, compact_layers, feature_fault, fold_features,
                               format_layers, parse_feature, parse_layers, window_dim)
@@ -345,6 +344,7 @@ class PipelineConfig:
             raise ConfigError("a run needs at least one feature; give --feature or --strategy/--pooling")
         if self.pool.level == "window" and self.ray.engine == "ray":  # the Ray writer counts a row per document
             raise ConfigError("--level window runs on the local engine only; drop --engine ray")
+        from .schema import check_keep_cols   # here, not on import: pyarrow stays out of `--help`
         check_keep_cols(self)
 
     def feature_list(self) -> tuple[Feature, ...]:
