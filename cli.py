@@ -15,9 +15,9 @@ from pipeline.config import PipelineConfig
 from pipeline.errors import PipelineError
 
 # At exit, Python's last garbage collections walk every object torch and transformers made (about 1.2 CPU
-# s after a one-row extract on a 2-core AVX2 EPYC); frozen, they are skipped. Registered first, this runs
-# after every other exit handler, when the output is written and closed; the process then ends without
-# the cycle collection (objects outside cycles are still freed as the modules are cleared).
+# s after a one-row extract on a 2-core AVX2 EPYC); frozen, they are skipped. Registered on import, before
+# torch and transformers register theirs, it runs after them, when the output is written and closed; the
+# process then ends without the cycle collection (objects outside cycles are still freed as modules clear).
 atexit.register(gc.freeze)
 
 
