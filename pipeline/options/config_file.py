@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..errors import ConfigError
 from .features_config import parse_layers
 from .paths import expand_user
@@ -36,6 +34,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     Raises:
         ConfigError: the file is missing, not YAML, or not a mapping of option names.
     """
+    import yaml   # here, not on import: only a run with --config reads YAML
+
     path = Path(expand_user(str(path), "--config"))
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))

@@ -265,3 +265,19 @@ def check_aggregate(value: str) -> str:
         raise ConfigError(f"--aggregate={value!r} repeats {', '.join(repeated)}; name each part once, "
                           "e.g. first,last,mean,max")
     return ",".join(parts)
+
+
+def check_late(chunk_tokens: int, overlap: int, max_length: int | None) -> None:
+    """Check late's options: chunk_tokens >= 1, overlap in [0, C) for windows of C = max_length - 2.
+
+    Raises:
+        ConfigError: naming the option and the fix. ``max_length`` None checks only what needs no model.
+    """
+    if chunk_tokens < 1:
+        raise ConfigError(f"--chunk-tokens={chunk_tokens} must be >= 1 (content tokens per late chunk)")
+    if overlap < 0:
+        raise ConfigError(f"--overlap={overlap} must be >= 0")
+    if max_length is not None and not overlap < max_length - 2:
+        c = max_length - 2
+        raise ConfigError(f"--overlap={overlap} must be in [0, {c}) for late's windows of {c} content tokens "
+                          f"(max_length {max_length} - [CLS] - [SEP]); lower --overlap (late's default is 256)")
