@@ -12,7 +12,10 @@ import click
 
 from pipeline.options.cli_options import EXTRACT_GROUPS, PROBE_GROUPS, PROBE_IGNORES, STATS_USES, option_groups, param_names
 from pipeline.options.config import PipelineConfig
+from pipeline.engine.feed import passive_omp_wait
 from pipeline.errors import PipelineError
+
+passive_omp_wait()  # before torch is imported: pipeline.engine.feed says why
 
 # At exit, Python's last garbage collections walk every object torch and transformers made (about 1.2 CPU
 # s after a one-row extract on a 2-core AVX2 EPYC); frozen, they are skipped. Registered on import, before

@@ -207,6 +207,9 @@ def work_feeder(args) -> dict:
 def worker_main(args) -> None:
     import warnings
 
+    from pipeline.engine.feed import passive_omp_wait
+
+    passive_omp_wait()   # as the command line does, before torch is imported
     warnings.simplefilter("ignore")
     if args.cores == 1:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})

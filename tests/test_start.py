@@ -80,3 +80,15 @@ def test_paused_gc_restores_the_collector_state():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_the_command_line_lets_openmp_threads_sleep():
+    """The CLI sets OMP_WAIT_POLICY=PASSIVE before torch starts OpenMP, and keeps a value the user set."""
+    code = "import os, sys; sys.argv = ['longbert']; import cli; print(os.environ.get('OMP_WAIT_POLICY'))"
+    for given, expected in ((None, "PASSIVE"), ("ACTIVE", "ACTIVE")):
+        env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+        if given is not None:
+            env["OMP_WAIT_POLICY"] = given
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                              env={**env, "PYTHONPATH": str(ROOT)})
+        assert proc.stdout.strip() == expected, proc.stderr
