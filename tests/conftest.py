@@ -130,10 +130,3 @@ def pipe(tiny_model_dir):
     """The built-in stages on the tiny BERT: chunk windows of 14 content tokens (STAGE_ML)."""
     import longbert
     return longbert.Pipeline.from_options(model=str(tiny_model_dir), strategy="chunk", max_length=STAGE_ML)
-
-
-def window_states(model, ids: list[int]) -> torch.Tensor:
-    """(seq, h) last hidden state of one unpadded window, straight from transformers."""
-    with torch.no_grad():
-        t = torch.tensor([ids])
-        return model(input_ids=t, attention_mask=torch.ones_like(t), token_type_ids=torch.zeros_like(t)).last_hidden_state[0]

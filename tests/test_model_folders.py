@@ -39,6 +39,18 @@ def one_line(result) -> str:
     return " ".join(result.output.split())
 
 
+def case_rows(runner, tmp_path: Path, script: str, model_name: str, csv: str) -> tuple[Path, list[dict]]:
+    """The shared case's model made by its script in tmp_path, then its CSV extracted with it (exit 0, no
+    traceback): (the model folder, the output rows)."""
+    run_case_script(script, tmp_path)
+    model = tmp_path / model_name
+    out = tmp_path / "o.parquet"
+    result = extract(runner, CASES / csv, model, out)
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    return model, pq.read_table(out).to_pylist()
+
+
 def direct_mean(model_dir: Path, text: str) -> np.ndarray:
     """Mean of the last hidden states over [CLS] text [SEP], straight from transformers (eager)."""
     model = AutoModel.from_pretrained(model_dir, attn_implementation="eager").eval()
@@ -51,13 +63,7 @@ def direct_mean(model_dir: Path, text: str) -> np.ndarray:
 # ---------------------------------------------------------------- B46: a token beyond the embedding table
 
 def test_b46_only_the_row_with_the_added_token_gets_a_row_error(runner, tmp_path):
-    run_case_script("B46.make_model.py", tmp_path)
-    model = tmp_path / "bert_added_token"
-    out = tmp_path / "o.parquet"
-    result = extract(runner, CASES / "B46.csv", model, out)
-    assert result.exit_code == 0, result.output
-    assert "Traceback" not in result.output
-    table = pq.read_table(out).to_pylist()
+    model, table = case_rows(runner, tmp_path, "B46.make_model.py", "bert_added_token", "B46.csv")
     assert [r["id"] for r in table] == ["1", "2", "3"]
     assert table[1]["features"] is None
     assert table[1]["error"] == ("token 'covid19' (id 30522) is beyond the model's embedding table of 30,522 rows: "
@@ -132,12 +138,7 @@ def test_b47_whole_checkpoint_runs(runner, tmp_path, b47):
 # ---------------------------------------------------------------- B48: WordPiece without [UNK]
 
 def test_b48_wordpiece_without_unk_gives_a_row_error_for_the_unknown_word_only(runner, tmp_path):
-    run_case_script("B48.make_model.py", tmp_path)
-    model = tmp_path / "wordpiece_no_unk"
-    out = tmp_path / "o.parquet"
-    result = extract(runner, CASES / "B48.csv", model, out)
-    assert result.exit_code == 0, result.output
-    rows = pq.read_table(out).to_pylist()
+    model, rows = case_rows(runner, tmp_path, "B48.make_model.py", "wordpiece_no_unk", "B48.csv")
     assert [r["id"] for r in rows] == ["1", "2", "3"]
     assert rows[1]["features"] is None and rows[1]["n_tokens"] == 0
     assert rows[1]["error"] == ("the tokenizer failed on this text (WordPiece error: Missing [UNK] token from the "
