@@ -150,7 +150,7 @@ def stats(inputs: tuple[str, ...], config_file: Path | None, plot: Path | None,
         longbert stats examples/corpus.csv --plot out/stats.png
     """
     from pipeline.options.option_warnings import no_effect_warnings
-    from pipeline.text.stats import corpus_stats, format_stats, plot_stats
+    from pipeline.engine.stats import corpus_stats, format_stats, plot_stats
     try:
         cfg = _build(config_file=config_file, inputs=inputs, **options)
         plot = _expand_plot(plot)

@@ -28,14 +28,20 @@ _PRIVATE_NAME = "_longbert_pipeline"
 
 __all__ = ["encode", "load_features", "LongBertVectorizer", "PipelineConfig", "PipelineError", "ConfigError",
            "InputError", "ModelError", "RunError", "TextError", "TextsTypeError", "stages", "Batch", "Pipeline", "read", "pool",
-           "aggregate", "save_features"]
+           "aggregate", "save_features", "Stage", "Tokenize", "Segment", "Dedup", "Encode", "Aggregate", "TokenAggregate",
+           "WindowAggregate", "Rows", "TokenRows", "WindowRows"]
 
 # public name -> (module of the stages package, attribute): loaded on first use
 _LAZY = {"encode": ("classify.vectorizer", "encode"), "LongBertVectorizer": ("classify.vectorizer", "LongBertVectorizer"),
-         "TextError": ("text.texts", "TextError"), "TextsTypeError": ("text.texts", "TextsTypeError"),
-         "load_features": ("classify.features", "load_features"), "Batch": ("engine.batch", "Batch"),
+         "TextError": ("errors", "TextError"), "TextsTypeError": ("errors", "TextsTypeError"),
+         "load_features": ("classify.features", "load_features"), "Batch": ("batch", "Batch"),
          "Pipeline": ("engine.compose", "Pipeline"), "read": ("api", "read"), "pool": ("api", "pool"),
-         "save_features": ("api", "save_features"), "aggregate": ("output.aggregate", "aggregate_rows")}
+         "save_features": ("api", "save_features"), "aggregate": ("output.aggregate", "aggregate_rows"),
+         "Stage": ("stage", "Stage"), "Tokenize": ("text.tokenize", "Tokenize"), "Segment": ("text.segment", "Segment"),
+         "Dedup": ("text.dedup", "Dedup"), "Encode": ("cache.encode_stage", "Encode"),
+         "Aggregate": ("output.aggregate", "Aggregate"), "TokenAggregate": ("output.aggregate", "TokenAggregate"),
+         "WindowAggregate": ("output.aggregate", "WindowAggregate"), "Rows": ("output.rows", "Rows"),
+         "TokenRows": ("output.rows", "TokenRows"), "WindowRows": ("output.rows", "WindowRows")}
 
 
 def _is_ours(origin: str | None) -> bool:
@@ -107,4 +113,4 @@ if not any(isinstance(f, _StageModules) for f in sys.meta_path):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(__all__)

@@ -81,7 +81,7 @@ def store_share(texts: list[str], strategy: str) -> tuple[float, float, int]:
     """In this process, a cold run's blocks with a new store: (seconds in all blocks, seconds of those in
     the store's lookups and puts, windows). The store's own cost, apart from the machine's load."""
     import pipeline.cache.window_cache as wc
-    from pipeline.engine.compose import Extractor
+    from pipeline.engine.compose import Pipeline
     from pipeline.options.config import PipelineConfig
     from pipeline.read import block_from_texts
 
@@ -96,11 +96,12 @@ def store_share(texts: list[str], strategy: str) -> tuple[float, float, int]:
             finally:
                 spent[0] += time.perf_counter() - t
         setattr(wc.WindowCache, name, timed)
-    extractor = Extractor(PipelineConfig.from_options(strategy=strategy, cache=tempfile.mkdtemp(), progress=False))
+    pipe = Pipeline.from_config(PipelineConfig.from_options(strategy=strategy, cache=tempfile.mkdtemp(), progress=False))
+    pipe.encode_stage().load()
     started = time.perf_counter()
-    for start in range(0, len(texts), 256):
-        extractor(block_from_texts(texts[start:start + 256]))
-    return time.perf_counter() - started, spent[0], extractor.stats.windows
+    blocks = (block_from_texts(texts[start:start + 256]) for start in range(0, len(texts), 256))
+    windows = sum(out.counts.windows for out in pipe.map(blocks))
+    return time.perf_counter() - started, spent[0], windows
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -91,6 +91,7 @@ class Clock:
         self.seconds: dict[str, float] = defaultdict(float)
         self.cpu: dict[str, float] = defaultdict(float)
         self.lock = threading.Lock()
+        self.encode = None   # the timed pipeline's encode stage (timed_pipeline)
 
     def timed(self, fn, stage: str):
         """``fn`` as a timed call of itself: its seconds are added to ``stage``."""
@@ -152,21 +153,23 @@ def work_raw(args) -> dict:
 def timed_pipeline(clock: Clock, cfg, stub: bool = True):
     """The built-in pipeline for ``cfg`` with each stage timed (``pipe.replace``), its weights loaded and,
     with ``stub``, the model's forward pass replaced by ZeroModel. Reading and writing are not stages: the
-    run's read_block, scan and the file sink are timed where pipeline.engine.run calls them. bench/gpu_bench.py
-    uses it without the stub."""
+    run's read_block, scan and the file sink are timed where the local engine calls them. bench/gpu_bench.py
+    uses it without the stub (``clock.encode``: the encode stage, its encoder hooked there)."""
+    import pipeline.engine.compose as compose
     import pipeline.engine.run as run
     import pipeline.output.write as write
     from pipeline.engine.compose import Pipeline
 
-    for owner, name, stage in ((run, "scan", "scan"), (run, "read_block", "read"), (write.FileSink, "write", "write"),
+    for owner, name, stage in ((run, "scan", "scan"), (compose, "read_block", "read"), (write.FileSink, "write", "write"),
                                (write.FileSink, "commit", "write")):
         clock.wrap(owner, name, stage)
     pipe = Pipeline.from_config(cfg)
+    clock.encode = encode = pipe.encode_stage()   # the stage itself, before the timing wrappers hide it
     for name in pipe.names:
         pipe = pipe.replace(name, clock.timed(pipe[name], name))
-    clock.timed(pipe.context.load, "model load")()
+    clock.timed(encode.load, "model load")()
     if stub:
-        encoder = pipe.context.encoder
+        encoder = encode.encoder
         encoder.model = ZeroModel(encoder.model)   # Encoder._run hands self.model to _forward, which calls it
         clock.wrap(ZeroModel, "__call__", "forward stub")
     return pipe

@@ -145,7 +145,7 @@ def work_embed(args) -> dict:
     import transformers.models.bert.modeling_bert  # noqa: F401 - imported before the clock
     t0 = time.perf_counter()
     pipe = feeder.timed_pipeline(clock, cfg, stub=False)
-    encoder = pipe.context.encoder
+    encoder = clock.encode.encoder
 
     def before(_module, _args, _kwargs):
         marks["t"] = time.perf_counter()

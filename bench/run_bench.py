@@ -283,13 +283,14 @@ def work_ceiling(args: argparse.Namespace) -> Result:
     import numpy as np
     import torch
 
-    from pipeline.engine.compose import Extractor
+    from pipeline.engine.compose import Pipeline
     from pipeline.model.encode import plan_batches
     from pipeline.read import read_block, scan
 
     cfg = _ours_config(args.csv, str(Path(args.workdir) / "unused.parquet"), "head", "none")
-    ext = Extractor(cfg)
-    model, pad = ext.encoder.model, ext.encoder.pad_id
+    ext = Pipeline.from_config(cfg)
+    encoder = ext.encode_stage().encoder
+    model, pad = encoder.model, encoder.pad_id
     batches: list[tuple[torch.Tensor, torch.Tensor]] = []
     n_docs = n_windows = n_tokens = 0
     for block in map(read_block, scan(ext.cfg.read).blocks):

@@ -1,8 +1,8 @@
 """longbert's stages package: read, then the stages tokenize, segment, dedup, encode, aggregate, rows
-(pipeline.engine.stages, chained by pipeline.engine.compose.Pipeline), then write. Users import ``longbert``.
+(each in its phase's sub-package, chained by pipeline.engine.compose.Pipeline), then write. Users import ``longbert``.
 
-Entry points here: ``run`` (the local engine), ``Extractor`` (the whole block function, for the
-engines), ``load_features`` (parquet -> numpy) and ``LongBertVectorizer`` (scikit-learn).
+Entry points here: ``run`` (the local engine), ``load_features`` (parquet -> numpy) and
+``LongBertVectorizer`` (scikit-learn).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from .options.config import PipelineConfig
 from .errors import ConfigError, InputError, ModelError, PipelineError, RunError
 
 __all__ = ["PipelineConfig", "PipelineError", "ConfigError", "InputError", "ModelError", "RunError",
-           "run", "Extractor", "load_features", "LongBertVectorizer"]
+           "run", "load_features", "LongBertVectorizer"]
 
 
 def __getattr__(name: str):
@@ -18,9 +18,6 @@ def __getattr__(name: str):
     if name == "run":
         from .engine.compose import run
         return run
-    if name == "Extractor":
-        from .engine.compose import Extractor
-        return Extractor
     if name == "load_features":
         from .classify.features import load_features
         return load_features

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .engine.batch import Batch
+from .batch import Batch
 from .options.config import PipelineConfig, PoolConfig, ReadConfig, option_sections
 from .options.features_config import POOLINGS
 from .options.config_file import coerce

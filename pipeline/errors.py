@@ -24,6 +24,20 @@ class InputError(PipelineError):
     exit_code = 2
 
 
+class TextError(InputError, ValueError):
+    """A text that cannot be embedded (empty, not a string, non-finite result).
+
+    A ValueError too, so scikit-learn code that catches ValueError for bad input catches it.
+    """
+
+
+class TextsTypeError(TextError, TypeError):
+    """The texts are not a list of texts (a bare string, a dict, a generator, a frame of two columns...).
+
+    A TypeError; also a TextError (so an InputError and a ValueError), as a bare string was before.
+    """
+
+
 class ModelError(PipelineError):
     """The model or tokenizer cannot be loaded as asked (not found, pickle-only, no pooler). Exit 2."""
 

@@ -112,7 +112,7 @@ def test_vectorizer_clones_and_folds_reuse_one_loaded_model(tiny_model_dir, load
     vec.transform(TEXTS)
     clone(vec).transform(TEXTS)
     assert len(loads) == 2 and loads[1].dtype == "bfloat16"
-    assert set(vectorizer_mod._LOADED) == {"key", "tokenizer", "model", "extractor"}  # one model held
+    assert set(vectorizer_mod._LOADED) == {"key", "tokenizer", "model", "pipeline"}  # one model held
 
 
 def test_vectorizer_extract_options_equal_extract(runner, tiny_model_dir, tmp_path, loads):

@@ -22,7 +22,7 @@ from pipeline.options.features_config import STRATEGIES
 from pipeline.errors import InputError
 from pipeline.classify.features import features_matrix, load_features
 from pipeline.classify.probe_files import format_probe, probe_files
-from pipeline.text.stats import corpus_stats, format_stats
+from pipeline.engine.stats import corpus_stats, format_stats
 from pipeline.classify.vectorizer import LongBertVectorizer
 from pipeline.types import ModelFacts
 from pipeline.output.schema import output_schema
@@ -241,7 +241,7 @@ def test_stats_cli_plot_measured_speed_and_unusable_strategy(runner, tiny_model_
 
 
 def test_stats_plot_draws_lengths_windows_and_time(tiny_model_dir, tmp_path):
-    from pipeline.text.stats import plot_stats
+    from pipeline.engine.stats import plot_stats
 
     src = write_csv(tmp_path / "in.csv", [{"text": words(n, i)} for i, n in enumerate(LENGTHS)])
     cfg = PipelineConfig.from_options(inputs=(str(src),), model=str(tiny_model_dir), max_length=ML, head_tokens=4,

@@ -1,4 +1,4 @@
-"""Issue 19: the parallel feeder (pipeline.engine.feed.ordered_map behind pipeline.engine.run.prefetch) keeps input order,
+"""The parallel feeder (pipeline.engine.feed.ordered_map behind Pipeline.map) keeps input order,
 gives exactly the single-thread result, and prepares a bounded number of blocks ahead."""
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pyarrow.parquet as pq
 import pytest
 
 import pipeline.engine.compose as compose_mod
-import pipeline.engine.run as run_mod
 from pipeline.options.config import PipelineConfig
 from pipeline.engine.feed import ordered_map
 from tests.conftest import words, write_csv
@@ -46,23 +45,25 @@ def test_ordered_map_raises_the_failing_items_error_in_its_turn():
 
 
 @pytest.mark.parametrize("workers", [1, 3])
-def test_prefetch_prepares_at_most_workers_blocks_ahead(monkeypatch, workers):
-    """A fake prepare counts the blocks started; while the consumer holds block k, exactly
+def test_map_prepares_at_most_workers_blocks_ahead(workers):
+    """A stage before encode counts the blocks started; while the consumer holds block k, exactly
     min(k + 1 + workers, n) have started (the queue fills), never more (it is bounded)."""
+    from pipeline.batch import Batch
+    from pipeline.engine.compose import Pipeline
+
     n = 12
     started: list[int] = []
     lock = threading.Lock()
-    monkeypatch.setattr(run_mod, "read_block", lambda spec: spec)
-    monkeypatch.setattr(run_mod, "feed_workers", lambda: workers)
 
-    def prepare(batch):   # the run hands each block to the stages as Batch(rows=read_block(spec))
+    def count(batch):
         with lock:
-            started.append(batch.rows)
-        return f"prepared {batch.rows}"
+            started.append(int(batch.ids[0]))
+        return batch
 
+    blocks = [Batch.from_texts(["x"], ids=[str(k)]) for k in range(n)]
     seen = []
-    for k, (spec, prepared) in enumerate(run_mod.prefetch(list(range(n)), prepare)):
-        assert (spec, prepared) == (k, f"prepared {k}")
+    for k, out in enumerate(Pipeline([count]).map(blocks, workers=workers)):
+        assert out.ids == [str(k)]
         expected = min(k + 1 + workers, n)
         deadline = time.monotonic() + 10.0
         while len(started) < expected and time.monotonic() < deadline:
@@ -81,7 +82,7 @@ def test_parallel_feeder_equals_single_thread_run(tmp_path, tiny_model_dir, monk
     csv_path = write_csv(tmp_path / "in.csv", rows)
     tables = {}
     for workers in (1, 4):
-        monkeypatch.setattr(run_mod, "feed_workers", lambda w=workers: w)
+        monkeypatch.setattr(compose_mod, "feed_workers", lambda w=workers: w)
         out = tmp_path / f"out{workers}.parquet"
         cfg = PipelineConfig.from_options(inputs=(str(csv_path),), id_col="id", model=str(tiny_model_dir),
                                           strategy="chunk", block_rows=7, progress=False, output=str(out))

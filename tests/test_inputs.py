@@ -253,7 +253,7 @@ def test_half_precision_overflow_is_recomputed_in_float32(tiny_model_dir, tmp_pa
     import torch
     from transformers import BertModel
 
-    from pipeline.engine.compose import Extractor
+    from pipeline.engine.compose import Pipeline
     from pipeline.read import block_from_texts
     folder = tmp_path / "overflowing"
     shutil.copytree(tiny_model_dir, folder)
@@ -263,31 +263,31 @@ def test_half_precision_overflow_is_recomputed_in_float32(tiny_model_dir, tmp_pa
         layer.intermediate.dense.bias.fill_(10.0)
         layer.output.dense.weight.mul_(30000.0 / float(layer.output.dense.weight.abs().max()))
     model.save_pretrained(folder)
-    ext = Extractor(PipelineConfig.from_options(model=str(folder), dtype="float16", pooling="mean"))
-    ref = Extractor(PipelineConfig.from_options(model=str(folder), pooling="mean"))
+    ext = Pipeline.from_config(PipelineConfig.from_options(model=str(folder), dtype="float16", pooling="mean"))
+    ref = Pipeline.from_config(PipelineConfig.from_options(model=str(folder), pooling="mean"))
     out = ext(block_from_texts(["w1 w2 w3", "w4"]))
     expected = ref(block_from_texts(["w1 w2 w3", "w4"]))
     feats = np.stack(out.column("features").to_pylist())
-    assert np.isfinite(feats).all() and ext.encoder.stats.fp32_recomputed >= 1
+    assert np.isfinite(feats).all() and ext["encode"].encoder.stats.fp32_recomputed >= 1
     np.testing.assert_allclose(feats, np.stack(expected.column("features").to_pylist()), atol=1e-5)
 
 
 def test_out_of_memory_splits_the_batch(tiny_model_dir, monkeypatch):
     import torch
 
-    from pipeline.engine.compose import Extractor
+    from pipeline.engine.compose import Pipeline
     from pipeline.read import block_from_texts
-    ext = Extractor(PipelineConfig.from_options(model=str(tiny_model_dir), batch_size=8))
+    ext = Pipeline.from_config(PipelineConfig.from_options(model=str(tiny_model_dir), batch_size=8))
     texts = [words(n) for n in (5, 9, 12, 3)]
     expected = np.stack(ext(block_from_texts(texts)).column("features").to_pylist())
-    real = ext.encoder._forward
+    real = ext["encode"].encoder._forward
 
     def flaky(model, windows, batch, *args):
         if len(batch) > 1:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return real(model, windows, batch, *args)
 
-    monkeypatch.setattr(ext.encoder, "_forward", flaky)
+    monkeypatch.setattr(ext["encode"].encoder, "_forward", flaky)
     got = np.stack(ext(block_from_texts(texts)).column("features").to_pylist())
     np.testing.assert_allclose(got, expected, atol=1e-5)
-    assert ext.encoder.stats.oom_splits == 3
+    assert ext["encode"].encoder.stats.oom_splits == 3

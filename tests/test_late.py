@@ -217,7 +217,7 @@ def test_encode_and_the_vectorizer_take_late(tiny_model_dir, tmp_path, runner):
 
 def test_stats_counts_late_windows(runner, tiny_model_dir, tmp_path):
     from pipeline.options.config import PipelineConfig
-    from pipeline.text.stats import strategy_cost
+    from pipeline.engine.stats import strategy_cost
     from pipeline.text.segment import window_spans  # noqa: F401 - the rule strategy_cost applies
 
     seg = PipelineConfig.from_options(strategy="late", max_length=ML, overlap=OVERLAP).segment

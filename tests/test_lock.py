@@ -22,7 +22,7 @@ from conftest import invoke, words, write_csv
 
 import pipeline.engine.block as block
 import pipeline.engine.run as run_module
-from pipeline.engine.stages import Context
+from pipeline.cache.encode_stage import Encode
 from pipeline.output.durable import os_cause
 from pipeline.errors import RunError
 from pipeline.output.lock import acquire, lock_path
@@ -127,7 +127,7 @@ def test_resume_refusal_names_the_option_that_differs_before_the_model_loads(run
     out = f"{tmp_path / 'parts'}/"
     assert invoke(runner, ["extract", src, "--model", tiny_model_dir, "--no-progress", "--strategy", "head",
                            "-o", out]).exit_code == 0
-    monkeypatch.setattr(Context, "load", lambda self: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(Encode, "load", lambda self: pytest.fail("the model was loaded"))
     result = invoke(runner, ["extract", src, "--model", tiny_model_dir, "--strategy", "chunk", "--resume", "-o", out])
     assert result.exit_code == 2
     assert (f"--resume: the options differ from the run that wrote {tmp_path / 'parts'} (--strategy: 'head' then, "

@@ -217,14 +217,14 @@ def test_duplicate_documents_share_a_pass(runner, tiny_model_dir, tmp_path, enco
 
 @pytest.mark.parametrize("layers,depth", [("-2", 1), ("0", 1), ("1,-3", 1), ("-1", 2), ("-2,-1", 2)])
 def test_early_layer_stop_equals_the_full_pass(runner, tiny_model_dir, tiny_bert, tmp_path, layers, depth):
-    from pipeline.engine.compose import Extractor
+    from pipeline.engine.compose import Pipeline
 
     model, tok = tiny_bert
     text = words(11)
     cfg = PipelineConfig.from_options(model=str(tiny_model_dir), max_length=ML, pooling="mean", layers=layers)
-    extractor = Extractor(cfg)
-    assert len(extractor.encoder.model.encoder.layer) == depth
-    assert (extractor.encoder.model.pooler is None) == (depth < 2)
+    encoder = Pipeline.from_config(cfg)["encode"].encoder
+    assert len(encoder.model.encoder.layer) == depth
+    assert (encoder.model.pooler is None) == (depth < 2)
     df = read_features(run_extract(runner, tiny_model_dir, tmp_path, [text], "--pooling", "mean",
                                    f"--layers={layers}")[0])
     ids = torch.tensor([[tok.cls_token_id, *tok(text, add_special_tokens=False)["input_ids"], tok.sep_token_id]])

@@ -170,7 +170,7 @@ def test_windows_without_the_model(pipe, tiny_bert):
     _, tok = tiny_bert
     texts = [words(30), words(3, 5)]
     batch = pipe.prepare(longbert.Batch.from_texts(texts))
-    assert not pipe.context.loaded
+    assert not pipe["encode"].loaded
     wins = batch.windows["chunk"]
     assert [(w.doc, w.spans) for w in wins] == [(0, ((0, 14),)), (0, ((14, 28),)), (0, ((28, 30),)), (1, ((0, 3),))]
     ids = tok(texts[0], add_special_tokens=False)["input_ids"]

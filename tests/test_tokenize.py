@@ -11,7 +11,7 @@ def test_tokenize_stage_gives_the_tokenizers_content_ids(pipe, tiny_bert):
     _, tok = tiny_bert
     texts = [words(37), "w1 [SEP] w2", "   "]
     batch = pipe["tokenize"](longbert.Batch.from_texts(texts))
-    assert not pipe.context.loaded   # no weights for the stages before encode
+    assert not pipe["encode"].loaded   # no weights for the stages before encode
     for doc, text in zip(batch.docs[:2], texts):
         expected = tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         assert doc.ids.tolist() == expected and doc.n_tokens == len(expected) and doc.error is None

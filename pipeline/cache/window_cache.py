@@ -1,7 +1,7 @@
 """The run's side of the window store (``--cache DIR``): a block's unique windows are looked up in the
 store, only the missing ones are encoded, and those are added.
 
-Called by the encode stage (pipeline.engine.stages.Encode, after de-duplication) on every engine, so extract
+Used by the encode stage (pipeline.cache.encode_stage.Encode, after de-duplication) on every engine, so extract
 (local and Ray), probe, ``LongBertVectorizer`` and ``longbert.encode`` share one behaviour; the
 store itself is pipeline.cache.store.
 

@@ -87,33 +87,35 @@ PROBE_AGGREGATES = {"mean": (0,), "mean,max": (0, 3), "first,last,mean,max": (1,
 MULTI_WINDOW = ("chunk", "sliding", "late")
 
 
-def _extract_sample(extractor, texts: list[str], picked: np.ndarray, rows: int, progress: bool):
-    """Run the block function over the sample, ``rows`` documents a block, with extract's progress bar.
+def _extract_sample(pipe, texts: list[str], picked: np.ndarray, rows: int, progress: bool):
+    """Run the pipeline over the sample (``Pipeline.map``), ``rows`` documents a block, with extract's progress bar.
 
     Returns:
         ({feature column: (N, k x D) float32, the PROBE_PARTS a feature needs: all four for chunk and
         sliding, the mean alone (k = 1) otherwise; rows with an error hold zeros}, n_tokens per
-        document, error per document, unknown tokens in all).
+        document, error per document, the run's pipeline.counts.BlockCounts).
     """
     import pyarrow as pa
 
+    from ..counts import BlockCounts
     from ..engine.progress import progress_bar
     from ..engine.run import BatchProgress
 
     keep = {name: dim if f.strategy in MULTI_WINDOW else dim // len(PROBE_PARTS)
-            for f, (name, dim) in zip(extractor.features, extractor.columns)}
+            for f, (name, dim) in zip(pipe.resolution().features, pipe.resolution().columns)}
     columns: dict[str, list] = {name: [] for name in keep}
-    n_tokens, errors, unknown = [], [], 0
+    n_tokens, errors, totals = [], [], BlockCounts()
     bar = progress_bar(len(texts), 0, progress)
     tracker = BatchProgress(bar)
-    extractor.encoder.on_batch = tracker.batch
+    pipe.encode_stage().encoder.on_batch = tracker.batch
+    blocks = (pa.table({"id": pa.array(picked[start:start + rows], type=pa.int64()),
+                        "text": pa.array(texts[start:start + rows], type=pa.string())})
+              for start in range(0, len(texts), rows))
     try:
-        for start in range(0, len(texts), rows):
-            prep = extractor.prepare(pa.table({"id": pa.array(picked[start:start + rows], type=pa.int64()),
-                                               "text": pa.array(texts[start:start + rows], type=pa.string())}))
-            tracker.start_block(len(prep.docs), sum(len(w.input_ids) for w in prep.unique))
-            table, counts = extractor.finish(prep)
-            unknown += counts.unknown
+        for done in pipe.map(blocks, on_prepared=lambda b: tracker.start_block(len(b.docs), sum(
+                len(w.input_ids) for w in b.unique))):
+            table = done.table
+            totals.add(done.counts)
             for name, width in keep.items():
                 col = table.column(name).combine_chunks()
                 values = col.values.to_numpy(zero_copy_only=False)            # (n * 4D,), nulls as zeros
@@ -123,7 +125,7 @@ def _extract_sample(extractor, texts: list[str], picked: np.ndarray, rows: int, 
             tracker.end_block()
     finally:
         bar.close()
-    return {name: np.concatenate(blocks) for name, blocks in columns.items()}, n_tokens, errors, unknown
+    return {name: np.concatenate(parts) for name, parts in columns.items()}, n_tokens, errors, totals
 
 
 def probe_variants(features, matrices: list[np.ndarray], dim_of) -> list[tuple[Feature, str, np.ndarray]]:
@@ -151,18 +153,17 @@ def variant_name(f: Feature, aggregate: str) -> str:
 
 def _load_and_extract(cfg: PipelineConfig, tokenizer, texts: list[str], picked: np.ndarray, echo):
     """Load the model (extract's "loading model" line first, with cfg.write.progress) and run
-    _extract_sample; returns (the Extractor, _extract_sample's result)."""
-    import pyarrow as pa
-
-    from ..engine.compose import Extractor
+    _extract_sample; returns (the options resolved against the model, _extract_sample's result). The
+    weights are freed on return, before the classifiers run."""
+    from ..engine.compose import Pipeline
     from ..options.config import DEFAULT_MODEL
     from ..model.facts import model_label
 
     name = cfg.model.model
     if echo and cfg.write.progress:
         echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
-    extractor = Extractor(cfg, tokenizer, id_type=pa.int64())
-    return extractor, _extract_sample(extractor, texts, picked, cfg.read.block_rows, cfg.write.progress)
+    pipe = Pipeline.from_config(cfg, tokenizer)
+    return pipe.resolution(), _extract_sample(pipe, texts, picked, cfg.read.block_rows, cfg.write.progress)
 
 
 def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: int = 5, seed: int = 0,
@@ -207,11 +208,11 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     texts, labels, picked, dropped, corpus = _sampled_corpus(cfg, label_col, sample, folds, seed)
 
     t0 = time.perf_counter()
-    extractor, (columns, n_tokens, errors, unknown) = _load_and_extract(cfg, tokenizer, texts, picked, echo)
+    resolved, (columns, n_tokens, errors, totals) = _load_and_extract(cfg, tokenizer, texts, picked, echo)
     extract_seconds = time.perf_counter() - t0
     if echo:
-        echo(f"one pass: {len(texts)} documents, {extractor.stats.windows} windows encoded for "
-             f"{extractor.stats.windows_requested} asked, {extract_seconds:.1f} s")
+        echo(f"one pass: {len(texts)} documents, {totals.windows} windows encoded for "
+             f"{totals.windows_requested} asked, {extract_seconds:.1f} s")
 
     ok = np.array([e is None for e in errors])
     y = labels[ok]
@@ -220,9 +221,9 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     from ..output.schema import strategy_metadata
 
     t1 = time.perf_counter()  # each feature's mean, and for chunk and sliding mean,max and first,last,mean,max
-    variants = probe_variants(features, [columns[name][ok] for name, _ in extractor.columns],
-                              lambda f: f.dim(extractor.hidden))
-    del columns, extractor.encoder  # the model is done: free it before the classifiers run
+    variants = probe_variants(features, [columns[name][ok] for name, _ in resolved.columns],
+                              lambda f: f.dim(resolved.facts.hidden_size))
+    del columns
     # one feature per process (joblib's default loky backend): the fits are single-threaded, so the
     # cores share the features; the scores are those of cross_validate_probe run one by one.
     from joblib import Parallel, delayed
@@ -230,7 +231,7 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
         delayed(cross_validate_probe)(X, y, folds, seed) for _, _, X in variants)
     results = [{"feature": variant_name(f, agg), "spec": f.spec, "strategy": f.strategy, "pooling": f.pooling,
                 "layers": list(f.layers), "layer_agg": f.layer_agg, "aggregate": agg, "dimension": int(X.shape[1]),
-                "windows_per_doc": windows_per_doc(strategy_metadata(extractor.cfg, f.strategy), tokens),
+                "windows_per_doc": windows_per_doc(strategy_metadata(resolved.cfg, f.strategy), tokens),
                 "extract_options": f.extract_options(), **score} for (f, agg, X), score in zip(variants, scores)]
     probe_seconds = time.perf_counter() - t1
     results.sort(key=lambda r: -r["accuracy_mean"])  # stable: ties keep the feature order
@@ -240,9 +241,9 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     return {"results": results, "best": best, "cheapest": cheapest, "documents": len(texts),
             "dropped_labels": dropped, "left_out": int((~ok).sum()), "classes": len(classes),
             "majority": float(counts.max() / counts.sum()), "folds": folds,
-            "windows_encoded": extractor.stats.windows, "windows_requested": extractor.stats.windows_requested,
+            "windows_encoded": totals.windows, "windows_requested": totals.windows_requested,
             "extract_seconds": extract_seconds, "probe_seconds": probe_seconds, "label_col": label_col,
-            "tokens": int(sum(n_tokens)), "unknown_tokens": unknown}
+            "tokens": int(sum(n_tokens)), "unknown_tokens": totals.unknown}
 
 
 def _probe_jobs(n_features: int) -> int:

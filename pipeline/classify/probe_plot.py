@@ -53,7 +53,7 @@ def plot_probe(results: list[dict[str, Any]], path: str | Path):
     """
     import numpy as np
 
-    from ..text.stats import pyplot, save_figure
+    from ..engine.stats import pyplot, save_figure
 
     plt = pyplot()
     labels = [file_label(r) for r in results]
@@ -101,7 +101,7 @@ def plot_corpus_probe(report: dict[str, Any], path: str | Path):
     Raises:
         ConfigError: matplotlib is not installed.
     """
-    from ..text.stats import pyplot, save_figure
+    from ..engine.stats import pyplot, save_figure
 
     plt = pyplot()   # raises ConfigError without matplotlib
     results = report["results"]                # ranked, best first

@@ -2,9 +2,9 @@
 
 Called by users (through the top-level ``longbert`` module or ``pipeline``), e.g.
 ``make_pipeline(LongBertVectorizer(), LogisticRegression())`` or ``longbert.encode(texts)``.
-Both feed ``pipeline.read.block_from_texts`` blocks to the same ``pipeline.engine.compose.Extractor`` that
+Both feed ``pipeline.read.block_from_texts`` blocks to the same ``pipeline.engine.compose.Pipeline`` (its ``map``) that
 ``longbert extract`` runs, so a text gets the same vector here as in extract's parquet. The loaded
-model is kept once per process (``cached_extractor``): clones, folds and repeated calls reuse it.
+model is kept once per process (``cached_pipeline``): clones, folds and repeated calls reuse it.
 ``LongBertVectorizer`` also keeps the window vectors it computed in one in-memory window store per
 process (``memory_store``), so cross-validation folds and grid-search candidates encode each window once.
 """
@@ -24,7 +24,7 @@ from ..text.texts import as_texts, preprocessed, raise_on_errors, text_list
 from ..read import block_from_texts
 from ..text.tokenize import EMPTY_TEXT
 
-_BLOCK_ROWS = 256  # texts per Extractor call: as extract's default --block-rows
+_BLOCK_ROWS = 256  # texts per block: as extract's default --block-rows
 MEMORY = ":memory:"  # cache= value of the per-process in-memory window store (SQLite's own name for one)
 
 
@@ -63,7 +63,8 @@ def cache_options(cache: str | None) -> tuple[str | None, bool]:
 
 
 # One loaded model per process, shared by every LongBertVectorizer (clones, cross_val_score folds,
-# set_params) and by encode(): {"key": model_key, "tokenizer", "model", "extractor": (cfg, Extractor)}.
+# set_params) and by encode(): {"key": model_key, "tokenizer", "model": the encode stage's Weights,
+# "pipeline": ((cfg, memory), Pipeline)}.
 _LOADED: dict[str, Any] = {}
 
 
@@ -74,10 +75,10 @@ def model_key(cfg: PipelineConfig) -> tuple:
             any(f.pooling == "pooler" for f in cfg.feature_list()))
 
 
-def cached_extractor(cfg: PipelineConfig, echo=None, memory: bool = False):
-    """An Extractor for ``cfg`` whose tokenizer and model come from the per-process cache.
+def cached_pipeline(cfg: PipelineConfig, echo=None, memory: bool = False):
+    """The pipeline for ``cfg``, weights loaded, its tokenizer and model from the per-process cache.
 
-    ``memory``: the Extractor looks windows up in (and adds them to) ``memory_store()``; a
+    ``memory``: the encode stage looks windows up in (and adds them to) ``memory_store()``; a
     ``cfg.write.cache`` folder is used otherwise.
 
     The first call (or one with another ``model_key``) loads the model, dropping the previous one
@@ -85,25 +86,28 @@ def cached_extractor(cfg: PipelineConfig, echo=None, memory: bool = False):
     the loaded model. ``echo``: called with a one-line note before a load (None: silent).
 
     Raises:
-        ConfigError / ModelError: as pipeline.engine.compose.Extractor.
+        ConfigError / ModelError: as pipeline.engine.compose.Pipeline.from_config and the weights' load.
     """
-    from ..engine.compose import Extractor  # torch loads here, not on import
+    from ..engine.compose import Pipeline  # torch loads here, not on import
 
-    cached = _LOADED.get("extractor")
+    cached = _LOADED.get("pipeline")
     if cached is not None and cached[0] == (cfg, memory):
         return cached[1]
     key = model_key(cfg)
     store = memory_store() if memory else None
     if _LOADED.get("key") == key:
-        extractor = Extractor(cfg, _LOADED["tokenizer"], model=_LOADED["model"], store=store)
+        pipe = Pipeline.from_config(cfg, _LOADED["tokenizer"], model=_LOADED["model"], store=store)
+        pipe.encode_stage().load()
     else:
         _LOADED.clear()  # free the old model before the new one loads
         if echo is not None:
             echo(f"loading model {cfg.model.model} ...")
-        extractor = Extractor(cfg, store=store)
-        _LOADED.update(key=key, tokenizer=extractor.tokenizer, model=extractor.encoder.model)
-    _LOADED["extractor"] = ((cfg, memory), extractor)
-    return extractor
+        pipe = Pipeline.from_config(cfg, store=store)
+        encode = pipe.encode_stage()
+        encode.load()
+        _LOADED.update(key=key, tokenizer=encode.tokenizer, model=encode.weights)
+    _LOADED["pipeline"] = ((cfg, memory), pipe)
+    return pipe
 
 
 def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "head_tail",
@@ -170,22 +174,32 @@ def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "hea
         items, errors = preprocessed(items, errors, preprocess)
     show = sys.stderr.isatty() if show_progress_bar is None else bool(show_progress_bar)
     echo = (lambda m: print(m, file=sys.stderr)) if show else None
-    extractor = cached_extractor(cfg, echo, memory=cache_options(cache)[1])
-    result = _Collect(cfg.pool.level, len(items), [name for name, _ in extractor.columns])
-    good = [i for i, e in enumerate(errors) if e is None]
+    pipe = cached_pipeline(cfg, echo, memory=cache_options(cache)[1])
+    out = _encode_texts(pipe, items, errors, show)
+    return (out, errors) if return_errors else out
+
+
+def _encode_texts(pipe, items: list, errors: list[str | None], show: bool) -> Any:
+    """``encode``'s loop: the texts without an error through ``pipe.map`` in blocks; fills ``errors``
+    in place with each row's error and returns the gathered value (``_Collect.value``)."""
     from tqdm.auto import tqdm
 
+    resolved = pipe.resolution()
+    columns = resolved.columns
+    result = _Collect(resolved.cfg.pool.level, len(items), [name for name, _ in columns])
+    good = [i for i, e in enumerate(errors) if e is None]
+    starts = range(0, len(good), _BLOCK_ROWS)
+    blocks = (block_from_texts([items[i] for i in good[s:s + _BLOCK_ROWS]]) for s in starts)
     with tqdm(total=len(items), unit="text", disable=not show, desc="longbert") as bar:
-        for start in range(0, len(good), _BLOCK_ROWS):
+        for start, done in zip(starts, pipe.map(blocks)):
             rows = np.asarray(good[start:start + _BLOCK_ROWS], dtype=np.int64)
-            table = extractor(block_from_texts([items[i] for i in rows]))
+            table = done.table
             result.add(table, rows)
             for i, error in zip(rows[table.column(0).to_numpy()], table.column(ERROR).to_pylist()):
                 errors[i] = errors[i] or error
             bar.update(len(rows))
         bar.update(len(items) - len(good))
-    out = result.value(extractor.dim if len(extractor.columns) == 1 else sum(d for _, d in extractor.columns))
-    return (out, errors) if return_errors else out
+    return result.value(resolved.dim if len(columns) == 1 else sum(d for _, d in columns))
 
 
 class _Collect:
@@ -228,7 +242,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
     """Long-document BERT features as a stateless scikit-learn transformer.
 
     Parameters are extract's options of the same names (see ``longbert extract --help``). The model
-    is loaded on the first ``transform`` and kept once per process (``cached_extractor``), keyed by
+    is loaded on the first ``transform`` and kept once per process (``cached_pipeline``), keyed by
     the options that change the model (model, device, dtype, quantize, threads, pooler): clones made
     by ``cross_val_score`` or ``GridSearchCV`` reuse it, and a ``set_params`` of the window or pooling
     options does not load it again. Nothing of the model is a parameter or travels in pickles.
@@ -325,9 +339,9 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         self.config()
         return self
 
-    def _extractor(self):
-        """The Extractor for the current parameters, its model from the per-process cache."""
-        return cached_extractor(self.config(), memory=cache_options(self.cache)[1])
+    def _pipeline(self):
+        """The pipeline for the current parameters, its model from the per-process cache."""
+        return cached_pipeline(self.config(), memory=cache_options(self.cache)[1])
 
     def transform(self, X: Iterable[str]) -> np.ndarray:
         """Embed each text: one vector per text, in order.
@@ -353,23 +367,25 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             texts, errors = preprocessed(texts, [None] * len(texts), self.preprocess)
             raise_on_errors(errors, 0)
         raise_on_errors([None if t.strip() else EMPTY_TEXT for t in texts], 0)  # all of them, before loading
-        extractor = self._extractor()
-        columns = [name for name, _ in extractor.columns]
-        out = np.zeros((len(texts), sum(d for _, d in extractor.columns)), dtype=np.float32)   # (n, D)
+        pipe = self._pipeline()
+        widths = pipe.resolution().columns
+        columns = [name for name, _ in widths]
+        out = np.zeros((len(texts), sum(d for _, d in widths)), dtype=np.float32)   # (n, D)
         from .features import features_matrix
 
-        for start in range(0, len(texts), _BLOCK_ROWS):
-            block = block_from_texts(texts[start:start + _BLOCK_ROWS])
-            prepared = extractor.prepare(block)
-            raise_on_errors([d.error for d in prepared.docs], start)     # before any forward pass
-            table, _ = extractor.finish(prepared)
+        starts = range(0, len(texts), _BLOCK_ROWS)
+        offsets = iter(starts)   # the token check, before each block's forward pass, numbers rows from its start
+        blocks = (block_from_texts(texts[s:s + _BLOCK_ROWS]) for s in starts)
+        checked = pipe.map(blocks, on_prepared=lambda b: raise_on_errors([d.error for d in b.docs], next(offsets)))
+        for start, done in zip(starts, checked):
+            table = done.table
             raise_on_errors(table.column(ERROR).to_pylist(), start)
             out[start:start + table.num_rows] = np.hstack([features_matrix(table.column(c)) for c in columns])
         return out
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
         """Names of the D output columns: longbert0, longbert1, ... (loads the model to learn D)."""
-        dim = sum(d for _, d in self._extractor().columns)
+        dim = sum(d for _, d in self._pipeline().resolution().columns)
         return np.asarray([f"longbert{i}" for i in range(dim)], dtype=object)
 
     def __sklearn_tags__(self):

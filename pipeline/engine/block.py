@@ -1,16 +1,11 @@
-"""The run's options resolved against the model (no weights load), and a block's counts.
-
-Called once per run by pipeline.engine.stages.Context (every engine builds one), and by ``longbert stats``
-and the Ray driver through ``output_for``.
-"""
+"""The run's options checked against the model's config and tokenizer (no weights load), and the
+heap given back once per block."""
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import dataclasses
 import functools
-import json
-from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -85,36 +80,6 @@ def output_for(cfg: PipelineConfig, tokenizer, id_type: pa.DataType) -> tuple[Pi
     cfg, _, facts = resolve_config(cfg, tokenizer)
     dim, token_dim = feature_dim(cfg, facts.hidden_size)
     return cfg, output_schema(cfg, id_type, facts, dim, token_dim)
-
-
-@dataclass
-class BlockCounts:
-    """What one block (or, summed with ``add``, a run) did: the block function's counts for the summary."""
-
-    documents: int = 0
-    tokens: int = 0
-    unknown: int = 0             # tokens the tokenizer mapped to its unknown token
-    windows: int = 0             # windows encoded (unique, not found in the --cache store)
-    errors: int = 0              # rows with an error (null features)
-    windows_requested: int = 0   # windows all features asked for, before de-duplication
-    windows_saved: int = 0       # requested - encoded: shared by strategies, or identical token ids
-    oom_splits: int = 0          # batches split in two after an out-of-memory error
-    fp32_recomputed: int = 0     # windows recomputed in float32 after a non-finite half-precision result
-    windows_cached: int = 0      # unique windows taken from the window store (--cache), not encoded
-
-    def add(self, other: BlockCounts) -> None:
-        """Add ``other``'s counts to these, field by field."""
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
-    def to_json(self) -> str:
-        """The counts as a JSON object (the Ray actors send them with their tables)."""
-        return json.dumps(dataclasses.asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> BlockCounts:
-        """Inverse of to_json."""
-        return cls(**json.loads(text))
 
 
 @functools.cache

@@ -1,40 +1,57 @@
-"""``Pipeline``: the stages in order, composable (insert, replace, without), and ``run``, the local engine
-that runs one over a corpus.
+"""``Pipeline``: stages in order, built from parts or from options, composable (insert, replace,
+without), with ``map``, the one loop that runs stages over blocks, and ``run``, the local engine.
 
-``longbert extract`` is ``run(cfg)``, the same loop as ``Pipeline.run``; the vectorizer, ``encode``,
-``probe`` and the Ray workers call the same stages through ``Extractor``. The design follows scikit-learn's
-``Pipeline`` (named steps), spaCy's ``add_pipe(before=/after=)`` and sentence-transformers' module
-list (each module ``features -> features``).
+``longbert extract`` is ``run(cfg)``, the same loop as ``Pipeline.run``. The design follows
+scikit-learn's ``Pipeline`` (a list of steps, each rebuilt from ``get_params``), spaCy's
+``add_pipe(before=/after=)`` with each component's ``requires``, and sentence-transformers' module
+list (each module built alone from its own arguments).
 """
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
 
-from .batch import Batch
-from .block import BlockCounts
+from ..batch import Batch
+from ..counts import BlockCounts
 from ..options.config import DEFAULT_MODEL, PipelineConfig
 from ..errors import ConfigError, RunError
 from ..output.lock import holds_output
 from ..model.facts import model_label
-from ..read import verify_inputs
-from .run import BatchProgress, Summary, fail_on_row_error, open_run, prefetch, run_fingerprint, scan_inputs, writing
-from .stages import BUILT_IN, STAGE_NAMES, Context, describe
+from ..read import read_block, verify_inputs
+from ..stage import check_chain, describe, stage_label
+from ..cache.encode_stage import Encode
 from ..output.write import check_resume
+from .block import release_free_heap
+from .feed import feed_workers, ordered_map
+from .resolved import Resolved
+from .run import BatchProgress, Summary, fail_on_row_error, open_run, run_fingerprint, scan_inputs, writing
 
 StageFn = Callable[[Batch], Batch]
+BUILT_IN_NAMES = ("tokenize", "segment", "dedup", "encode", "aggregate", "rows")
 
 
 class Pipeline:
     """The stages of a run in order; ``pipe(batch)`` runs them all and returns the output table.
 
-    Build with ``Pipeline.from_options(**extract_options)`` or ``Pipeline.from_config(cfg)``. Building
-    resolves the options against the model once (no weights load) and loads the tokenizer; the
-    weights load at the first ``encode``.
+    Build from parts, as scikit-learn's ``Pipeline``: ``Pipeline([stage, ...])`` names each stage by its
+    ``name`` (or takes ``(name, stage)`` pairs); or with ``Pipeline.from_options(**extract_options)`` /
+    ``Pipeline.from_config(cfg)``, which resolve the options against the model once (no weights load)
+    and build the built-in stages. Nothing mutable is shared with another pipeline but the loaded
+    weights; ``insert``, ``replace`` and ``without`` return new pipelines.
+
+    Args:
+        steps: stages (any callable ``Batch -> Batch``; a built-in one, or one with a ``name``) or
+            (name, stage) pairs, in order.
+        resolved: the pipeline.engine.resolved.Resolved record of the options (None: taken from the
+            encode stage's config when ``run`` needs it).
+
+    Raises:
+        ConfigError: two stages of one name, or a stage placed before a field it reads is filled
+            (pipeline.stage.check_chain).
 
     Example:
         >>> pipe = Pipeline.from_options(model="default", strategy="chunk")
@@ -44,12 +61,17 @@ class Pipeline:
         >>> table = lower(Batch.from_texts(["A Long Report ..."]))
     """
 
-    def __init__(self, context: Context, steps: Iterable[tuple[str, StageFn]]):
-        self.context = context
-        self.steps: tuple[tuple[str, StageFn], ...] = tuple(steps)
+    def __init__(self, steps: Iterable[StageFn | tuple[str, StageFn]], resolved: Resolved | None = None,
+                 fills: dict[str, tuple[str, ...]] | None = None):
+        named = [s if isinstance(s, tuple) else (describe(s), s) for s in steps]
+        self.steps: tuple[tuple[str, StageFn], ...] = tuple(named)
+        self.resolved = resolved
         names = [n for n, _ in self.steps]
         if len(set(names)) != len(names):
             raise ConfigError(f"stage names must be unique; got {names}")
+        # a replacement that declares no ``fills`` fills what the stage it replaced filled
+        self._fills = {n: f for n, f in (fills or {}).items() if n in names}
+        check_chain(self.steps, fills=self._fills)
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig, tokenizer=None, model=None, store=None) -> Pipeline:
@@ -63,8 +85,8 @@ class Pipeline:
         Raises:
             ConfigError / ModelError: options the model cannot serve, a model that cannot be read.
         """
-        ctx = Context(cfg, tokenizer, model=model, store=store)
-        return cls(ctx, [(name, BUILT_IN[name](ctx)) for name in STAGE_NAMES])
+        resolved = Resolved.from_config(cfg, tokenizer)
+        return cls(resolved.stages(model=model, store=store), resolved)
 
     @classmethod
     def from_options(cls, **options: Any) -> Pipeline:
@@ -84,12 +106,33 @@ class Pipeline:
     @property
     def cfg(self) -> PipelineConfig:
         """The resolved config (max_length set from the model)."""
-        return self.context.cfg
+        return self.resolution().cfg
+
+    def resolution(self) -> Resolved:
+        """The options resolved against the model: the record given, else the encode stage's.
+
+        Raises:
+            ConfigError: a pipeline built from parts without an encode stage.
+        """
+        if self.resolved is not None:
+            return self.resolved
+        encode = self.encode_stage()
+        if encode is None:
+            raise ConfigError("this pipeline has no 'encode' stage to take the model's options from; build it "
+                              "with Pipeline.from_options(...) or include an Encode stage")
+        return Resolved.from_config(encode.config, encode.tokenizer)
 
     @property
     def names(self) -> tuple[str, ...]:
         """The stage names, in order."""
         return tuple(n for n, _ in self.steps)
+
+    def __iter__(self):
+        """The stages, in order (``Pipeline([type(s)(**s.get_params()) for s in pipe])`` rebuilds it)."""
+        return iter(stage for _, stage in self.steps)
+
+    def __len__(self) -> int:
+        return len(self.steps)
 
     def __getitem__(self, name: str) -> StageFn:
         for n, stage in self.steps:
@@ -100,30 +143,49 @@ class Pipeline:
     def __repr__(self) -> str:
         return f"Pipeline({' -> '.join(self.names)})"
 
+    def _with_steps(self, steps: list[tuple[str, StageFn]], fills: dict | None = None) -> Pipeline:
+        return Pipeline(steps, self.resolved, {**self._fills, **(fills or {})})
+
     def insert(self, stage: StageFn, *, before: str | None = None, after: str | None = None,
                name: str | None = None) -> Pipeline:
         """A new pipeline with ``stage`` (any callable Batch -> Batch) before or after the stage named.
 
         Raises:
-            ConfigError: neither or both of before/after, an unknown stage name, or a name already used.
+            ConfigError: neither or both of before/after, an unknown stage name, a name already used,
+                or a place before the fields the stage reads (its ``requires``) are filled.
         """
         if (before is None) == (after is None):
             raise ConfigError("give exactly one of before= or after=, e.g. insert(clean, before='tokenize')")
         at = self._index(before if before is not None else after) + (after is not None)
         steps = list(self.steps)
         steps.insert(at, (name or describe(stage), stage))
-        return Pipeline(self.context, steps)
+        return self._with_steps(steps)
 
     def replace(self, name: str, stage: StageFn) -> Pipeline:
-        """A new pipeline with the stage ``name`` replaced by ``stage`` (it keeps the name)."""
+        """A new pipeline with the stage ``name`` replaced by ``stage`` (it keeps the name).
+
+        Raises:
+            ConfigError: an unknown name, or a stage that reads a field no stage before it fills.
+        """
         steps = list(self.steps)
-        steps[self._index(name)] = (name, stage)
-        return Pipeline(self.context, steps)
+        i = self._index(name)
+        old = steps[i][1]
+        steps[i] = (name, stage)
+        inherited = {} if hasattr(stage, "fills") else {name: getattr(old, "fills", None) or self._fills.get(name, ())}
+        return self._with_steps(steps, inherited)
 
     def without(self, name: str) -> Pipeline:
-        """A new pipeline without the stage ``name``."""
+        """A new pipeline without the stage ``name``.
+
+        Raises:
+            ConfigError: an unknown name, or a later stage that reads what this one filled.
+        """
         i = self._index(name)
-        return Pipeline(self.context, self.steps[:i] + self.steps[i + 1:])
+        return self._with_steps(list(self.steps[:i] + self.steps[i + 1:]))
+
+    def encode_stage(self) -> Encode | None:
+        """The built-in encode stage (the one that loads weights), or None."""
+        return next((s for _, s in self.steps if isinstance(s, Encode)), None)
 
     def _index(self, name: str) -> int:
         if name not in self.names:
@@ -131,7 +193,11 @@ class Pipeline:
         return self.names.index(name)
 
     def process(self, batch: Batch, start: int = 0, stop: int | None = None) -> Batch:
-        """Run the stages [start, stop) on ``batch`` and return the batch they filled."""
+        """Run the stages [start, stop) on ``batch`` and return the batch they filled.
+
+        Raises:
+            ConfigError: a stage returned something other than a Batch.
+        """
         for _, stage in self.steps[start:stop]:
             batch = stage(batch)
             if not isinstance(batch, Batch):
@@ -153,6 +219,48 @@ class Pipeline:
         """``encode`` and the stages after it."""
         return self.process(batch, self.split)
 
+    def map(self, items: Iterable[Any], read: Callable[[Any], Batch | pa.Table] | None = None, workers: int = 0,
+            on_prepared: Callable[[Batch], None] | None = None) -> Iterator[Batch]:
+        """Run every stage over blocks, in order: the one loop of every engine.
+
+        Args:
+            items: blocks (Batch or pa.Table), or what ``read`` turns into one (e.g. block specs).
+            read: item -> block (None: the items are blocks).
+            workers: threads that read and run the stages before ``encode`` ahead of the model, at most
+                that many blocks ahead (pipeline.engine.feed.ordered_map); 0: all in this thread.
+            on_prepared: called with each prepared block before its ``encode`` (progress bars).
+
+        Yields:
+            Each block's finished Batch (``table`` and ``counts`` filled by ``rows``), in input order.
+
+        Raises:
+            ConfigError: a stage returned no Batch; whatever a stage raises.
+        """
+        def step(item: Any) -> Batch:
+            return self.prepare(read(item) if read is not None else item)
+
+        prepared = (r for _, r in ordered_map(step, items, workers, name="longbert-read")) if workers \
+            else (step(item) for item in items)
+        for batch in prepared:
+            if on_prepared is not None:
+                on_prepared(batch)
+            out = self.finish(batch)
+            release_free_heap()
+            yield out
+
+    def for_run(self, cfg: PipelineConfig) -> Pipeline:
+        """A new pipeline for a run with ``cfg``'s read and write options (kept columns, --out-dtype,
+        --cache): the built-in stages they change are rebuilt; this pipeline is not changed.
+
+        Raises:
+            ConfigError: a --keep-col that clashes with a column of this run.
+        """
+        resolved = self.resolution().with_io(cfg)
+        labels = tuple(stage_label(n, s) for n, s in self.steps)
+        if labels != BUILT_IN_NAMES:   # the file and the --resume fingerprint name this pipeline's stages
+            resolved = dataclasses.replace(resolved, stage_labels=labels)
+        return Pipeline([(n, resolved.io_stage(s)) for n, s in self.steps], resolved, self._fills)
+
     def __call__(self, batch: Batch | pa.Table) -> pa.Table:
         """Every stage on ``batch``; returns its output table (the schema ``extract`` writes).
 
@@ -167,7 +275,8 @@ class Pipeline:
     def run(self, inputs: str | Iterable[str], output: str, echo: Callable[[str], None] | None = None,
             **options: Any):
         """Run the pipeline over a corpus, as ``longbert extract`` does: the output lock, ``DIR/`` parts,
-        ``resume``, progress, the summary; inserted or replaced stages included.
+        ``resume``, progress, the summary; inserted or replaced stages included. This pipeline is not
+        changed: the run's read and write options go to a copy of it.
 
         Args:
             inputs: a file, folder or glob, or several. output: a .parquet file or a folder ending in "/".
@@ -182,11 +291,7 @@ class Pipeline:
         """
         paths = (inputs,) if isinstance(inputs, str) else tuple(str(p) for p in inputs)
         cfg = with_io_options(self.cfg, inputs=paths, output=str(output), **options)
-        before = self.cfg
-        try:
-            return run(cfg, echo, pipe=self)
-        finally:
-            self.context.set_io(before)   # the run's read and write options do not outlive it
+        return run(cfg, echo, pipe=self)
 
 
 @holds_output
@@ -208,23 +313,27 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=Non
     """
     started = time.perf_counter()
     cfg, plan = scan_inputs(cfg)
-    if pipe is None:
-        pipe = Pipeline.from_config(cfg)
-    else:
-        pipe.context.set_io(cfg)   # the caller's read and write options, with the id column found
-    cfg, ctx = pipe.cfg, pipe.context
-    check_resume(cfg, run_fingerprint(cfg, plan))
+    pipe = Pipeline.from_config(cfg) if pipe is None else pipe.for_run(cfg)
+    cfg = pipe.cfg
+    check_resume(cfg, run_fingerprint(cfg, plan, pipe.resolution().schema(plan.id_type)))
     if echo and cfg.write.progress:
         name = cfg.model.model
         echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
-    ctx.load()
-    sink, summary, todo, bar = open_run(cfg, ctx.schema(plan.id_type), plan, echo)
+    encode = pipe.encode_stage()
+    if encode is not None:
+        encode.load()
+    sink, summary, todo, bar = open_run(cfg, pipe.resolution().schema(plan.id_type), plan, echo)
     progress = BatchProgress(bar)
-    ctx.encoder.on_batch = progress.batch
+    if encode is not None:
+        encode.encoder.on_batch = progress.batch
+
+    def started_block(batch: Batch) -> None:
+        progress.start_block(len(batch), sum(len(w.input_ids) for w in batch.unique))
+
     with writing(sink, cfg, bar):
-        for spec, batch in prefetch(todo, pipe.prepare):
-            progress.start_block(spec.n_rows, sum(len(w.input_ids) for w in batch.unique))
-            out = pipe.finish(batch)
+        outs = pipe.map(todo, read=lambda spec: Batch(rows=read_block(spec)), workers=feed_workers(),
+                        on_prepared=started_block)
+        for spec, out in zip(todo, outs):
             if out.table is None:
                 raise RunError(f"no stage made the output table (stages: {', '.join(pipe.names)}); keep 'rows'")
             summary.add(out.counts or BlockCounts())
@@ -264,43 +373,3 @@ def with_io_options(cfg: PipelineConfig, **options: Any) -> PipelineConfig:
                                    write=dataclasses.replace(cfg.write, **write))
     except TypeError as err:
         raise ConfigError(f"bad option value: {err}") from None
-
-
-class Extractor:
-    """The whole block function in one object, for the engines: ``extractor(table) -> table``.
-
-    The built-in pipeline for ``cfg`` with its weights loaded (not lazily), and the halves the local
-    engine runs apart: ``prepare`` (before encode, in feeder threads) and ``finish`` (the rest).
-
-    Args:
-        cfg, tokenizer, model, store: as Pipeline.from_config.
-        id_type: kept for callers that name it; the schema follows each block's id column.
-
-    Raises:
-        ConfigError / ModelError: as Pipeline.from_config and Context.load.
-    """
-
-    def __init__(self, cfg: PipelineConfig, tokenizer=None, id_type: pa.DataType | None = None, model=None,
-                 store=None, pipe: Pipeline | None = None):
-        self.pipe = pipe or Pipeline.from_config(cfg, tokenizer, model=model, store=store)
-        ctx = self.pipe.context
-        ctx.load()
-        self.cfg, self.tokenizer, self.facts, self.stats = ctx.cfg, ctx.tokenizer, ctx.facts, ctx.stats
-        self.dim, self.hidden, self.features, self.columns = ctx.dim, ctx.hidden, ctx.features, ctx.columns
-        self.encoder = ctx.encoder
-        if id_type is None:
-            id_type = pa.int64() if cfg.read.id_col is None else pa.string()
-        self.schema = ctx.schema(id_type)
-
-    def __call__(self, block: pa.Table) -> pa.Table:
-        """Rows in (columns id, text, keep columns) -> output rows, same order."""
-        return self.finish(self.prepare(block))[0]
-
-    def prepare(self, block: pa.Table | Batch) -> Batch:
-        """The stages before encode (CPU only; the local engine runs them ahead of the model)."""
-        return self.pipe.prepare(block)
-
-    def finish(self, batch: Batch) -> tuple[pa.Table, Any]:
-        """The rest: (the output rows, the block's pipeline.engine.block.BlockCounts)."""
-        out = self.pipe.finish(batch)
-        return out.table, out.counts

@@ -3,7 +3,7 @@
 Only what is Ray's lives here: start or join Ray, check its resources, run the actor pool, hand the
 results to the sink. Everything else is the local engine's: ``pipeline.engine.run.check`` scans the inputs
 into block specs on the driver (exit 2 before Ray starts), each actor runs ``read_block(spec)`` and
-the block function (``pipeline.engine.compose.Extractor``) on its specs, and the driver writes each result
+the pipeline's stages (``Pipeline.map``) on its specs, and the driver writes each result
 through the same sink, by block index:
 
     ray.data.from_items(specs, one block each)
@@ -26,8 +26,9 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .block import BlockCounts, output_for
-from .compose import Extractor
+from ..counts import BlockCounts
+from .block import output_for
+from .compose import Pipeline
 from ..options.config import PipelineConfig
 from ..errors import ConfigError, PipelineError, RunError
 from ..read import BlockSpec, read_block, verify_inputs
@@ -64,14 +65,15 @@ class RayBlock:
     def __init__(self, cfg: PipelineConfig, threads: int, id_type: pa.DataType):
         if cfg.model.threads is None:
             cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, threads=threads))
-        self.extractor = Extractor(cfg, id_type=id_type)
+        self.pipe = Pipeline.from_config(cfg)
+        self.pipe.encode_stage().load()   # once per actor, before the first batch
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """A batch of specs (column SPEC) -> their output rows (the project's schema) plus BLOCK and COUNTS."""
         tables = []
-        for text in batch.column(SPEC).to_pylist():
-            spec = BlockSpec.from_json(text)
-            out, counts = self.extractor.finish(self.extractor.prepare(read_block(spec)))
+        specs = [BlockSpec.from_json(text) for text in batch.column(SPEC).to_pylist()]
+        for spec, done in zip(specs, self.pipe.map(specs, read=read_block)):
+            out, counts = done.table, done.counts
             out = out.append_column(BLOCK, pa.array([spec.index] * out.num_rows, pa.int64()))
             tables.append(out.append_column(COUNTS, pa.array([counts.to_json()] + [None] * (out.num_rows - 1),
                                                              pa.string())))
@@ -220,8 +222,8 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     """
     started = time.perf_counter()
     cfg, tokenizer, plan = check(cfg)
-    check_resume(cfg, run_fingerprint(cfg, plan))
     cfg, schema = output_for(cfg, tokenizer, plan.id_type)
+    check_resume(cfg, run_fingerprint(cfg, plan, schema))
     ray = import_ray()
     sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
     logging.getLogger("ray.data").setLevel(logging.WARNING if cfg.write.progress else logging.ERROR)

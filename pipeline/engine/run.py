@@ -8,6 +8,7 @@ GIL), so at most workers + 1 blocks are in memory at once.
 from __future__ import annotations
 
 import contextlib
+import json
 import dataclasses
 import itertools
 import math
@@ -18,13 +19,13 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from tqdm import tqdm
 
-from .batch import Batch
-from .block import BlockCounts, resolve_config
+from ..batch import Batch
+from ..counts import BlockCounts
+from .block import resolve_config
 from ..options.config import PipelineConfig
 from ..model.chip import bf16_note
 from ..errors import InputError, RunError
-from .feed import feed_workers, ordered_map
-from ..read import BlockSpec, Plan, read_block, row_location, scan
+from ..read import BlockSpec, Plan, row_location, scan
 from ..output.schema import ERROR, ID, WINDOW
 from ..text.tokenize import UNKNOWN_WARN_SHARE, unknown_warning
 from ..output.durable import write_failure
@@ -136,15 +137,6 @@ class BatchProgress:
         self.moved = self.docs
 
 
-def prefetch(specs: list[BlockSpec], prepare: Callable[[Batch], Batch]) -> Iterator[tuple[BlockSpec, Batch]]:
-    """Yield (spec, prepare(Batch(read_block(spec)))) for each spec in plan order, reading and preparing
-    the next blocks in feed_workers() threads meanwhile (pipeline.engine.feed: at most that many blocks ahead)."""
-    def step(spec: BlockSpec) -> Batch:
-        return prepare(Batch(rows=read_block(spec)))
-
-    yield from ordered_map(step, specs, feed_workers(), name="longbert-read")
-
-
 def scan_inputs(cfg: PipelineConfig) -> tuple[PipelineConfig, Plan]:
     """The inputs scanned and checked once (no model file is read): (config with --id-col set to the
     id column found, the plan of blocks).
@@ -176,10 +168,19 @@ def check(cfg: PipelineConfig) -> tuple[PipelineConfig, object, Plan]:
     return cfg, tokenizer, plan
 
 
-def run_fingerprint(cfg: PipelineConfig, plan: Plan) -> dict:
-    """What --resume compares: the options, the inputs' bytes, the rows and the plan of blocks."""
-    return {"config": cfg.fingerprint(), "inputs": plan.fingerprint(), "rows": plan.n_rows,
-            "plan": plan.plan_fingerprint(), "options": cfg.fingerprint_options()}
+def run_fingerprint(cfg: PipelineConfig, plan: Plan, schema: pa.Schema | None = None) -> dict:
+    """What --resume compares: the options, the inputs' bytes, the rows and the plan of blocks and,
+    from the output schema's metadata, the model's weights (``model``: their sha256) and, for a
+    pipeline with stages of its own, every stage (``stages``, pipeline.stage.stage_label)."""
+    fingerprint = {"config": cfg.fingerprint(), "inputs": plan.fingerprint(), "rows": plan.n_rows,
+                   "plan": plan.plan_fingerprint(), "options": cfg.fingerprint_options()}
+    if schema is not None and schema.metadata and b"longbert" in schema.metadata:
+        meta = json.loads(schema.metadata[b"longbert"])
+        if meta.get("model_sha256"):
+            fingerprint["model"] = meta["model_sha256"]
+        if meta.get("stages"):
+            fingerprint["stages"] = meta["stages"]
+    return fingerprint
 
 
 @contextlib.contextmanager
@@ -213,7 +214,7 @@ def open_run(cfg: PipelineConfig, schema: pa.Schema, plan: Plan, echo: Callable[
     Raises:
         ConfigError: as open_sink and PartsSink.open (existing output, --resume over another run).
     """
-    sink = open_sink(cfg, schema, run_fingerprint(cfg, plan))
+    sink = open_sink(cfg, schema, run_fingerprint(cfg, plan, schema))
     summary = Summary(output=str(cfg.write.output), skipped_lines=plan.n_bad_lines,
                       duplicate_ids=plan.duplicate_ids, id_note=plan.id_note, skipped_files=plan.skipped_files,
                       skipped_names=plan.skipped_names,

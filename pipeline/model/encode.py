@@ -1,6 +1,6 @@
 """Encode stage: batch windows by length and run the forward pass.
 
-The only module that runs torch on a device. the encode stage (pipeline.engine.stages) calls ``Encoder.encode`` once per block;
+The only module that runs torch on a device; ``Encoder.encode`` runs one block's unique windows;
 the model is loaded by pipeline.model.load and checked beforehand by pipeline.model.facts.
 """
 from __future__ import annotations
@@ -104,6 +104,7 @@ class Encoder:
         self.stats = EncodeStats()
         self.on_batch = None   # optional callable(windows, tokens) after each forward batch (progress bars)
         self._fp32 = None
+        self.full_model = model   # the model before stop_early's view (from_config sets it)
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig, tokenizer, model=None) -> Encoder:
@@ -118,9 +119,11 @@ class Encoder:
         n_layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)   # of the whole model
         late = sorted({x if x >= 0 else n_layers + 1 + x for f in cfg.feature_list() if f.strategy == "late"
                        for x in f.layers})
-        model, pools = stop_early(model, window_pools(cfg))
-        return cls(model, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, pools[0],
-                   cfg.encode.batch_size, cfg.encode.token_budget, device, pools=pools, token_layers=tuple(late))
+        view, pools = stop_early(model, window_pools(cfg))
+        encoder = cls(view, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, pools[0],
+                      cfg.encode.batch_size, cfg.encode.token_budget, device, pools=pools, token_layers=tuple(late))
+        encoder.full_model = model   # every layer: what another run's options may wrap again
+        return encoder
 
     def encode(self, windows: list[Window], with_tokens: bool = False, with_layers: np.ndarray | None = None) -> Encoded:
         """Run every window through the model and pool it.

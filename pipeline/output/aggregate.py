@@ -1,4 +1,4 @@
-"""The ``aggregate`` stage: window vectors -> one vector per output row (called by pipeline.engine.stages).
+"""The ``aggregate`` stage: window vectors -> one vector per output row, one class per output level.
 
 At document and token level each feature's window vectors are combined per document with
 --aggregate (pipeline.model.pool.aggregate_parts); at --level window each window keeps its own vector.
@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..engine.batch import Batch
+from ..batch import Batch
+from ..stage import Stage
 from ..errors import ConfigError
 from ..options.features_config import AGGREGATES
 from ..model.late import chunk_spans, doc_chunks, max_context
@@ -25,29 +26,29 @@ FP16_TOKEN_OVERFLOW = "per-token features overflow float16 (|x| > 65504); use --
 NO_WINDOW = "no content tokens: the document makes no window"
 
 
-def aggregate_documents(ctx, batch: Batch) -> Batch:
+def aggregate_documents(agg: Aggregate, batch: Batch) -> Batch:
     """Document (and token) level: per document and feature, its windows' vectors aggregated.
 
     Args:
-        ctx: the pipeline.engine.stages.Context (cfg, features, ``slices`` of each feature in a window vector, columns).
+        agg: the stage (features, ``slices`` of each feature in a window vector, columns, aggregates...).
         batch: after ``encode``.
 
     Returns:
         The batch with vectors {column: (n_docs, D) float32}, valid, errors, out_docs = 0..n-1,
         n_windows, truncated and, at --level token, tokens.
     """
-    cfg, docs, enc = ctx.cfg, batch.docs, batch.encoded
+    docs, enc = batch.docs, batch.encoded
     n = len(docs)
     strategies = list(batch.windows)
     index = dict(zip(strategies, batch.plan.index))                   # strategy -> (n_req,) into unique
     spans = {s: doc_slices(batch.windows[s], n) for s in strategies}
-    features = [np.zeros((n, dim), dtype=np.float32) for _, dim in ctx.columns]
+    features = [np.zeros((n, dim), dtype=np.float32) for _, dim in agg.columns]
     valid = np.zeros(n, dtype=bool)
     errors: list[str | None] = [d.error for d in docs]
     n_windows = np.zeros(n, dtype=np.int32)
     truncated = np.zeros(n, dtype=bool)
     tokens: list[tuple | None] = [None] * n
-    half = cfg.write.out_dtype == "float16"
+    half = agg.out_dtype == "float16"
     for doc in docs:
         wins = {s: batch.windows[s][spans[s][doc.row]] for s in strategies}
         rows = {s: index[s][spans[s][doc.row]] for s in strategies}     # (windows of doc,) into enc
@@ -60,29 +61,29 @@ def aggregate_documents(ctx, batch: Batch) -> Batch:
             errors[doc.row] = NON_FINITE
             continue
         vecs = []
-        late = late_chunks(ctx, wins["late"], rows["late"], enc) if "late" in wins else {}
-        for f, (a, b) in zip(ctx.features, ctx.slices):
+        late = late_chunks(agg, wins["late"], rows["late"], enc) if "late" in wins else {}
+        for f, (a, b) in zip(agg.features, agg.slices):
             parts, weights = late[f] if f.strategy == "late" else (
                 enc.vectors[rows[f.strategy], a:b], np.array([w.n_content for w in wins[f.strategy]], dtype=np.float64))
-            vec = aggregate_parts(parts, weights, cfg.pool.aggregates)
-            vecs.append(normalize(vec) if cfg.pool.normalize else vec)
+            vec = aggregate_parts(parts, weights, agg.aggregates)
+            vecs.append(normalize(vec) if agg.normalize else vec)
         if half and not all(fits_float16(v) for v in vecs):
             errors[doc.row] = FP16_OVERFLOW
             continue
         for col, vec in zip(features, vecs):
             col[doc.row] = vec
         valid[doc.row] = True
-        if cfg.pool.level == "token":
+        if agg.per_token:
             s = strategies[0]
             tokens[doc.row] = token_features(doc, wins[s], [enc.tokens[i] for i in rows[s]])
             if half and not fits_float16(tokens[doc.row][3]):
                 errors[doc.row], valid[doc.row], tokens[doc.row] = FP16_TOKEN_OVERFLOW, False, None
-    return batch.replace(vectors={name: v for (name, _), v in zip(ctx.columns, features)}, valid=valid,
+    return batch.replace(vectors={name: v for (name, _), v in zip(agg.columns, features)}, valid=valid,
                          errors=errors, out_docs=np.arange(n, dtype=np.int64), n_windows=n_windows,
-                         truncated=truncated, tokens=tokens if cfg.pool.level == "token" else None)
+                         truncated=truncated, tokens=tokens if agg.per_token else None)
 
 
-def aggregate_windows(ctx, batch: Batch) -> Batch:
+def aggregate_windows(agg: Aggregate, batch: Batch) -> Batch:
     """--level window: one output row per window of the run's one strategy, its vector as encoded
     (unit-scaled with --normalize). A document without a window keeps one row with its error; a
     window whose vector is not finite, or overflows float16 with --out-dtype float16, gets an error.
@@ -90,18 +91,17 @@ def aggregate_windows(ctx, batch: Batch) -> Batch:
     Returns:
         The batch with vectors {column: (n_out, D) float32}, valid, errors, out_docs and out_windows.
     """
-    cfg = ctx.cfg
-    strategy = ctx.features[0].strategy     # one strategy at --level window (PoolConfig refuses more)
-    docs, rows, raw, finite = (chunk_rows if strategy == "late" else window_rows)(ctx, batch)
+    strategy = agg.features[0].strategy     # one strategy at --level window (PoolConfig refuses more)
+    docs, rows, raw, finite = (chunk_rows if strategy == "late" else window_rows)(agg, batch)
     errors = [batch.docs[d].error or NO_WINDOW if w is None else None if ok else NON_FINITE
               for d, w, ok in zip(docs, rows, finite)]
     vectors = {}
-    for (name, _), v in zip(ctx.columns, raw):
-        if cfg.pool.normalize:
+    for (name, _), v in zip(agg.columns, raw):
+        if agg.normalize:
             v = normalize(v)                                                      # (n_out, D), row by row
         vectors[name] = np.where(finite[:, None], v, 0).astype(np.float32)
     valid = finite.copy()
-    if cfg.write.out_dtype == "float16":
+    if agg.out_dtype == "float16":
         fits = np.logical_and.reduce([fits_float16(v, axis=1) for v in vectors.values()])      # (n_out,)
         for i in np.flatnonzero(valid & ~fits):
             errors[i], valid[i] = FP16_OVERFLOW, False
@@ -109,9 +109,9 @@ def aggregate_windows(ctx, batch: Batch) -> Batch:
                          out_windows=rows)
 
 
-def window_rows(ctx, batch: Batch) -> tuple[list[int], list, list[np.ndarray], np.ndarray]:
+def window_rows(agg: Aggregate, batch: Batch) -> tuple[list[int], list, list[np.ndarray], np.ndarray]:
     """(doc row per output row, its Window or None, per feature (n_out, D) vectors as encoded, finite (n_out,))."""
-    strategy = ctx.features[0].strategy
+    strategy = agg.features[0].strategy
     windows = batch.windows[strategy]
     into = batch.into_unique(strategy)
     docs, wins = row_plan(batch.docs, windows)
@@ -119,11 +119,11 @@ def window_rows(ctx, batch: Batch) -> tuple[list[int], list, list[np.ndarray], n
     enc_rows = into[np.maximum(wins, 0)] if len(windows) else np.zeros(len(wins), np.int64)
     finite = enc.finite[enc_rows] & (wins >= 0) if len(windows) else np.zeros(len(wins), bool)
     vectors = [enc.vectors[enc_rows, a:b] if len(windows) else np.zeros((len(wins), b - a), np.float32)
-               for a, b in ctx.slices]                                            # (n_out, D) each
+               for a, b in agg.slices]                                            # (n_out, D) each
     return docs, [windows[w] if w >= 0 else None for w in wins], vectors, finite
 
 
-def chunk_rows(ctx, batch: Batch) -> tuple[list[int], list, list[np.ndarray], np.ndarray]:
+def chunk_rows(agg: Aggregate, batch: Batch) -> tuple[list[int], list, list[np.ndarray], np.ndarray]:
     """``late`` at --level window: one row per late chunk, as window_rows returns them.
 
     A chunk row's Window has the chunk's number (``window``), its one span of content positions and
@@ -131,32 +131,32 @@ def chunk_rows(ctx, batch: Batch) -> tuple[list[int], list, list[np.ndarray], np
     """
     windows, enc = batch.windows["late"], batch.encoded
     into = batch.into_unique("late")
-    dims = [b - a for a, b in ctx.slices]
+    dims = [b - a for a, b in agg.slices]
     docs, rows, finite, vectors = [], [], [], [[] for _ in dims]
     start = 0
     for doc in batch.docs:
         n = windows[start].n_windows if start < len(windows) and windows[start].doc == doc.row else 0
         mine, enc_rows = windows[start:start + n], into[start:start + n]
         start += n
-        spans = chunk_spans(np.unique(np.concatenate([w.positions for w in mine])), ctx.cfg.segment.chunk_tokens) \
+        spans = chunk_spans(np.unique(np.concatenate([w.positions for w in mine])), agg.chunk_tokens) \
             if n else []
         ok = bool(n) and bool(enc.finite[enc_rows].all())
-        chunks = late_chunks(ctx, mine, enc_rows, enc) if ok else {}
+        chunks = late_chunks(agg, mine, enc_rows, enc) if ok else {}
         docs += [doc.row] * max(len(spans), 1)
         rows += [Window(doc.row, k, len(spans), (span,), np.zeros(0, np.int64)) for k, span in enumerate(spans)] or [None]
         finite += [ok] * max(len(spans), 1)
-        for v, f, d in zip(vectors, ctx.features, dims):
+        for v, f, d in zip(vectors, agg.features, dims):
             v.append(chunks[f][0] if ok else np.zeros((max(len(spans), 1), d), np.float32))
     return docs, rows, [np.concatenate(v) if v else np.zeros((0, d), np.float32) for v, d in zip(vectors, dims)], \
         np.array(finite, dtype=bool)
 
 
-def late_chunks(ctx, windows: list[Window], rows: np.ndarray, enc) -> dict:
+def late_chunks(agg: Aggregate, windows: list[Window], rows: np.ndarray, enc) -> dict:
     """{late feature: (chunk vectors, tokens per chunk)} of one document's late ``windows`` (``rows``:
     theirs in ``enc``), by pipeline.model.late.doc_chunks."""
     return doc_chunks([w.positions for w in windows], [enc.layers[i] for i in rows],
-                      [f for f in ctx.features if f.strategy == "late"], ctx.cfg.segment.chunk_tokens,
-                      ctx.encoder.token_layers, ctx.facts.num_hidden_layers, ctx.hidden)
+                      [f for f in agg.features if f.strategy == "late"], agg.chunk_tokens,
+                      agg.token_layers, agg.n_layers, agg.hidden)
 
 
 def row_plan(docs: list[TokenizedDoc], windows: list[Window]) -> tuple[list[int], np.ndarray]:
@@ -255,3 +255,63 @@ def _numpy(x) -> np.ndarray:
         x = x.detach().cpu()
         return (x.float() if x.is_floating_point() else x).numpy()
     return np.asarray(x)
+
+
+class Aggregate(Stage):
+    """``encoded`` -> one vector per document and feature: its windows' vectors combined with
+    ``aggregates`` (``aggregate_documents``), unit-scaled with ``normalize``.
+
+    Args:
+        features: the run's features (strategy, pooling, layers), in column order.
+        columns: per feature (output column name, D); slices: per feature its [a, b) in a window vector.
+        aggregates: first | last | mean | max | weighted, several side by side (e.g. ("mean", "max")).
+        normalize: scale each vector to unit L2 norm. out_dtype: "float16" turns a vector that
+            overflows half precision into a row error.
+        chunk_tokens, n_layers, hidden: late chunking's chunk size, the model's layers and hidden size.
+
+    Fills ``vectors`` {column: (n_docs, D) float32}, ``valid``, ``errors``, ``out_docs``, ``n_windows``,
+    ``truncated`` (and ``tokens`` in TokenAggregate). A replacement aggregate needs to fill only
+    ``vectors`` (and ``errors`` where it refuses a row): the rows stage derives the rest.
+    """
+
+    name, requires, fills = "aggregate", ("encoded",), ("vectors",)
+    per_token = False
+
+    def __init__(self, features: tuple, columns: tuple[tuple[str, int], ...], slices: tuple[tuple[int, int], ...],
+                 aggregates: tuple[str, ...] = ("mean",), normalize: bool = False, out_dtype: str = "float32",
+                 chunk_tokens: int = 128, n_layers: int = 12, hidden: int = 768):
+        self.features, self.columns, self.slices = tuple(features), tuple(map(tuple, columns)), tuple(map(tuple, slices))
+        self.aggregates, self.normalize, self.out_dtype = tuple(aggregates), bool(normalize), out_dtype
+        self.chunk_tokens, self.n_layers, self.hidden = int(chunk_tokens), int(n_layers), int(hidden)
+        # the hidden states late features read, as positive indices (pipeline.model.encode.Encoder.token_layers)
+        self.token_layers = tuple(sorted({x if x >= 0 else n_layers + 1 + x for f in self.features
+                                          if f.strategy == "late" for x in f.layers}))
+
+    def get_params(self) -> dict:
+        return {"features": self.features, "columns": self.columns, "slices": self.slices,
+                "aggregates": self.aggregates, "normalize": self.normalize, "out_dtype": self.out_dtype,
+                "chunk_tokens": self.chunk_tokens, "n_layers": self.n_layers, "hidden": self.hidden}
+
+    def with_io(self, out_dtype: str) -> Aggregate:
+        """This stage with a run's --out-dtype."""
+        return self if out_dtype == self.out_dtype else type(self)(**{**self.get_params(), "out_dtype": out_dtype})
+
+    def __call__(self, batch: Batch) -> Batch:
+        self.check(batch)
+        return aggregate_documents(self, batch)
+
+
+class TokenAggregate(Aggregate):
+    """As Aggregate, and per document its tokens' vectors (``tokens``: token_ids, positions, offsets,
+    (m, D) float32), each token from the window where it has the most context."""
+
+    per_token = True
+
+
+class WindowAggregate(Aggregate):
+    """One output row per window of the run's one strategy, its vector as encoded (``aggregate_windows``);
+    fills ``out_docs`` and ``out_windows`` too (``aggregates`` is not used)."""
+
+    def __call__(self, batch: Batch) -> Batch:
+        self.check(batch)
+        return aggregate_windows(self, batch)

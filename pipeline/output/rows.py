@@ -1,30 +1,38 @@
-"""The ``rows`` stage's builders: a batch's vectors -> the output table, one builder per level.
+"""The ``rows`` stage: a batch's vectors -> the output table in the schema ``extract`` writes, one
+class per level (``Rows``, ``TokenRows``, ``WindowRows``) over one builder each.
 
-``document_table`` writes one row per document (and, at --level token, its per-token lists);
-``window_table`` one row per window. Both take the schema (pipeline.output.write.output_schema), the
-config, the feature columns and the batch explicitly; called by pipeline.engine.stages.Rows.
+``document_table`` writes one row per document (and, with per-token output, its per-token lists);
+``window_table`` one row per window. Both take the schema (pipeline.output.schema.output_schema), the
+kept columns, the feature columns and the batch explicitly.
 """
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
 
-from ..engine.batch import Batch
-from ..options.config import PipelineConfig
+from collections.abc import Mapping
+
+from ..batch import Batch
+from ..counts import BlockCounts
+from ..stage import Stage
+from ..text.segment import covered_tokens
 from .schema import (ERROR, ID, N_TOKENS, N_UNKNOWN, N_WINDOWS, SPANS, TOKEN_COLUMNS, TRUNCATED, WINDOW,
-                     passthrough_columns)
+                     )
 
 
-def document_table(schema: pa.Schema, cfg: PipelineConfig, columns: list[tuple[str, int]], batch: Batch) -> pa.Table:
+def document_table(schema: pa.Schema, kept: tuple[str, ...], columns: list[tuple[str, int]], batch: Batch,
+                   per_token: bool = False) -> pa.Table:
     """One row per document: id or row, kept columns, n_tokens, n_unknown, n_windows, truncated,
     the feature column(s), error and, at --level token, token_ids, positions, offsets, token_features.
 
     Args:
         schema: the output schema (its first field names the id column and its type).
-        columns: [(feature column name, D)]. batch: after ``aggregate`` at document or token level.
+        kept: the input columns written after the id (--keep-col, source). columns: [(feature column
+            name, D)]. batch: after ``aggregate`` at document or token level. per_token: write the
+            per-token lists too.
     """
     rows, docs = batch.rows, batch.docs
-    cols = _leading(schema, cfg, rows, None)
+    cols = _leading(schema, kept, rows, None)
     cols[N_TOKENS] = pa.array([d.n_tokens for d in docs], type=pa.int32())
     cols[N_UNKNOWN] = pa.array([d.n_unknown for d in docs], type=pa.int32())
     cols[N_WINDOWS] = pa.array(batch.n_windows, type=pa.int32())
@@ -32,24 +40,24 @@ def document_table(schema: pa.Schema, cfg: PipelineConfig, columns: list[tuple[s
     for name, _ in columns:
         cols[name] = _fixed_list(batch.vectors[name], batch.valid, schema.field(name).type)
     cols[ERROR] = pa.array(batch.errors, type=pa.string())
-    if cfg.pool.level == "token":
+    if per_token:
         per_doc = [t if t is not None else (None,) * len(TOKEN_COLUMNS) for t in batch.tokens]
         for k, name in enumerate(TOKEN_COLUMNS):
             cols[name] = _list_array([t[k] for t in per_doc], schema.field(name).type)
     return pa.Table.from_pydict(cols, schema=schema)
 
 
-def window_table(schema: pa.Schema, cfg: PipelineConfig, columns: list[tuple[str, int]], batch: Batch) -> pa.Table:
+def window_table(schema: pa.Schema, kept: tuple[str, ...], columns: list[tuple[str, int]], batch: Batch) -> pa.Table:
     """One row per window (--level window): id or row, kept columns, window, spans, n_tokens (content
     tokens of the window), the feature column(s), error; a document without a window has one row
     whose window, spans and n_tokens are null.
 
     Args:
-        schema: the output schema. columns: [(feature column name, D)]. batch: after ``aggregate`` at
+        schema: the output schema. kept: as document_table. columns: [(feature column name, D)]. batch: after ``aggregate`` at
             --level window (out_docs and out_windows set).
     """
     wins = batch.out_windows
-    cols = _leading(schema, cfg, batch.rows, pa.array(batch.out_docs, type=pa.int64()))
+    cols = _leading(schema, kept, batch.rows, pa.array(batch.out_docs, type=pa.int64()))
     cols[WINDOW] = pa.array([None if w is None else w.window_idx for w in wins], type=pa.int32())
     cols[SPANS] = pa.array([None if w is None else [list(s) for s in w.spans] for w in wins],
                              type=schema.field(SPANS).type)
@@ -60,7 +68,7 @@ def window_table(schema: pa.Schema, cfg: PipelineConfig, columns: list[tuple[str
     return pa.Table.from_pydict(cols, schema=schema)
 
 
-def _leading(schema: pa.Schema, cfg: PipelineConfig, rows: pa.Table, take: pa.Array | None) -> dict[str, pa.Array]:
+def _leading(schema: pa.Schema, kept: tuple[str, ...], rows: pa.Table, take: pa.Array | None) -> dict[str, pa.Array]:
     """The id column (cast to the schema's id type) and the kept columns, each row of ``take`` (None: all rows)."""
     def column(name: str) -> pa.Array:
         col = rows.column(name).combine_chunks()
@@ -68,7 +76,7 @@ def _leading(schema: pa.Schema, cfg: PipelineConfig, rows: pa.Table, take: pa.Ar
 
     id_field = schema.field(0)  # ID, or ROW for row numbers (the batch's own id column is always ID)
     cols = {id_field.name: column(ID).cast(id_field.type)}
-    for name in passthrough_columns(cfg):
+    for name in kept:
         cols[name] = column(name)
     return cols
 
@@ -96,3 +104,105 @@ def _list_array(items: list[np.ndarray | None], list_type: pa.ListType) -> pa.Ar
     values = pa.FixedSizeListArray.from_arrays(flat, list_size=inner.list_size) if fixed else flat
     mask = pa.array([item is None for item in items], type=pa.bool_())
     return pa.ListArray.from_arrays(pa.array(offsets), values, type=list_type, mask=mask)
+
+
+class Rows(Stage):
+    """``vectors`` -> ``table``: one output row per document in the schema extract writes, and the
+    block's ``counts``.
+
+    Fields a replacement aggregate left empty are derived here: ``errors`` from the tokenizer's,
+    ``valid`` where there is no error and the vector is finite, ``n_windows`` and ``truncated`` from
+    the windows.
+
+    Args:
+        schemas: {"row": the schema for int64 row numbers, "id": the schema for string ids}
+            (pipeline.output.schema.output_schema with each id type).
+        kept: the input columns written after the id, in order. columns: per feature (column name, D).
+    """
+
+    name, requires, fills = "rows", ("vectors",), ("table", "counts")
+
+    def __init__(self, schemas: Mapping[str, pa.Schema], kept: tuple[str, ...], columns: tuple[tuple[str, int], ...]):
+        self.schemas, self.kept, self.columns = dict(schemas), tuple(kept), tuple(map(tuple, columns))
+
+    def get_params(self) -> dict:
+        return {"schemas": dict(self.schemas), "kept": self.kept, "columns": self.columns}
+
+    def schema(self, id_type: pa.DataType) -> pa.Schema:
+        """The output schema for ids of ``id_type`` (an integer: a ``row`` column; a string: ``id``)."""
+        return self.schemas["row" if pa.types.is_integer(id_type) else "id"]
+
+    def complete(self, batch: Batch) -> Batch:
+        """``batch`` with the fields a replacement aggregate may leave empty derived (``completed``)."""
+        return completed(batch)
+
+    def build(self, schema: pa.Schema, batch: Batch) -> pa.Table:
+        """The output table of a batch whose aggregate fields are all filled."""
+        return document_table(schema, self.kept, list(self.columns), batch)
+
+    def __call__(self, batch: Batch) -> Batch:
+        self.check(batch)
+        batch = self.complete(batch)
+        table = self.build(self.schema(batch.rows.column("id").type), batch)
+        return batch.replace(table=table, counts=BlockCounts.of(batch))
+
+
+class TokenRows(Rows):
+    """As Rows, with each document's per-token lists (token_ids, positions, offsets, token_features)."""
+
+    def build(self, schema: pa.Schema, batch: Batch) -> pa.Table:
+        return document_table(schema, self.kept, list(self.columns), batch, per_token=True)
+
+
+class WindowRows(Rows):
+    """One output row per window (the window aggregate's ``out_docs`` and ``out_windows``, which a
+    replacement must fill as the built-in one does)."""
+
+    def complete(self, batch: Batch) -> Batch:
+        from ..errors import ConfigError
+
+        missing = [f for f in ("valid", "errors", "out_docs", "out_windows") if getattr(batch, f) is None]
+        if missing:
+            raise ConfigError(f"one row per window needs the aggregate stage to fill {missing}; "
+                              "fill them as WindowAggregate does")
+        return batch
+
+    def build(self, schema: pa.Schema, batch: Batch) -> pa.Table:
+        return window_table(schema, self.kept, list(self.columns), batch)
+
+
+def completed(batch: Batch) -> Batch:
+    """``batch`` with the document-level fields a replacement aggregate may leave empty derived:
+    errors (the tokenizer's), valid (no error and every vector finite), out_docs (0..n-1),
+    n_windows (distinct windows per document) and truncated (a content token in no window).
+
+    Raises:
+        ConfigError: a ``vectors`` entry without one row per document.
+    """
+    from ..errors import ConfigError
+
+    n = len(batch)
+    for name, v in batch.vectors.items():
+        if np.ndim(v) != 2 or len(v) != n:
+            raise ConfigError(f"vectors[{name!r}] has shape {np.shape(v)}; the aggregate stage fills one "
+                              f"(n_docs, D) array per feature column, here ({n}, D)")
+    fields: dict = {}
+    errors = batch.errors if batch.errors is not None else [d.error for d in batch.docs]
+    if batch.errors is None:
+        fields["errors"] = errors
+    if batch.valid is None:
+        finite = np.logical_and.reduce([np.isfinite(v).all(axis=1) for v in batch.vectors.values()])
+        fields["valid"] = finite & np.array([e is None for e in errors], dtype=bool)
+    if batch.out_docs is None:
+        fields["out_docs"] = np.arange(n, dtype=np.int64)
+    if batch.n_windows is None or batch.truncated is None:
+        every = [w for ws in (batch.windows or {}).values() for w in ws]
+        per_doc: list[list] = [[] for _ in range(n)]
+        for w in every:
+            per_doc[w.doc].append(w)
+        if batch.n_windows is None:
+            fields["n_windows"] = np.array([len({w.spans for w in ws}) for ws in per_doc], dtype=np.int32)
+        if batch.truncated is None:
+            fields["truncated"] = np.array([covered_tokens(ws) < d.n_tokens for ws, d in zip(per_doc, batch.docs)],
+                                           dtype=bool)
+    return batch.replace(**fields) if fields else batch

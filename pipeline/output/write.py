@@ -19,52 +19,13 @@ import pyarrow.parquet as pq
 from ..options.config import PipelineConfig
 from .durable import fsync_dir, place_durably, remove_stale_partials, replace_durably
 from ..errors import ConfigError, RunError
+from .resume import check_same_run
 
 MANIFEST = "_manifest.json"          # while the run goes on (pandas and pyarrow skip a leading _)
 DONE_MANIFEST = "_manifest.parquet"  # once complete: 0 rows of the output schema, the manifest in its metadata
 OLD_MANIFEST = "manifest.json"       # the name before 0.2; still read by --resume and load_features
 MANIFEST_KEY = b"longbert_manifest"
 MANIFEST_FORMAT = "longbert-parts/1"
-
-
-def check_same_run(old: dict, new: dict, path: Path | str) -> None:
-    """--resume may only continue a run of the same options, input bytes and plan of blocks
-    (fingerprints as ``{"config": ..., "inputs": ..., "plan": ...}``; a run written before plans had no
-    "plan", and is compared on the other two).
-
-    Raises:
-        ConfigError: naming what differs from the run that wrote ``path``.
-    """
-    changed = [k for k in ("config", "inputs") if old.get(k) != new[k]]
-    if not changed and "plan" in old and old["plan"] != new.get("plan"):
-        changed = ["plan"]
-    if changed:
-        names = {"config": "the options", "inputs": "the input files", "plan": "the blocks the inputs are cut into"}
-        what = " and ".join(names[k] for k in changed)
-        which = option_changes(old.get("options"), new.get("options")) if "config" in changed else ""
-        raise ConfigError(f"--resume: {what} differ from the run that wrote {path}{which}; run with the same "
-                          "options and inputs, or pass --overwrite to start again")
-
-
-def option_changes(old: dict | None, new: dict | None) -> str:
-    """' (--strategy: 'head' then, 'chunk' now; ...)' for the options two runs set differently, from the
-    option dicts their manifests keep (PipelineConfig.fingerprint_options); '' when the old run kept none."""
-    if not old or not new:
-        return ""
-
-    def flat(d: dict, prefix: str = "") -> dict:
-        out = {}
-        for key, value in d.items():
-            if isinstance(value, dict):
-                out.update(flat(value, f"{prefix}{key}."))
-            else:
-                out[f"{prefix}{key}"] = value
-        return out
-
-    a, b = flat(json.loads(json.dumps(old))), flat(json.loads(json.dumps(new)))  # tuples as lists
-    diffs = [f"--{key.rsplit('.', 1)[-1].replace('_', '-')}: {a.get(key)!r} then, {b.get(key)!r} now"
-             for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
-    return f" ({'; '.join(diffs)})" if diffs else ""
 
 
 FLOAT16_LIMIT = 65520.0   # |x| >= 65520 rounds to inf in float16 (65504 is its largest finite value)

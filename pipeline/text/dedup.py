@@ -1,6 +1,6 @@
 """Window de-duplication: the windows of every requested strategy in a block -> the unique windows to encode.
 
-Called by the dedup stage (pipeline.engine.stages) once per block, between segment and encode. Two windows are the same model
+Between segment and encode, once per block. Two windows are the same model
 input when their token ids are equal (the forward pass sees nothing else: positions start at 0,
 token_type_ids are 0, the attention mask covers the whole window), so each unique id sequence is
 encoded once and every feature reads its vectors from there.
@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..batch import Batch
+from ..stage import Stage
 from ..types import Window
 
 
@@ -76,3 +78,17 @@ def plan_windows(per_strategy: list[list[Window]]) -> WindowPlan:
         index.append(idx)
     return WindowPlan(unique=unique, index=index, requested=requested, shared_spans=shared,
                       identical_ids=identical)
+
+
+class Dedup(Stage):
+    """``windows`` -> ``plan``: each distinct window once, shared by strategies and by identical token
+    ids (``plan_windows``); no parameters."""
+
+    name, requires, fills = "dedup", ("windows",), ("plan",)
+
+    def get_params(self) -> dict:
+        return {}
+
+    def __call__(self, batch: Batch) -> Batch:
+        self.check(batch)
+        return batch.replace(plan=plan_windows(list(batch.windows.values())))

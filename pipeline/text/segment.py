@@ -1,13 +1,18 @@
 """Segment stage: cut a document's content tokens into windows of at most C = max_length - 2 tokens.
 
-Called by the segment stage (pipeline.engine.stages) for every document; ``window_spans`` is pure arithmetic on positions, so the
+The ``Segment`` stage and its rules; ``window_spans`` is pure arithmetic on positions, so the
 window rules can be tested (and property-tested) without a tokenizer.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
+from ..batch import Batch
+from ..errors import ConfigError
 from ..options.config import SegmentConfig
+from ..stage import Stage
 from ..types import TokenizedDoc, Window
 
 Spans = tuple[tuple[int, int], ...]
@@ -99,3 +104,38 @@ def covered_tokens(windows: list[Window]) -> int:
             total += end - start
             reach = end
     return total
+
+
+class Segment(Stage):
+    """``docs`` -> ``windows``: every strategy's windows of each document, at most ``max_length`` ids
+    with the model's own specials (``segment``).
+
+    Args:
+        strategies: strategy name -> its SegmentConfig (max_length resolved), in the order the
+            features name them. Example: {"head_tail": SegmentConfig(strategy="head_tail", max_length=512)}
+            on 1,000 content ids -> one window [CLS] + ids[:128] + ids[-382:] + [SEP].
+        cls_id, sep_id: the tokenizer's first and last id of every window ([CLS]/[SEP], <s>/</s>).
+
+    Raises:
+        ConfigError: a strategies key that differs from its config's strategy.
+    """
+
+    name, requires, fills = "segment", ("docs",), ("windows",)
+
+    def __init__(self, strategies: Mapping[str, SegmentConfig], cls_id: int, sep_id: int):
+        for key, seg in strategies.items():
+            if key != seg.strategy:
+                raise ConfigError(f"strategies[{key!r}] is a SegmentConfig of strategy {seg.strategy!r}; "
+                                  f"key it by its own strategy")
+        self.strategies = dict(strategies)
+        self.cls_id, self.sep_id = int(cls_id), int(sep_id)
+
+    def get_params(self) -> dict:
+        return {"strategies": dict(self.strategies), "cls_id": self.cls_id, "sep_id": self.sep_id}
+
+    def __call__(self, batch: Batch) -> Batch:
+        self.check(batch)
+        windows = {strategy: [w for doc in batch.docs if doc.error is None
+                              for w in segment(doc, seg, self.cls_id, self.sep_id)]
+                   for strategy, seg in self.strategies.items()}
+        return batch.replace(windows=windows)

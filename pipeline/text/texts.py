@@ -9,21 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
-
-
-class TextError(InputError, ValueError):
-    """A text that cannot be embedded (empty, not a string, non-finite result).
-
-    A ValueError too, so scikit-learn code that catches ValueError for bad input catches it.
-    """
-
-
-class TextsTypeError(TextError, TypeError):
-    """The texts are not a list of texts (a bare string, a dict, a generator, a frame of two columns...).
-
-    A TypeError; also a TextError (so an InputError and a ValueError), as a bare string was before.
-    """
+from ..errors import TextError, TextsTypeError
 
 
 def text_list(texts: Any, caller: str) -> list:

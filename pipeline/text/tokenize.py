@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..batch import Batch
+from ..stage import Stage
 from ..types import TokenizedDoc
 
 EMPTY_TEXT = "empty text"
@@ -175,3 +177,37 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
         docs.append(TokenizedDoc(row=row, ids=ids_arr, offsets=off_arr, n_tokens=n, error=error,
                                  n_unknown=n_unknown))
     return docs
+
+
+class Tokenize(Stage):
+    """Texts -> ``docs``: each row's content token ids, without specials and never truncated but by
+    ``max_tokens_per_doc``; a text that makes no token gets its error (``tokenize_block``).
+
+    Args:
+        tokenizer: a transformers fast tokenizer (the model's own).
+        max_tokens_per_doc: keep at most this many leading tokens per document (None: all).
+        with_offsets: also keep each token's character [start, end) (per-token output needs them).
+        vocab_rows: rows of the model's embedding table when the tokenizer has ids beyond them (a
+            document using one gets a row error); None: every id fits.
+
+    Example:
+        >>> Tokenize(tok)(Batch.from_texts(["a long report"])).docs[0].ids   # int32 (n_tokens,)
+    """
+
+    name, requires, fills = "tokenize", ("rows",), ("docs",)
+
+    def __init__(self, tokenizer, max_tokens_per_doc: int | None = None, with_offsets: bool = False,
+                 vocab_rows: int | None = None):
+        self.tokenizer = tokenizer
+        self.max_tokens_per_doc = max_tokens_per_doc
+        self.with_offsets = with_offsets
+        self.vocab_rows = vocab_rows
+
+    def get_params(self) -> dict:
+        return {"tokenizer": self.tokenizer, "max_tokens_per_doc": self.max_tokens_per_doc,
+                "with_offsets": self.with_offsets, "vocab_rows": self.vocab_rows}
+
+    def __call__(self, batch: Batch) -> Batch:
+        docs = tokenize_block(batch.texts, self.tokenizer, self.max_tokens_per_doc, with_offsets=self.with_offsets,
+                              vocab_rows=self.vocab_rows)
+        return batch.replace(docs=docs)

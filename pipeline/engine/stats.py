@@ -19,8 +19,8 @@ from ..options.config import PipelineConfig, SegmentConfig
 from ..options.features_config import STRATEGIES
 from ..errors import ConfigError
 from ..read import read_blocks
-from .segment import window_spans
-from .tokenize import UNKNOWN_WARN_SHARE, tokenize_block, unknown_warning
+from ..text.segment import window_spans
+from ..text.tokenize import UNKNOWN_WARN_SHARE, tokenize_block, unknown_warning
 
 _SPEED_WINDOWS = 4   # full-size windows per timed forward pass when measuring the speed
 
@@ -112,7 +112,7 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
         ConfigError, ModelError, InputError: as pipeline.engine.run.check (bad options, unreadable inputs,
             no rows).
     """
-    from ..engine.run import check
+    from .run import check
 
     cfg, tokenizer, corpus = check(cfg)
     seg = cfg.segment

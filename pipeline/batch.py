@@ -1,4 +1,4 @@
-"""``Batch``: one block of documents as it moves through the stages (pipeline.engine.stages, pipeline.engine.compose).
+"""``Batch``: one block of documents as it moves through the stages; ``take`` keeps some of its rows.
 
 Each stage takes a Batch and returns a new one with its own fields filled; nothing else passes
 between stages. Built by ``longbert.read`` (from inputs), ``Batch.from_texts`` (from Python) or the
@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import InputError
-from ..text.texts import as_texts
-from ..types import TokenizedDoc, Window
+from .errors import InputError
+from .text.texts import as_texts
+from .types import TokenizedDoc, Window
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class Batch:
             its features used, and whether some content token was in none of them.
         tokens: ``aggregate`` at --level token: per document (token_ids, positions, offsets, vectors) or None.
         table: ``rows``: the output rows, the schema ``longbert extract`` writes.
-        counts: ``rows``: the block's pipeline.engine.block.BlockCounts.
+        counts: ``rows``: the block's pipeline.counts.BlockCounts.
 
     Example:
         >>> b = Batch.from_texts(["a long report", "a memo"], ids=["r1", "m7"], lang=["en", "en"])
@@ -67,7 +67,7 @@ class Batch:
     truncated: np.ndarray | None = None
     tokens: list[tuple | None] | None = None
     table: pa.Table | None = None
-    counts: Any = None                     # pipeline.engine.block.BlockCounts
+    counts: Any = None                     # pipeline.counts.BlockCounts
 
     @classmethod
     def from_texts(cls, texts: Sequence[str] | Any, ids: Sequence[Any] | None = None, **columns: Sequence[Any]) -> Batch:
@@ -131,9 +131,104 @@ class Batch:
     def __len__(self) -> int:
         return self.rows.num_rows
 
+    def take(self, positions: Sequence[int] | np.ndarray) -> Batch:
+        """A batch of the rows at ``positions``, in that order, every filled field cut to match: the
+        documents and windows renumbered, the window plan made again for the kept windows (as the
+        dedup stage makes it) and the encoded vectors, aggregated vectors and table taken to match.
+        The stages after a filter then give exactly what a run over those documents alone gives.
+
+        Args:
+            positions: distinct row positions, 0 <= p < len(self). Example: a batch of 4 rows,
+                take([3, 1]) -> rows 3 and 1; a document that was row 3 is now row 0.
+
+        Raises:
+            ConfigError: a position out of range or repeated, or a field that cannot be cut (named).
+        """
+        from .errors import ConfigError
+
+        pos = np.asarray(list(positions) if not isinstance(positions, np.ndarray) else positions)
+        if pos.size and not np.issubdtype(pos.dtype, np.integer):
+            raise ConfigError(f"take() wants row positions (int), got {pos.dtype}; e.g. batch.take([0, 2])")
+        pos = pos.astype(np.int64).reshape(-1)
+        n = len(self)
+        if pos.size and (pos.min() < 0 or pos.max() >= n):
+            raise ConfigError(f"take(): positions must be in [0, {n}), got {sorted(set(pos[(pos < 0) | (pos >= n)].tolist()))}")
+        if len(np.unique(pos)) != len(pos):
+            raise ConfigError("take(): a position is repeated; each row can be kept once")
+        new_row = np.full(n, -1, dtype=np.int64)
+        new_row[pos] = np.arange(len(pos))
+        fields: dict[str, Any] = {"rows": self.rows.take(pa.array(pos, type=pa.int64()))}
+        if self.docs is not None:
+            fields["docs"] = [dataclasses.replace(self.docs[p], row=i) for i, p in enumerate(pos)]
+        kept: dict[str, np.ndarray] = {}
+        if self.windows is not None:
+            windows = {}
+            for s, ws in self.windows.items():
+                keep = [j for j, w in enumerate(ws) if new_row[w.doc] >= 0]
+                keep.sort(key=lambda j: new_row[ws[j].doc])       # stable: each document's windows stay in order
+                kept[s] = np.asarray(keep, dtype=np.int64)
+                windows[s] = [dataclasses.replace(ws[j], doc=int(new_row[ws[j].doc])) for j in keep]
+            fields["windows"] = windows
+        if self.plan is not None:
+            fields.update(_take_plan(self, fields["windows"], kept))
+        fields.update(_take_outputs(self, new_row))
+        return dataclasses.replace(self, **fields)
+
     def replace(self, **fields: Any) -> Batch:
         """A copy with ``fields`` set (what a stage returns)."""
         return dataclasses.replace(self, **fields)
+
+
+def _take_plan(batch: Batch, windows: dict[str, list[Window]], kept: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The plan of the kept windows (made again) and, after encode, the encoded rows it points at."""
+    from .text.dedup import plan_windows
+
+    plan = plan_windows(list(windows.values()))
+    fields: dict[str, Any] = {"plan": plan}
+    if batch.encoded is not None:
+        old = np.zeros(len(plan.unique), dtype=np.int64)          # new unique window -> old unique window
+        for new_index, old_index, keep in zip(plan.index, batch.plan.index, kept.values()):
+            old[new_index] = np.asarray(old_index, dtype=np.int64)[keep]
+        enc = batch.encoded
+        fields["encoded"] = dataclasses.replace(
+            enc, vectors=enc.vectors[old], finite=enc.finite[old],
+            **{name: [getattr(enc, name)[i] for i in old] for name in ("tokens", "layers")
+               if getattr(enc, name, None) is not None})
+    return fields
+
+
+def _take_outputs(batch: Batch, new_row: np.ndarray) -> dict[str, Any]:
+    """The aggregate and rows stages' fields for the kept documents: the output rows whose document is
+    kept, in the new document order."""
+    from .errors import ConfigError
+
+    if batch.vectors is None and batch.table is None:
+        return {}
+    out_docs = batch.out_docs if batch.out_docs is not None else np.arange(len(batch), dtype=np.int64)
+    sel = np.flatnonzero(new_row[out_docs] >= 0)
+    sel = sel[np.argsort(new_row[out_docs[sel]], kind="stable")]                  # output rows kept, new order
+    fields: dict[str, Any] = {"out_docs": new_row[out_docs[sel]]} if batch.out_docs is not None else {}
+    per_out = {"valid": batch.valid, "errors": batch.errors, "out_windows": batch.out_windows}
+    per_doc = {"n_windows": batch.n_windows, "truncated": batch.truncated, "tokens": batch.tokens}
+    if batch.out_windows is not None and any(v is not None for v in per_doc.values()):
+        raise ConfigError("take(): n_windows/truncated/tokens with one row per window cannot be cut; "
+                          "filter before 'aggregate'")
+    doc_sel = sel if batch.out_windows is None else None
+    for name, values in {**per_out, **(per_doc if doc_sel is not None else {})}.items():
+        if values is not None:
+            fields[name] = values[sel] if isinstance(values, np.ndarray) else [values[i] for i in sel]
+    if batch.vectors is not None:
+        for name, v in batch.vectors.items():
+            if len(v) != len(out_docs):
+                raise ConfigError(f"take(): vectors[{name!r}] has {len(v)} rows for {len(out_docs)} output rows; "
+                                  "it cannot be cut")
+        fields["vectors"] = {name: np.asarray(v)[sel] for name, v in batch.vectors.items()}
+    if batch.table is not None:
+        if batch.table.num_rows != len(out_docs):
+            raise ConfigError(f"take(): the table has {batch.table.num_rows} rows for {len(out_docs)} output "
+                              "rows; it cannot be cut")
+        fields["table"] = batch.table.take(pa.array(sel, type=pa.int64()))
+    return fields
 
 
 def _sized(values: Any, n: int, what: str) -> list:

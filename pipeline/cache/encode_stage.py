@@ -1,0 +1,140 @@
+"""The ``encode`` stage: a block's unique windows -> their vectors, from the model or, with a window
+store, from the store (``encode_unique``). The only stage that loads weights, on its first call.
+"""
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..batch import Batch
+from ..counts import BlockCounts
+from ..options.config import PipelineConfig
+from ..stage import Stage
+from ..types import ModelFacts
+
+
+class Weights:
+    """A model's weights loaded once, on first use, and shared by every Encode stage built with the
+    same model options (a pipeline, the pipelines derived from it, the vectorizer's runs); thread-safe.
+
+    Args:
+        model: an already loaded model (not loaded again), or None: loaded from the first config's
+            ``model`` options (name, device, dtype, quantize, threads).
+    """
+
+    def __init__(self, model=None):
+        self.model = model
+        self._encoders: dict = {}       # (model, pool, encode options) -> its Encoder
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are in memory."""
+        return self.model is not None
+
+    def encoder(self, config: PipelineConfig, tokenizer):
+        """A pipeline.model.encode.Encoder of its own (own counters and progress hook) over the shared
+        weights, for ``config``'s pools and batching.
+
+        Raises:
+            ModelError: as pipeline.model.load.load_model.
+        """
+        from ..model.encode import Encoder   # torch loads here, not on import
+
+        key = (config.model, config.pool, config.encode)
+        with self._lock:
+            if key not in self._encoders:
+                made = Encoder.from_config(config, tokenizer, model=self.model)
+                self.model = made.full_model
+                self._encoders[key] = made
+            shared = self._encoders[key]
+        mine = copy.copy(shared)
+        mine.stats, mine.on_batch = type(shared.stats)(), None
+        return mine
+
+
+class Encode(Stage):
+    """``plan.unique`` -> ``encoded``: window vectors (every pooling of the run side by side), from the
+    model or from the window store; loads the weights on first use.
+
+    Args:
+        config: the run's config, max_length resolved (model, device, dtype, the features' pools,
+            batch size, token budget and --cache). tokenizer: the model's tokenizer (its pad id).
+        facts: the model's facts (pipeline.model.facts.model_facts): the store's keys use its sha256.
+        model: an already loaded model for config.model, or a ``Weights`` to share; None: loaded here.
+        store: an open pipeline.cache.store.WindowStore (the vectorizer's in-memory one); None: the
+            store of config.write.cache, or none.
+        with_tokens: also keep each window's per-token vectors (per-token output).
+
+    Raises:
+        ModelError / ConfigError: on the first call, as load_model and WindowCache.open.
+    """
+
+    name, requires, fills = "encode", ("plan",), ("encoded",)
+
+    def __init__(self, config: PipelineConfig, tokenizer, facts: ModelFacts, model: Any = None, store=None,
+                 with_tokens: bool = False):
+        self.config, self.tokenizer, self.facts, self.store = config, tokenizer, facts, store
+        self.with_tokens = with_tokens
+        self.weights = model if isinstance(model, Weights) else Weights(model)
+        self._encoder = self._cache = None
+        self._lock = threading.Lock()
+
+    def get_params(self) -> dict:
+        return {"config": self.config, "tokenizer": self.tokenizer, "facts": self.facts, "model": self.weights,
+                "store": self.store, "with_tokens": self.with_tokens}
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are loaded."""
+        return self.weights.loaded
+
+    @property
+    def encoder(self):
+        """This stage's Encoder (loads the weights and opens the store on first use)."""
+        self.load()
+        return self._encoder
+
+    def load(self) -> None:
+        """Load the weights (once per Weights) and open the --cache store.
+
+        Raises:
+            ModelError: as pipeline.model.load.load_model. ConfigError: as WindowCache.open.
+        """
+        with self._lock:
+            if self._encoder is not None:
+                return
+            from .window_cache import WindowCache
+
+            encoder = self.weights.encoder(self.config, self.tokenizer)
+            self._cache = WindowCache.open(self.config, self.facts, self.store)   # None without --cache
+            self._encoder = encoder
+
+    def with_io(self, config: PipelineConfig, facts: ModelFacts) -> Encode:
+        """This stage for a run with ``config``'s read and write options: the same weights, the run's store."""
+        return Encode(config, self.tokenizer, facts, self.weights, self.store, self.with_tokens)
+
+    def __call__(self, batch: Batch) -> Batch:
+        from .window_cache import encode_unique
+
+        self.check(batch)
+        encoder = self.encoder
+        stats = encoder.stats
+        oom, fp32 = stats.oom_splits, stats.fp32_recomputed
+        enc, cached = encode_unique(encoder, self._cache, batch.unique, with_tokens=self.with_tokens,
+                                    with_layers=late_windows(batch))
+        counts = BlockCounts(windows=len(batch.unique) - cached, windows_cached=cached,
+                             oom_splits=stats.oom_splits - oom, fp32_recomputed=stats.fp32_recomputed - fp32)
+        return batch.replace(encoded=enc, cached=cached, counts=counts)
+
+
+def late_windows(batch: Batch) -> np.ndarray | None:
+    """(n_unique,) bool: the unique windows whose per-token vectors a late feature reads; None without one."""
+    if "late" not in batch.windows:
+        return None
+    mask = np.zeros(len(batch.unique), dtype=bool)
+    mask[batch.into_unique("late")] = True
+    return mask

@@ -1,0 +1,132 @@
+"""A run's options resolved against the model once, into a frozen record, and the one builder that
+turns that record into the built-in stages (the level's classes chosen here, once).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ..options.config import PipelineConfig
+from ..output.aggregate import Aggregate, TokenAggregate, WindowAggregate
+from ..output.rows import Rows, TokenRows, WindowRows
+from ..output.schema import feature_columns, output_schema, passthrough_columns
+from ..text.dedup import Dedup
+from ..text.segment import Segment
+from ..text.tokenize import Tokenize
+from ..types import ModelFacts
+from .block import feature_dim, resolve_config
+
+# Per output level: its aggregate and rows classes.
+LEVEL_STAGES = {"document": (Aggregate, Rows), "token": (TokenAggregate, TokenRows),
+                "window": (WindowAggregate, WindowRows)}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The options resolved against the model (its config and tokenizer; no weights).
+
+    Fields:
+        cfg: the config, segment.max_length set from the model.
+        tokenizer: the model's fast tokenizer. facts: the model's facts (hidden size, layers,
+            special ids, sha256...).
+        columns: per feature (output column name, D). slices: per feature its [a, b) in a window
+            vector (every pooling of the run side by side). dim, token_dim: D of ``features`` and of
+            ``token_features`` in a one-feature run. stage_labels: the labels of a pipeline's own
+            stage list (written to the file's metadata, compared by --resume); None: the built-in stages.
+    """
+
+    cfg: PipelineConfig
+    tokenizer: Any
+    facts: ModelFacts
+    columns: tuple[tuple[str, int], ...]
+    slices: tuple[tuple[int, int], ...]
+    dim: int
+    token_dim: int
+    stage_labels: tuple[str, ...] | None = None   # a pipeline's own stage list (pipeline.stage.stage_label); None: built-in
+
+    @classmethod
+    def from_config(cls, cfg: PipelineConfig, tokenizer=None) -> Resolved:
+        """Resolve ``cfg`` against its model (reads the model's config and tokenizer, loads no weights).
+
+        Raises:
+            ConfigError / ModelError: as pipeline.engine.block.resolve_config.
+        """
+        from ..model.pool import pool_offsets, window_pools
+
+        cfg, tokenizer, facts = resolve_config(cfg, tokenizer)
+        hidden = facts.hidden_size
+        dim, token_dim = feature_dim(cfg, hidden)
+        pools = window_pools(cfg)
+        offsets = pool_offsets(pools, hidden)
+        keys = [p.pool_key for p in pools]
+        slices = tuple(tuple(offsets[keys.index(f.pool_key)]) for f in cfg.feature_list())
+        return cls(cfg, tokenizer, facts, tuple(feature_columns(cfg, hidden)), slices, dim, token_dim)
+
+    @property
+    def features(self) -> tuple:
+        """The run's features, in column order."""
+        return self.cfg.feature_list()
+
+    def with_io(self, cfg: PipelineConfig) -> Resolved:
+        """This record with ``cfg``'s read and write options (inputs, output, --keep-col, --out-dtype,
+        --cache...); what was resolved against the model stays.
+
+        Raises:
+            ConfigError: a --keep-col that clashes with a column of this run.
+        """
+        return dataclasses.replace(self, cfg=dataclasses.replace(self.cfg, read=cfg.read, write=cfg.write))
+
+    def schema(self, id_type: pa.DataType) -> pa.Schema:
+        """The output schema for ids of ``id_type`` (pa.int64(): a ``row`` column; pa.string(): ``id``)."""
+        schema = output_schema(self.cfg, id_type, self.facts, self.dim, self.token_dim)
+        if self.stage_labels is None:
+            return schema
+        meta = json.loads(schema.metadata[b"longbert"])
+        meta["stages"] = list(self.stage_labels)   # beside the options: a reader can tell two pipelines' files apart
+        return schema.with_metadata({**schema.metadata, b"longbert": json.dumps(meta).encode()})
+
+    def stages(self, model=None, store=None) -> list:
+        """The built-in stages in order: tokenize, segment, dedup, encode, aggregate, rows.
+
+        Args:
+            model: an already loaded model, or the pipeline.cache.encode_stage.Weights of another
+                pipeline's encode stage (shared, not loaded again); None: loaded on first encode.
+            store: an open window store (the vectorizer's in-memory one), or None.
+        """
+        from ..cache.encode_stage import Encode
+
+        cfg, facts, level = self.cfg, self.facts, self.cfg.pool.level
+        seg = cfg.segment
+        strategies = {s: seg if s == seg.strategy else dataclasses.replace(seg, strategy=s)
+                      for s in dict.fromkeys(f.strategy for f in self.features)}
+        aggregate, rows = LEVEL_STAGES[level]
+        return [Tokenize(self.tokenizer, seg.max_tokens_per_doc, with_offsets=level == "token",
+                         vocab_rows=facts.vocab_rows),
+                Segment(strategies, facts.cls_id, facts.sep_id),
+                Dedup(),
+                Encode(cfg, self.tokenizer, facts, model, store, with_tokens=level == "token"),
+                aggregate(self.features, self.columns, self.slices, cfg.pool.aggregates, cfg.pool.normalize,
+                          cfg.write.out_dtype, seg.chunk_tokens, facts.num_hidden_layers, facts.hidden_size),
+                rows(self.row_schemas(), tuple(passthrough_columns(cfg)), self.columns)]
+
+    def row_schemas(self) -> dict[str, pa.Schema]:
+        """{"row": the schema for int64 row numbers, "id": for string ids} (the rows stage's parameter)."""
+        return {"row": self.schema(pa.int64()), "id": self.schema(pa.string())}
+
+    def io_stage(self, stage: Any) -> Any:
+        """``stage`` for a run with this record's read and write options: a built-in encode, aggregate
+        or rows stage rebuilt with the run's --cache, --out-dtype and kept columns (the same weights);
+        any other stage as it is."""
+        from ..cache.encode_stage import Encode
+
+        if isinstance(stage, Encode):
+            return stage.with_io(self.cfg, self.facts)
+        if isinstance(stage, Aggregate):
+            return stage.with_io(self.cfg.write.out_dtype)
+        if isinstance(stage, Rows):
+            return type(stage)(self.row_schemas(), tuple(passthrough_columns(self.cfg)), stage.columns)
+        return stage
