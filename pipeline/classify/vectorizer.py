@@ -10,6 +10,7 @@ process (``memory_store``), so cross-validation folds and grid-search candidates
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -18,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 from sklearn.base import BaseEstimator, TransformerMixin
 
+from ..errors import ConfigError, PipelineError
 from ..options.config import PipelineConfig
 from ..output.schema import ERROR, TOKEN_FEATURES
 from ..text.texts import as_texts, preprocessed, raise_on_errors, text_list
@@ -106,6 +108,20 @@ def cached_extractor(cfg: PipelineConfig, echo=None, memory: bool = False):
     return extractor
 
 
+@contextlib.contextmanager
+def forgotten_on_failure(extractor):
+    """Run a call with ``extractor``; if it fails other than by a PipelineError about its input (a bug, an
+    interrupt), drop it from the per-process cache: the next call builds a fresh one (the model stays)."""
+    try:
+        yield extractor
+    except PipelineError:
+        raise
+    except BaseException:
+        if _LOADED.get("extractor", (None, None))[1] is extractor:
+            del _LOADED["extractor"]
+        raise
+
+
 def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "head_tail",
            pooling: str = "mean", layers: tuple[int, ...] | str = (-1,), layer_agg: str = "mean",
            aggregate: str = "mean", batch_size: int = 32, max_batch_tokens: int | None = None,
@@ -163,7 +179,7 @@ def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "hea
     cfg = build_config(model=str(model), aggregate=aggregate, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                        max_length=max_length, head_tokens=head_tokens, tail_tokens=tail_tokens, overlap=overlap,
                        chunk_tokens=chunk_tokens, max_tokens_per_doc=max_tokens_per_doc, device=device, dtype=dtype, quantize=quantize,
-                       threads=threads, allow_pickle=allow_pickle, normalize=bool(normalize), level=level,
+                       threads=threads, allow_pickle=allow_pickle, normalize=normalize, level=level,
                        cache=cache_options(cache)[0], **options)
     errors: list[str | None] = [None if isinstance(t, str) else f"not a string ({type(t).__name__})" for t in items]
     if preprocess is not None:
@@ -175,7 +191,7 @@ def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "hea
     good = [i for i, e in enumerate(errors) if e is None]
     from tqdm.auto import tqdm
 
-    with tqdm(total=len(items), unit="text", disable=not show, desc="longbert") as bar:
+    with forgotten_on_failure(extractor), tqdm(total=len(items), unit="text", disable=not show, desc="longbert") as bar:
         for start in range(0, len(good), _BLOCK_ROWS):
             rows = np.asarray(good[start:start + _BLOCK_ROWS], dtype=np.int64)
             table = extractor(block_from_texts([items[i] for i in rows]))
@@ -301,7 +317,6 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             ConfigError: a parameter out of range or not one of its choices.
         """
         if self.level != "document":
-            from ..errors import ConfigError
             raise ConfigError(f"level={self.level!r}: a scikit-learn transformer gives one row per text, so "
                               "LongBertVectorizer takes level='document'; use longbert.encode(level=...) for "
                               "window or token vectors")
@@ -314,7 +329,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             chunk_tokens=self.chunk_tokens, aggregate=self.aggregate, **shorthand,
             batch_size=self.batch_size, device=self.device, quantize=self.quantize,
             max_tokens_per_doc=self.max_tokens_per_doc, dtype=self.dtype, threads=self.threads,
-            normalize=bool(self.normalize), cache=cache_options(self.cache)[0])
+            normalize=self.normalize, cache=cache_options(self.cache)[0])
 
     def fit(self, X: Iterable[str] | None = None, y: Any = None) -> LongBertVectorizer:
         """No learning (the encoder is frozen); checks the parameters and returns self.
@@ -358,13 +373,14 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         out = np.zeros((len(texts), sum(d for _, d in extractor.columns)), dtype=np.float32)   # (n, D)
         from .features import features_matrix
 
-        for start in range(0, len(texts), _BLOCK_ROWS):
-            block = block_from_texts(texts[start:start + _BLOCK_ROWS])
-            prepared = extractor.prepare(block)
-            raise_on_errors([d.error for d in prepared.docs], start)     # before any forward pass
-            table, _ = extractor.finish(prepared)
-            raise_on_errors(table.column(ERROR).to_pylist(), start)
-            out[start:start + table.num_rows] = np.hstack([features_matrix(table.column(c)) for c in columns])
+        with forgotten_on_failure(extractor):
+            for start in range(0, len(texts), _BLOCK_ROWS):
+                block = block_from_texts(texts[start:start + _BLOCK_ROWS])
+                prepared = extractor.prepare(block)
+                raise_on_errors([d.error for d in prepared.docs], start)     # before any forward pass
+                table, _ = extractor.finish(prepared)
+                raise_on_errors(table.column(ERROR).to_pylist(), start)
+                out[start:start + table.num_rows] = np.hstack([features_matrix(table.column(c)) for c in columns])
         return out
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
