@@ -21,6 +21,7 @@ from ..text.dedup import plan_windows
 from ..model.pool import pool_offsets, window_pools
 from ..output.rows import document_table, window_table
 from ..text.segment import segment as segment_doc
+from ..read.specs import ROW_ERROR
 from ..text.tokenize import tokenize_block
 from ..output.schema import feature_columns, output_schema
 
@@ -139,8 +140,10 @@ class Tokenize(Stage):
 
     def __call__(self, batch: Batch) -> Batch:
         cfg = self.ctx.cfg
+        read_errors = batch.rows.column(ROW_ERROR).to_pylist() if ROW_ERROR in batch.rows.column_names else None
         docs = tokenize_block(batch.texts, self.ctx.tokenizer, cfg.segment.max_tokens_per_doc,
-                              with_offsets=cfg.pool.level == "token", vocab_rows=self.ctx.facts.vocab_rows)
+                              with_offsets=cfg.pool.level == "token", vocab_rows=self.ctx.facts.vocab_rows,
+                              read_errors=read_errors)
         return batch.replace(docs=docs)
 
 
