@@ -59,8 +59,11 @@ def test_pool_of_a_left_padding_tokenizers_batch_is_each_rows_cls(tiny_bert, sid
     """A tokenizer padding on the left (as tokenizer_config.json may set it): cls is the [CLS] state,
     mean and max ignore the pads, for the last layer and for concatenated layers alike."""
     model, tok = tiny_bert
-    tok.padding_side = side
-    enc = tok([words(3), words(12, 2)], padding=True, return_tensors="pt")
+    before, tok.padding_side = tok.padding_side, side   # a session fixture: set back below
+    try:
+        enc = tok([words(3), words(12, 2)], padding=True, return_tensors="pt")
+    finally:
+        tok.padding_side = before
     with torch.no_grad():
         out = model(**enc, output_hidden_states=True)
     mask = enc["attention_mask"].numpy()
