@@ -190,7 +190,6 @@ def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "hea
     result = _Collect(cfg.pool.level, len(items), [name for name, _ in extractor.columns])
     good = [i for i, e in enumerate(errors) if e is None]
     from tqdm.auto import tqdm
-
     with forgotten_on_failure(extractor), tqdm(total=len(items), unit="text", disable=not show, desc="longbert") as bar:
         for start in range(0, len(good), _BLOCK_ROWS):
             rows = np.asarray(good[start:start + _BLOCK_ROWS], dtype=np.int64)
