@@ -66,7 +66,8 @@ def pool(hidden_states: Any, attention_mask: Any, pooling: str = "mean", layers:
             indexed as a transformers model's ``output_hidden_states`` (0 = embeddings, -1 = last).
             numpy arrays or torch tensors.
         attention_mask: (n, seq) 0/1: 1 for [CLS], content and [SEP], 0 for padding.
-        pooling: cls ([CLS] position) | mean | max over non-padding positions | pooler (needs pooler_output).
+        pooling: cls (each row's first position whose mask is 1: its [CLS], with right or left padding)
+            | mean | max over non-padding positions | pooler (needs pooler_output).
         layers: which hidden states (one array: only (-1,)).
         layer_agg: mean | sum | concat of the layers' pooled vectors.
         pooler_output: (n, h), the model's pooler output, for pooling="pooler".

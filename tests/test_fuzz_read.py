@@ -302,8 +302,8 @@ def json_values_bytes(rng: random.Random) -> bytes:
 
 
 def reference_json_values(data: bytes) -> list[tuple]:
-    """(id, text, label) per record: numbers as written (json's parse hooks), null None (text: ""),
-    booleans their JSON text; NotReadable when any record is bad."""
+    """(id, text, label, error) per record: numbers as written (json's parse hooks), null None (text: ""),
+    booleans their JSON text, a text that is a number "" with its row error; NotReadable when any record is bad."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -322,7 +322,10 @@ def reference_json_values(data: bytes) -> list[tuple]:
             raise NotReadable("nested value: not generated here")
         vals = [None if v is None else v if isinstance(v, str) else json.dumps(v) for v in
                 (obj["id"], obj["text"], obj["label"])]
-        vals[1] = "" if vals[1] is None else vals[1]
+        typed = json.loads(line)["text"]   # the hooks above read 42 as "42": the JSON type, from a plain read
+        error = None if typed is None or isinstance(typed, str) else "text is a JSON number, not a string"
+        vals[1] = "" if vals[1] is None or error else vals[1]   # a number as text: a row error, never its JSON
+        vals.append(error)
         if any(v is not None and re.search("[\ud800-\udfff]", v) for v in vals):
             raise NotReadable("lone surrogate")
         rows.append(tuple(vals))
@@ -340,7 +343,8 @@ def test_fuzz_json_numbers_and_nulls_kept_as_written(tmp_path):
         try:
             plan = scan(PipelineConfig.from_options(inputs=(str(src),), id_col="id", keep_cols=("label",),
                                                     block_rows=3).read)
-            got = [(r["id"], r["text"], r["label"]) for spec in plan.blocks for r in read_block(spec).to_pylist()]
+            got = [(r["id"], r["text"], r["label"], r.get("error")) for spec in plan.blocks
+                   for r in read_block(spec).to_pylist()]
         except InputError as err:
             assert src.name in str(err)
             outcomes["refused"] += 1

@@ -176,10 +176,11 @@ def test_a_folder_never_embeds_compressed_or_binary_bytes(tmp_path, content, wha
     (tmp_path / "good.txt").write_text("a real note")
     bad = tmp_path / "notes.txt"
     bad.write_bytes(content)
+    hint = " (UTF-16 text: pass --encoding utf-16)" if "NUL" in what else ""   # only where UTF-16 may be what it is
     for options in ({}, {"encoding": "latin-1"}):     # latin-1 decodes any byte: the check is not a decode error
         assert refused(tmp_path, **options) == (
             f"{bad}: this is {what}, not a text document; a .txt / .md input is read as one document of text: "
-            "decompress or convert it (UTF-16 text: pass --encoding utf-16), or move it out of the inputs")
+            f"decompress or convert it{hint}, or move it out of the inputs")
 
 
 # ---------------------------------------------------------------------------------------------- pipes

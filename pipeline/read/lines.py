@@ -4,9 +4,10 @@ Every CSV/TSV field is read as text exactly as written (the standard library's c
 inference, no missing-value markers), so "007", "NA" and "3.50" stay strings. pandas' C parser was
 not used: it drops whitespace-only lines as blank and silently rewrites a stray quote
 ('"x"y"' -> 'xy"'); both lose or change a row. Lines end in ``\\n``, ``\\r\\n`` or ``\\r``; line
-numbers in messages count all three. A JSON Lines record is one line holding one JSON object; a value
-that is not a string is kept as its text exactly as written (``json_text``: ``1.50`` stays "1.50"), and
-a null is a null (a null text an empty text), as parquet gives. A JSON Lines record
+numbers in messages count all three. A JSON Lines record is one line holding one JSON object; an id or
+kept value that is not a string is kept as its text exactly as written (``json_text``: ``1.50`` stays
+"1.50"), a text that is not a string is a row error naming its JSON type (the row is kept), and a null
+is a null (a null text an empty text), as parquet gives. A JSON Lines record
 that names a key twice, or holds a lone surrogate (``"\\ud83d"``) in a value read, is a bad record.
 A bad last record with no final line end (cut inside a quote or a JSON value) means the file was cut
 short: an InputError naming line and byte, even with ``--on-bad-lines skip``.
@@ -27,7 +28,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 from .sources import FORMAT_NAMES, Source, how
-from .specs import (BlockSpec, Columns, FileScan, check_named_once, count_id, finish_table, missing_message,
+from .specs import (ROW_ERROR, BlockSpec, Columns, FileScan, check_named_once, count_id, finish_table, missing_message,
                     needed_flags, row_ids)
 from .encoding_advice import undecodable_message
 from .json_text import raw_values
@@ -43,6 +44,7 @@ class _Record:
     offset: int                   # its byte offset
     values: dict[str, str] | None  # None: a bad record (skipped)
     bad: BadRecord | None = None
+    error: str | None = None       # a row error: the row is kept, with this error and an empty text
 
 
 class _Undecodable(Exception):
@@ -175,7 +177,8 @@ class _LineReader:
                     cut = not raw.endswith((b"\n", b"\r"))
                     yield _Record(number, start, None, BadRecord(number, reason, start, cut))
                     continue
-                yield _Record(number, start, values)
+                error = values.pop(_TEXT_ERROR, None)
+                yield _Record(number, start, values, error=error)
 
     def _json_values(self, text: str) -> tuple[dict[str, str] | None, str | None]:
         """(the needed values of one JSON Lines record, None), or (None, why the record is bad)."""
@@ -217,17 +220,30 @@ def _object(pairs: list[tuple[str, object]]) -> dict:
     return obj
 
 
+_TEXT_ERROR = "\0text error"   # the key _json_texts files a text's row error under (no JSON key holds a NUL here)
+_JSON_KINDS = ((bool, "boolean"), (int, "number"), (float, "number"), (list, "array"), (dict, "object"))
+
+
 def _json_texts(text: str, obj: dict, cols: Columns) -> dict[str, str | None]:
     """The needed values of one record: a string as it is; a JSON null as None (the text column: "",
-    an empty text, as a null parquet text); any other value as its text exactly as written in the line
-    (``1.50`` stays "1.50", ``1E+3`` "1E+3", ``[1, 2]`` "[1, 2]"), never re-printed."""
+    an empty text, as a null parquet text); any other id or kept value as its text exactly as written in
+    the line (``1.50`` stays "1.50", ``1E+3`` "1E+3", ``[1, 2]`` "[1, 2]"), never re-printed. A text that
+    is an array, object, number or boolean is never embedded as its JSON: the row keeps an empty text
+    and, under _TEXT_ERROR, its error ("text is a JSON array, not a string"), as parquet refuses such a column."""
     values = {k: obj[k] for k in cols.needed}
     if all(isinstance(v, str) for v in values.values()):
         return values
+    value = values[cols.text_col]
+    error = None
+    if value is not None and not isinstance(value, str):
+        kind = next(name for t, name in _JSON_KINDS if isinstance(value, t))
+        error, values[cols.text_col] = f"{cols.text_col} is a JSON {kind}, not a string", None
     raw = raw_values(text, [k for k, v in values.items() if v is not None and not isinstance(v, str)])
     out = {k: v if v is None or isinstance(v, str) else raw[k] for k, v in values.items()}
     if out[cols.text_col] is None:
         out[cols.text_col] = ""
+    if error is not None:
+        out[_TEXT_ERROR] = error
     return out
 
 
@@ -336,8 +352,10 @@ def read(spec: BlockSpec) -> pa.Table:
     there is no id column). InputError when the file holds fewer rows there than the scan found."""
     cols = spec.columns
     records: list[dict[str, str]] = []
+    errors: list[str | None] = []
     for rec in _block_records(spec):
         records.append(rec.values)
+        errors.append(rec.error)
         if len(records) == spec.n_rows:
             break
     if len(records) != spec.n_rows:
@@ -347,6 +365,8 @@ def read(spec: BlockSpec) -> pa.Table:
              "text": pa.array([r[cols.text_col] for r in records], pa.string())}
     for col in cols.keep_cols:
         table[col] = pa.array([r[col] for r in records], pa.string())
+    if any(errors):  # a row error of the reader's (pipeline.read.specs.ROW_ERROR): the tokenize stage keeps it
+        table[ROW_ERROR] = pa.array(errors, pa.string())
     return finish_table(table, spec)
 
 

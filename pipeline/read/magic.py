@@ -60,3 +60,46 @@ def magic_check(src: Source, path: Path) -> None:
         _, name, ext = STREAMS[src.compression]
         raise InputError(f"{path}: the name ends in {ext} but the file is not {name}-compressed (it starts with "
                          f"bytes {head[:4].hex(' ')}); rename it without {ext} if it is plain text")
+    if src.format in ("csv", "tsv") and not src.forced:
+        json_check(src, path)
+
+
+def json_check(src: Source, path: Path) -> None:
+    """A file read as CSV or TSV (from its name or by default, not --format) whose first bytes are JSON:
+    InputError naming the JSON it holds and the fix, whether or not its first line would parse as a CSV header.
+
+    Raises:
+        InputError: JSON Lines (a first line that is a JSON object: --format jsonl); a JSON array of
+            objects, as pandas' ``to_json(orient="records")`` writes it, on one line or indented; one
+            JSON object over several lines. The last two are converted to JSON Lines with the command named.
+    """
+    from .streams import open_binary   # here: streams imports this module's neighbours
+
+    with open_binary(path, src.compression) as fh:
+        text = fh.read(_JSON_HEAD).decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+    stem = path.name.split(".")[0] or path.name
+    first = text.split("\n", 1)[0].strip()
+    if text.startswith("{") and _is_object(first):
+        raise InputError(f"{path}: the first line looks like JSON Lines, but the file was {how(src)}; "
+                         "pass --format jsonl or name it .jsonl")
+    if text.startswith("[") and text[1:].lstrip(" \t\r\n")[:1] in ("{", "]"):
+        raise InputError(f"{path}: the file holds a JSON array of objects (as pandas' df.to_json(orient=\"records\") "
+                         f"writes it), but was {how(src)}; longbert reads JSON Lines, one object per line: convert it "
+                         f"with `jq -c '.[]' {path.name} > {stem}.jsonl` (or pandas' df.to_json(\"{stem}.jsonl\", "
+                         "orient=\"records\", lines=True)) and pass the .jsonl file")
+    if text.startswith("{") and "\n" in text:
+        raise InputError(f"{path}: the file holds JSON spread over several lines (an indented object), but was "
+                         f"{how(src)}; longbert reads JSON Lines, one object per line: convert it with "
+                         f"`jq -c . {path.name} > {stem}.jsonl` and pass the .jsonl file")
+
+
+_JSON_HEAD = 1 << 16  # bytes looked at: a first JSON Lines record longer than this is checked by the reader
+
+
+def _is_object(line: str) -> bool:
+    import json
+
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False

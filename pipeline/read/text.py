@@ -6,6 +6,7 @@ The format interface (see ``pipeline.read``): ``columns``, ``check``, ``scan``, 
 from __future__ import annotations
 
 import codecs
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,7 +16,8 @@ from .signatures import binary_kind, head_of
 from .recheck import stamp_of, text_digest
 from .sources import Source
 from .specs import BlockSpec, Columns, FileScan, count_id, finish_table
-from .streams import WIDE, hash_and_check_bytes, python_encoding
+from .encoding_advice import LINES_SHOWN, folder_message
+from .streams import WIDE, hash_and_check_bytes, line_breaks, line_decoding, lines, open_binary, python_encoding
 
 
 def columns(src: Source, cols: Columns) -> None:
@@ -36,12 +38,18 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
     The sha256 covers each file's relative path and bytes, in order."""
     shas: list[tuple[str, str]] = []
     stamps: list[int] = []
-    n_bytes = dups = 0
+    n_bytes = dups = n_bad = 0
+    skip = _skips(cols)
     for rel in src.files:
         file = src.path / rel
         stamps += stamp_of([file])  # before the bytes are read: a change while they are is seen later
         _check_text(file, cols.encoding)
-        sha, size = hash_and_check_bytes(file, cols.encoding, fmt="text")
+        try:
+            sha, size = hash_and_check_bytes(file, cols.encoding, fmt="text", skip_undecodable=skip)
+        except InputError as err:
+            raise InputError(_mixed_folder(src, cols.encoding) or str(err)) from None
+        if skip:
+            n_bad += sum(1 for _, line in _lines(file, cols.encoding) if line is None)
         shas.append((rel, sha))
         n_bytes += size
         dups += count_id(seen, rel)
@@ -50,7 +58,46 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
                        cols, files=src.files[start:start + block_rows],
                        stamp=tuple(stamps[2 * start:2 * (start + block_rows)]))
              for k, start in enumerate(range(0, len(src.files), block_rows))]
-    return FileScan(src.path, "text", text_digest(shas), n_bytes, len(src.files), files=src.files), specs, dups
+    return FileScan(src.path, "text", text_digest(shas), n_bytes, len(src.files), n_bad, files=src.files), specs, dups
+
+
+def _skips(cols: Columns) -> bool:
+    """--on-bad-lines skip, for an encoding read line by line (not UTF-16/32): lines that do not decode
+    are left out of their document and counted."""
+    return cols.on_bad_lines == "skip" and codecs.lookup(cols.encoding).name not in WIDE
+
+
+def _lines(file: Path, encoding: str) -> Iterator[tuple[bytes, str | None]]:
+    """Each line of a file (its line end kept) and its text, None where it does not decode."""
+    with open_binary(file, None) as fh:
+        for _, _, raw in lines(fh, 0, 1):
+            try:
+                yield raw, raw.decode(line_decoding(encoding))
+            except UnicodeDecodeError:
+                yield raw, None
+
+
+def _mixed_folder(src: Source, encoding: str) -> str | None:
+    """folder_message when a folder's text files mix encodings: some are not UTF-8 while another is
+    UTF-8 with non-ASCII text (else None: --encoding may be right for every file). Reads every file;
+    called only once a file has failed."""
+    if len(src.files) < 2 or codecs.lookup(encoding).name != "utf-8":
+        return None
+    bad, n_bad, good, first = [], 0, None, ""
+    for rel in src.files:
+        data = (src.path / rel).read_bytes()
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            n_bad += 1
+            bad += [rel][:LINES_SHOWN - len(bad)]
+            first = first or (f"{rel}: byte offset {err.start} (line {line_breaks(data[:err.start], False) + 1}), "
+                              f"bytes {data[err.start:err.start + 4].hex(' ')}")
+            continue
+        good = good or (rel if not data.isascii() else None)
+    if good is None or not bad:
+        return None
+    return folder_message(src.path, bad, n_bad, good, first)
 
 
 def _check_text(file: Path, encoding: str) -> None:
@@ -63,18 +110,29 @@ def _check_text(file: Path, encoding: str) -> None:
     if kind is None and b"\0" in head and not wide and not head.startswith((b"\xff\xfe", b"\xfe\xff")):
         kind = "binary data or UTF-16 text without a byte-order mark (it holds NUL bytes)"
     if kind is not None:
+        wide_hint = " (UTF-16 text: pass --encoding utf-16)" if "NUL bytes" in kind else ""
         raise InputError(f"{file}: this is {kind}, not a text document; a .txt / .md input is read as one "
-                         "document of text: decompress or convert it (UTF-16 text: pass --encoding utf-16), "
-                         "or move it out of the inputs")
+                         f"document of text: decompress or convert it{wide_hint}, or move it out of the inputs")
 
 
 def read(spec: BlockSpec) -> pa.Table:
     """The block's files: id = relative path, text = the decoded file, source = its path under the root."""
     root = Path(spec.path)
-    texts = [(root / rel).read_bytes().decode(python_encoding(spec.columns.encoding)) for rel in spec.files]
+    texts = [_text_of(root / rel, spec.columns) for rel in spec.files]
     table = {"id": pa.array(list(spec.files), pa.string()), "text": pa.array(texts, pa.string())}
     sources = [Path(spec.source, rel).as_posix() if spec.source not in ("", ".") else rel for rel in spec.files]
     return finish_table(table, spec, sources)
+
+
+def _text_of(file: Path, cols: Columns) -> str:
+    """A file's text; under --on-bad-lines skip without the lines that do not decode (counted by scan)."""
+    data = file.read_bytes()
+    try:
+        return data.decode(python_encoding(cols.encoding))
+    except UnicodeDecodeError:
+        if not _skips(cols):
+            raise
+    return "".join(text for _, text in _lines(file, cols.encoding) if text is not None).removeprefix("\ufeff")
 
 
 def locate(spec: BlockSpec, i: int) -> str:

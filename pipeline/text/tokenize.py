@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..batch import Batch
+from ..read.specs import ROW_ERROR
 from ..stage import Stage
 from ..types import TokenizedDoc
 
@@ -105,7 +106,8 @@ def _encode(tokenizer, batch: list[str], rows: list[int], with_offsets: bool, fa
 
 
 def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | None = None,
-                   with_offsets: bool = True, vocab_rows: int | None = None) -> list[TokenizedDoc]:
+                   with_offsets: bool = True, vocab_rows: int | None = None,
+                   read_errors: Sequence[str | None] | None = None) -> list[TokenizedDoc]:
     """Tokenize a block of documents in one call of the fast (Rust) tokenizer.
 
     Args:
@@ -121,6 +123,8 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
         vocab_rows: the model's embedding rows when the tokenizer has ids beyond them
             (ModelFacts.vocab_rows): a document whose kept ids use one gets a row error naming the token
             (beyond_table); None: every id fits, nothing is checked.
+        read_errors: per text, the reader's row error (pipeline.read.specs.ROW_ERROR: a JSON text that
+            is not a string, read as ""), or None; a row with one gets it as its error, before any other.
 
     Special-token strings in a text are text: ``split_special_tokens=True`` tokenizes "[SEP]" as
     the pieces of its characters (the default model: "[", "sep", "]"), so no content id is a control
@@ -165,7 +169,7 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
         off_arr = no_offsets if offsets is None else np.asarray(offsets, dtype=np.int32).reshape(n, 2)
         if max_tokens_per_doc is not None and n > max_tokens_per_doc:
             ids_arr, off_arr = ids_arr[:max_tokens_per_doc], off_arr[:max_tokens_per_doc]
-        error = failed.get(row)
+        error = (read_errors[row] if read_errors is not None else None) or failed.get(row)
         if error is not None:
             pass
         elif vocab_rows is not None and ids_arr.size and int(ids_arr.max()) >= vocab_rows:
@@ -208,6 +212,8 @@ class Tokenize(Stage):
                 "with_offsets": self.with_offsets, "vocab_rows": self.vocab_rows}
 
     def __call__(self, batch: Batch) -> Batch:
+        rows = batch.rows
+        read_errors = rows.column(ROW_ERROR).to_pylist() if ROW_ERROR in rows.column_names else None  # the reader's
         docs = tokenize_block(batch.texts, self.tokenizer, self.max_tokens_per_doc, with_offsets=self.with_offsets,
-                              vocab_rows=self.vocab_rows)
+                              vocab_rows=self.vocab_rows, read_errors=read_errors)
         return batch.replace(docs=docs)
