@@ -71,11 +71,17 @@ def _build(**options: Any) -> PipelineConfig:
     return PipelineConfig.from_options(**options)
 
 
-def _expand_plot(plot: Path | None) -> Path | None:
-    """--plot with ``~`` expanded as every path option's (pipeline.options.paths.expand_user)."""
+def _expand_plot(plot: Path | None, inputs: tuple[str, ...]) -> Path | None:
+    """--plot with ``~`` expanded as every path option's (pipeline.options.paths.expand_user), and
+    refused (ConfigError) where it is one of the ``inputs`` (pipeline.output.spare_inputs)."""
     from pipeline.options.paths import expand_user
+    from pipeline.output.spare_inputs import Written, check_spares_inputs
 
-    return None if plot is None else Path(expand_user(str(plot), "--plot"))
+    if plot is None:
+        return None
+    plot = Path(expand_user(str(plot), "--plot"))
+    check_spares_inputs(inputs, [Written("--plot", str(plot))])
+    return plot
 
 
 def _env_cache(cfg: PipelineConfig) -> PipelineConfig:
@@ -153,7 +159,7 @@ def stats(inputs: tuple[str, ...], config_file: Path | None, plot: Path | None,
     from pipeline.text.stats import corpus_stats, format_stats, plot_stats
     try:
         cfg = _build(config_file=config_file, inputs=inputs, **options)
-        plot = _expand_plot(plot)
+        plot = _expand_plot(plot, inputs)
         for line in no_effect_warnings(options, sorted(param_names(EXTRACT_GROUPS) - STATS_USES),
                                        "stats counts tokens and windows and writes no vectors"):
             click.echo(f"Warning: {line}", err=True)
@@ -225,7 +231,7 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
     from pipeline.classify.probe_plot import plot_corpus_probe, plot_probe
     try:
         progress = options.pop("progress")
-        plot = _expand_plot(plot)
+        plot = _expand_plot(plot, inputs)
         corpus = [not _is_features_output(p) for p in inputs]
         if any(corpus) and not all(corpus):
             raise ConfigError("probe takes either a corpus (CSV, TSV, JSON Lines, parquet table...) or extract's "
@@ -243,6 +249,9 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
                 click.echo(f"chart -> {plot}")
             return
         cfg = _env_cache(_build(inputs=inputs, progress=progress, **options))
+        if cfg.write.cache:  # the window store is the one thing a corpus probe writes besides --plot
+            from pipeline.output.spare_inputs import Written, check_spares_inputs
+            check_spares_inputs(inputs, [Written("--cache", cfg.write.cache, folder=True)])
         for line in no_effect_warnings(options, PROBE_IGNORES, "probe extracts every strategy x pooling x layers "
                                        "of its own feature set"):
             click.echo(f"Warning: {line}", err=True)

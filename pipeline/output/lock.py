@@ -128,11 +128,16 @@ def check_location(output: Path, is_directory: bool) -> None:
 
 
 def claim_output(cfg: PipelineConfig) -> OutputLock:
-    """Before anything is read: check the output location, take its lock, then the overwrite/resume rules.
+    """Before anything is read: no path the run writes is an input, then check the output location,
+    take its lock, then the overwrite/resume rules.
 
     Raises:
-        ConfigError (exit 2): as check_location, acquire and pipeline.output.write.check_output.
+        ConfigError (exit 2): as pipeline.output.spare_inputs.check_run_spares_inputs, check_location,
+            acquire and pipeline.output.write.check_output.
     """
+    from .spare_inputs import check_run_spares_inputs
+
+    check_run_spares_inputs(cfg)
     out = Path(cfg.write.output)
     check_location(out, cfg.write.is_directory)
     lock = acquire(out)
