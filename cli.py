@@ -288,12 +288,14 @@ def cache(folder: str | None, clear: bool) -> None:
             raise ConfigError("no store folder; pass FOLDER or set LONGBERT_CACHE")
         if not clear and not (Path(folder).expanduser() / DB_NAME).is_file():
             raise ConfigError(f"{folder}: no window store there (no {DB_NAME}); runs with --cache {folder} make one")
+        folded = True
         if clear:
             stats = clear_store(folder)
         else:
             with WindowStore.open(folder) as store:
+                folded = store.checkpoint()  # the windows a run left in the write-ahead log go into the file first
                 stats = store.stats()
-        click.echo(format_stats(stats))
+        click.echo(format_stats(stats, folded=folded))
     except PipelineError as err:
         _fail(err)
 

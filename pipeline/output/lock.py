@@ -151,17 +151,22 @@ def claim_output(cfg: PipelineConfig) -> OutputLock:
 
 def holds_output(run):
     """Decorate an engine's ``run(cfg, echo, **engine_args)``: the output is claimed (claim_output) before the run reads
-    any input or model file, and released when it ends, however it ends; a taken-over lock is echoed and
-    added to the summary's notes."""
+    any input or model file, and released when it ends, however it ends, after the window store is left as
+    one file (pipeline.cache.store.close_stores); a taken-over lock is echoed and added to the summary's notes."""
     @functools.wraps(run)
     def wrapper(cfg: PipelineConfig, echo=None, **engine_args):
+        from ..cache.store import close_stores
+
         lock = claim_output(cfg)
         try:
             if lock.taken_over and echo:
                 echo(f"note: {lock.taken_over}")
             summary = run(cfg, echo, **engine_args)
         finally:
-            lock.release()
+            try:
+                close_stores(cfg.write.cache)
+            finally:
+                lock.release()
         if lock.taken_over:
             summary.notes.append(lock.taken_over)
         return summary
