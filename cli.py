@@ -4,6 +4,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import gc
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,23 @@ passive_omp_wait()  # before torch is imported: pipeline.engine.feed says why
 # torch and transformers register theirs, it runs after them, when the output is written and closed; the
 # process then ends without the cycle collection (objects outside cycles are still freed as modules clear).
 atexit.register(gc.freeze)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM's handler: raise KeyboardInterrupt, so the run ends as after Ctrl-C (sinks aborted, the
+    lock released, the window store closed, the interrupt's message, exit 130)."""
+    raise KeyboardInterrupt
+
+
+def _on_sigterm(handler: Any) -> Any:
+    """Install ``handler`` for SIGTERM; returns the previous one (None, changing nothing, outside the main
+    thread, where Python cannot set handlers)."""
+    if handler is None:
+        return None
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        return None
 
 
 def _fail(err: PipelineError) -> None:
@@ -111,7 +129,7 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
 
     Exit codes: 0 done (the summary counts rows with errors), 1 failed part-way or --strict with a
     row error, 2 nothing started (bad option, missing column, unreadable input, existing output),
-    130 interrupted (Ctrl-C).
+    130 interrupted (Ctrl-C or SIGTERM).
 
     \b
     Example:
@@ -119,6 +137,8 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
         longbert extract 'data/*.csv' --strategy sliding --overlap 64 -o out/parts/ --resume
         longbert extract docs.csv --feature head:cls --feature chunk:mean -o out/both.parquet
     """
+    cfg = None
+    previous = _on_sigterm(_interrupt)  # SIGTERM (kill, a job scheduler) ends as Ctrl-C does
     try:
         cfg = _env_cache(_build(config_file=config_file, inputs=inputs, **options))
         _warn_ignored(cfg, options)
@@ -132,9 +152,11 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
     except PipelineError as err:
         _fail(err)
     except KeyboardInterrupt:
-        kept = "a DIR/ output keeps its finished parts for --resume"
-        click.echo(f"Interrupted: no output was completed ({kept}).", err=True)
+        from pipeline.output.interrupted import interrupted_message
+        click.echo(interrupted_message(cfg), err=True)
         sys.exit(130)
+    finally:
+        _on_sigterm(previous)
     click.echo(summary.line())
 
 
