@@ -110,3 +110,26 @@ def test_pipeline_run_refuses_to_write_over_its_input(tiny_model_dir, tmp_path, 
                               "writes over an input, even when told to overwrite: write the features elsewhere, "
                               f"e.g. -o {tmp_path}/data/B69.features.parquet")
     assert b69.read_bytes() == (CASES / "B69.parquet").read_bytes()
+
+
+def test_probe_plot_and_store_naming_an_input_are_exit_2(runner, tiny_model_dir, tmp_path, b69, nothing_read):
+    result = invoke(runner, ["probe", b69, "--label-col", "label", "--model", tiny_model_dir, "--plot", b69])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"Error: --plot '{b69}' is the input '{b69}'; longbert never writes over")
+    result = invoke(runner, ["probe", b69, "--label-col", "label", "--model", tiny_model_dir,
+                             "--cache", tmp_path / "data"])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"Error: --cache '{tmp_path / 'data'}' holds the input '{b69}'; longbert never")
+    assert b69.read_bytes() == (CASES / "B69.parquet").read_bytes()
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["B69.parquet"]   # no store made there
+
+
+def test_an_earlier_output_inside_a_folder_of_documents_is_not_an_input(runner, tiny_model_dir, tmp_path):
+    """A folder input is its .txt and .md files: a features file beside them may be replaced."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text(words(5))
+    args = ["extract", docs, "--model", tiny_model_dir, "--no-progress", "-o", docs / "features.parquet"]
+    assert invoke(runner, args).exit_code == 0
+    result = invoke(runner, [*args, "--overwrite"])
+    assert result.exit_code == 0, result.output

@@ -28,20 +28,20 @@ class Written:
 
 def input_files(patterns: Iterable[str]) -> list[tuple[str, Path]]:
     """(the input as named, its real path) for each regular file the inputs name, found without reading
-    any file: a file itself, a folder's files, a glob's matches (pipeline.read.sources' walker). A path
+    any file: a file itself, a folder's .txt and .md files, a glob's matches (pipeline.read.sources' walker). A path
     that does not exist, or a pipe, is left out (the scan names the first, and never writes to either).
 
     Example: ["docs/", "a.csv"] with docs/x.txt -> [("docs/x.txt", /abs/docs/x.txt), ("a.csv", /abs/a.csv)].
     """
-    from ..read.sources import _glob, walk
+    from ..read.sources import TEXT_SUFFIXES, _glob, walk
 
     out = []
     for pattern in patterns:
         pattern = str(pattern)
         if any(ch in pattern for ch in "*?["):
             found = _glob(pattern)[1]
-        elif os.path.isdir(pattern):
-            found = walk(Path(pattern))
+        elif os.path.isdir(pattern):   # a folder's documents: its .txt and .md files, as the reader takes them
+            found = [f for f in walk(Path(pattern)) if f.suffix.lower() in TEXT_SUFFIXES]
         else:
             found = [Path(pattern)]
         out.extend((str(f), Path(os.path.realpath(f))) for f in found if os.path.isfile(os.path.realpath(f)))
