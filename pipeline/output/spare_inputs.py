@@ -28,8 +28,9 @@ class Written:
 
 def input_files(patterns: Iterable[str]) -> list[tuple[str, Path]]:
     """(the input as named, its real path) for each regular file the inputs name, found without reading
-    any file: a file itself, a folder's .txt and .md files, a glob's matches (pipeline.read.sources' walker). A path
-    that does not exist, or a pipe, is left out (the scan names the first, and never writes to either).
+    any file: a file itself, a folder's .txt and .md files, a glob's matches (pipeline.read.sources'
+    walker). A path that does not exist, or a pipe, is left out (the scan names the first; no run
+    writes to the second).
 
     Example: ["docs/", "a.csv"] with docs/x.txt -> [("docs/x.txt", /abs/docs/x.txt), ("a.csv", /abs/a.csv)].
     """
@@ -44,22 +45,30 @@ def input_files(patterns: Iterable[str]) -> list[tuple[str, Path]]:
             found = [f for f in walk(Path(pattern)) if f.suffix.lower() in TEXT_SUFFIXES]
         else:
             found = [Path(pattern)]
-        out.extend((str(f), Path(os.path.realpath(f))) for f in found if os.path.isfile(os.path.realpath(f)))
+        for f in found:
+            real = os.path.realpath(f)
+            if os.path.isfile(real):
+                out.append((str(f), Path(real)))
     return out
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of an existing file, None otherwise: a hard link to an input is the input too."""
     try:
-        return a == b or os.path.samefile(a, b)   # samefile: a hard link is the input too
+        st = path.stat()
     except OSError:
-        return False
+        return None
+    return st.st_dev, st.st_ino
 
 
-def _clash(target: Written, files: list[tuple[str, Path]]) -> tuple[str, Path] | None:
-    """The first input that ``target`` would write over: the same file, or a file inside the folder."""
-    real = Path(os.path.realpath(os.path.expanduser(target.path)))
-    for named, path in files:
-        if _same_file(real, path) or (target.folder and path.is_relative_to(real)):
+def _clash(target: Written, files: list[tuple[str, Path]], ids: list) -> tuple[str, Path] | None:
+    """The first input that ``target`` would write over: the same file, or a file inside the folder.
+    ``ids``: _file_id of each of ``files``."""
+    real = os.path.realpath(os.path.expanduser(target.path))
+    own, inside = _file_id(Path(real)), real.rstrip(os.sep) + os.sep
+    for (named, path), file_id in zip(files, ids):
+        text = str(path)
+        if text == real or (own is not None and own == file_id) or (target.folder and text.startswith(inside)):
             return named, path
     return None
 
@@ -96,8 +105,9 @@ def check_spares_inputs(inputs: Iterable[str], targets: Iterable[Written]) -> No
             target folder holds one; names both paths and the fix.
     """
     files = input_files(inputs)
+    ids = [_file_id(path) for _, path in files]
     for target in targets:
-        clash = _clash(target, files)
+        clash = _clash(target, files, ids)
         if clash is not None:
             raise _refusal(target, *clash)
 
