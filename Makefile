@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install install-test run test bench bench-gpu clean
+.PHONY: install install-test run test docs bench bench-gpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
 	$(PIP) install -e '.[plot,test,ray]' --config-settings editable_mode=compat
 	touch $@
 
+$(VENV)/.installed-docs: $(VENV)/.installed pyproject.toml
+	$(PIP) install -e '.[plot,docs]' --config-settings editable_mode=compat
+	touch $@
+
 install: $(VENV)/.installed
 
 install-test: $(VENV)/.installed-test
@@ -31,6 +35,10 @@ run: install
 
 test: install-test
 	$(BIN)/python -m pytest -q
+
+# The documentation site on http://127.0.0.1:8000 (mkdocs is not part of `make run`'s install).
+docs: $(VENV)/.installed-docs
+	$(BIN)/mkdocs serve
 
 # Issue 4's benchmark, about 10 minutes on 2 cores: one markdown table, also written to bench/results.md.
 # Shorter: make bench BENCH_ARGS="--docs 100 --quick" (--quick skips the scale pair: 150 and 1,500 documents).

@@ -4,6 +4,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import gc
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,23 @@ passive_omp_wait()  # before torch is imported: pipeline.engine.feed says why
 # torch and transformers register theirs, it runs after them, when the output is written and closed; the
 # process then ends without the cycle collection (objects outside cycles are still freed as modules clear).
 atexit.register(gc.freeze)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM's handler: raise KeyboardInterrupt, so the run ends as after Ctrl-C (sinks aborted, the
+    lock released, the window store closed, the interrupt's message, exit 130)."""
+    raise KeyboardInterrupt
+
+
+def _on_sigterm(handler: Any) -> Any:
+    """Install ``handler`` for SIGTERM; returns the previous one (None, changing nothing, outside the main
+    thread, where Python cannot set handlers)."""
+    if handler is None:
+        return None
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        return None
 
 
 def _fail(err: PipelineError) -> None:
@@ -71,11 +89,17 @@ def _build(**options: Any) -> PipelineConfig:
     return PipelineConfig.from_options(**options)
 
 
-def _expand_plot(plot: Path | None) -> Path | None:
-    """--plot with ``~`` expanded as every path option's (pipeline.options.paths.expand_user)."""
+def _expand_plot(plot: Path | None, inputs: tuple[str, ...]) -> Path | None:
+    """--plot with ``~`` expanded as every path option's (pipeline.options.paths.expand_user), and
+    refused (ConfigError) where it is one of the ``inputs`` (pipeline.output.spare_inputs)."""
     from pipeline.options.paths import expand_user
+    from pipeline.output.spare_inputs import Written, check_spares_inputs
 
-    return None if plot is None else Path(expand_user(str(plot), "--plot"))
+    if plot is None:
+        return None
+    plot = Path(expand_user(str(plot), "--plot"))
+    check_spares_inputs(inputs, [Written("--plot", str(plot))])
+    return plot
 
 
 def _env_cache(cfg: PipelineConfig) -> PipelineConfig:
@@ -105,7 +129,7 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
 
     Exit codes: 0 done (the summary counts rows with errors), 1 failed part-way or --strict with a
     row error, 2 nothing started (bad option, missing column, unreadable input, existing output),
-    130 interrupted (Ctrl-C).
+    130 interrupted (Ctrl-C or SIGTERM).
 
     \b
     Example:
@@ -113,6 +137,8 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
         longbert extract 'data/*.csv' --strategy sliding --overlap 64 -o out/parts/ --resume
         longbert extract docs.csv --feature head:cls --feature chunk:mean -o out/both.parquet
     """
+    cfg = None
+    previous = _on_sigterm(_interrupt)  # SIGTERM (kill, a job scheduler) ends as Ctrl-C does
     try:
         cfg = _env_cache(_build(config_file=config_file, inputs=inputs, **options))
         _warn_ignored(cfg, options)
@@ -126,9 +152,11 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
     except PipelineError as err:
         _fail(err)
     except KeyboardInterrupt:
-        kept = "a DIR/ output keeps its finished parts for --resume"
-        click.echo(f"Interrupted: no output was completed ({kept}).", err=True)
+        from pipeline.output.interrupted import interrupted_message
+        click.echo(interrupted_message(cfg), err=True)
         sys.exit(130)
+    finally:
+        _on_sigterm(previous)
     click.echo(summary.line())
 
 
@@ -153,7 +181,7 @@ def stats(inputs: tuple[str, ...], config_file: Path | None, plot: Path | None,
     from pipeline.engine.stats import corpus_stats, format_stats, plot_stats
     try:
         cfg = _build(config_file=config_file, inputs=inputs, **options)
-        plot = _expand_plot(plot)
+        plot = _expand_plot(plot, inputs)
         for line in no_effect_warnings(options, sorted(param_names(EXTRACT_GROUPS) - STATS_USES),
                                        "stats counts tokens and windows and writes no vectors"):
             click.echo(f"Warning: {line}", err=True)
@@ -225,7 +253,7 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
     from pipeline.classify.probe_plot import plot_corpus_probe, plot_probe
     try:
         progress = options.pop("progress")
-        plot = _expand_plot(plot)
+        plot = _expand_plot(plot, inputs)
         corpus = [not _is_features_output(p) for p in inputs]
         if any(corpus) and not all(corpus):
             raise ConfigError("probe takes either a corpus (CSV, TSV, JSON Lines, parquet table...) or extract's "
@@ -243,6 +271,9 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
                 click.echo(f"chart -> {plot}")
             return
         cfg = _env_cache(_build(inputs=inputs, progress=progress, **options))
+        if cfg.write.cache:  # the window store is the one thing a corpus probe writes besides --plot
+            from pipeline.output.spare_inputs import Written, check_spares_inputs
+            check_spares_inputs(inputs, [Written("--cache", cfg.write.cache, folder=True)])
         for line in no_effect_warnings(options, PROBE_IGNORES, "probe extracts every strategy x pooling x layers "
                                        "of its own feature set"):
             click.echo(f"Warning: {line}", err=True)
@@ -279,12 +310,14 @@ def cache(folder: str | None, clear: bool) -> None:
             raise ConfigError("no store folder; pass FOLDER or set LONGBERT_CACHE")
         if not clear and not (Path(folder).expanduser() / DB_NAME).is_file():
             raise ConfigError(f"{folder}: no window store there (no {DB_NAME}); runs with --cache {folder} make one")
+        folded = True
         if clear:
             stats = clear_store(folder)
         else:
             with WindowStore.open(folder) as store:
+                folded = store.checkpoint()  # the windows a run left in the write-ahead log go into the file first
                 stats = store.stats()
-        click.echo(format_stats(stats))
+        click.echo(format_stats(stats, folded=folded))
     except PipelineError as err:
         _fail(err)
 

@@ -18,7 +18,7 @@ from .batch import Batch
 from .options.config import PipelineConfig, PoolConfig, ReadConfig, option_sections
 from .options.features_config import POOLINGS
 from .options.config_file import coerce
-from .output.durable import replace_durably
+from .output.durable import place_durably, replace_durably
 from .errors import ConfigError, InputError, RunError
 from .output.schema import ERROR, FEATURES, ID
 
@@ -115,25 +115,32 @@ def _tensor(x: Any):
     return x.detach().cpu() if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x))
 
 
-def save_features(path: str | Path, ids: Sequence[Any], X: Any, **columns: Sequence[Any]) -> Path:
+def save_features(path: str | Path, ids: Sequence[Any], X: Any, *, overwrite: bool = False,
+                  **columns: Sequence[Any]) -> Path:
     """Write vectors made elsewhere as a features file that ``load_features`` and ``probe`` read.
 
     Args:
-        path: a .parquet file (written whole, then moved into place durably; an existing file is replaced).
+        path: a .parquet file (written whole, then moved into place durably).
         ids: n ids (str or int; written as strings in the ``id`` column).
         X: (n, D) float array (numpy or torch); written as float32, NaN rows as null features.
+        overwrite: replace an existing file (as extract's --overwrite); a folder is never replaced.
         **columns: extra columns, n values each (e.g. label=y), written as strings (None stays null).
 
     Returns:
         The path written. Its metadata (key ``longbert``) says ``source: "external"`` and names no model.
 
     Raises:
+        ConfigError: ``path`` is not a .parquet name, is a folder, or exists without ``overwrite=True``
+            (pipeline.output.api_outputs.check_features_path).
         InputError: lengths that differ, X not 2-D, or a column named like an output column.
-        RunError: the file cannot be written (the cause named).
+        RunError: the file cannot be written (the cause named), or another program created it meanwhile.
     """
     import pyarrow.parquet as pq
 
     from .output.aggregate import _numpy
+    from .output.api_outputs import check_features_path
+
+    path = check_features_path(path, overwrite)
 
     X = _numpy(X).astype(np.float32)
     ids = list(ids)
@@ -156,11 +163,15 @@ def save_features(path: str | Path, ids: Sequence[Any], X: Any, **columns: Seque
     meta = {"source": "external", "model": None, "feature_dim": int(X.shape[1]), "level": "document",
             "keep_cols": list(columns)}
     table = pa.table(cols).replace_schema_metadata({"longbert": json.dumps(meta)})
-    path = Path(path).expanduser()
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         pq.write_table(table, tmp)
-        replace_durably(tmp, path)   # as extract's outputs: fsync, rename, fsync the folder
+        if overwrite:
+            replace_durably(tmp, path)   # as extract's outputs: fsync, rename, fsync the folder
+        elif not place_durably(tmp, path):
+            tmp.unlink()
+            raise RunError(f"{path} was created by another program while save_features wrote; it is kept (pass "
+                           "overwrite=True to replace it, or choose another path)")
     except OSError as err:
         tmp.unlink(missing_ok=True)
         raise RunError(f"cannot write {path}: {err.strerror or err}; check the folder exists and is writable") from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -334,5 +335,12 @@ def test_ray_workers_share_the_store_and_summary_equals_local(ray_address, tiny_
     # a cold run: two workers may both miss a window that two of their blocks share, so only the sum is fixed
     assert windows(rays[0]) == windows(local[0])
     assert rays[1] == local[1] and " 0 windows encoded, " in local[1]
+    copy = tmp_path / "ray_copy"   # the actors' windows are in the store file itself once the run ends
+    copy.mkdir()
+    shutil.copy(tmp_path / "ray" / "windows.sqlite3", copy)
+    conn = sqlite3.connect(copy / "windows.sqlite3")
+    stored = conn.execute("SELECT count(*) FROM windows").fetchone()[0]
+    conn.close()
+    assert stored == int(local[0].split(" windows encoded")[0].split()[-1])   # the cold local run's distinct windows
     for i in range(2):
         assert_same_output(read_output(tmp_path / "local0.parquet"), read_output(tmp_path / f"ray{i}"))

@@ -11,138 +11,33 @@ real embedded store, not a folder of pickles), opened in WAL mode with ``synchro
 - several processes on one machine (two runs, Ray workers) share it: readers never wait, writers
   take the lock in turn (``BEGIN IMMEDIATE``, a busy timeout of ``BUSY_TIMEOUT_S``);
 - WAL needs shared memory, so one store must not be shared by processes of several machines over a
-  network file system (NFS, SMB): give each machine its own folder.
+  network file system (NFS, SMB): give each machine its own folder;
+- at rest it is one file: ``close`` (at the end of every run, at exit, and when a store object is
+  collected) folds the write-ahead log into ``windows.sqlite3`` (``wal_checkpoint(TRUNCATE)``) and closes
+  the connection, so copying ``windows.sqlite3`` alone carries every window.
 
 Every entry carries its length and a CRC-32 of its key and vector bytes; an entry that does not
 verify is ignored (a miss: the caller encodes the window again, and its put replaces the entry).
 """
 from __future__ import annotations
 
+import atexit
 import os
 import sqlite3
 import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, RunError
+from ..errors import RunError
+from .store_file import (BUSY_TIMEOUT_S, CHECKPOINT_WAIT_MS, DB_NAME, NotAStore, StoreDamaged, check_folder, checkpoint,
+                         connect, open_error, run_error)
 from .store_keys import checksum, verifies, window_key
 
-DB_NAME = "windows.sqlite3"
-APPLICATION_ID = 0x4C425753    # 'LBWS' in the database header: the file is a longbert window store
-SCHEMA_VERSION = 1             # PRAGMA user_version; a newer one is refused (ConfigError)
-BUSY_TIMEOUT_S = 60.0          # how long a writer waits for another process's write lock
-PAGE_SIZE = 32768  # a 1.6 KB (384-d) or 6.2 KB (1536-d) row packs 20 or 5 to a page: 1.11x / 1.08x raw float32
+__all__ = ["BUSY_TIMEOUT_S", "DB_NAME", "NotAStore", "StoreDamaged", "WindowStore", "close_stores"]
+
 _CHUNK = 500                   # keys per SELECT ... IN (...): below SQLite's 999 variables of old builds
-_SCHEMA = (
-    # one row per pool key: what the caller registered (a human label, the vector length) and the counters
-    "CREATE TABLE models (id INTEGER PRIMARY KEY, pool_key TEXT NOT NULL UNIQUE, label TEXT NOT NULL, "
-    "dim INTEGER NOT NULL, lookups INTEGER NOT NULL DEFAULT 0, hits INTEGER NOT NULL DEFAULT 0, "
-    "rejected INTEGER NOT NULL DEFAULT 0)",
-    "CREATE TABLE windows (key BLOB PRIMARY KEY, model INTEGER NOT NULL, dim INTEGER NOT NULL, "
-    "checksum INTEGER NOT NULL, vector BLOB NOT NULL)",
-    # entries per model without reading the vectors: 15x faster stats() for 0.6% more bytes
-    "CREATE INDEX windows_model ON windows (model)",
-)
-
-
-def _folder_error(folder: Path, problem: str) -> ConfigError:
-    return ConfigError(f"--cache {folder}: {problem}; pass --cache a writable folder (the store is DIR/{DB_NAME})")
-
-
-def _check_folder(folder: Path) -> Path:
-    """Create ``folder`` if needed; ConfigError when it is a file or cannot be written."""
-    if folder.exists() and not folder.is_dir():
-        raise _folder_error(folder, "not a folder")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise _folder_error(folder, f"cannot create the folder ({err.strerror})") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise _folder_error(folder, "the folder is not writable")
-    return folder / DB_NAME
-
-
-def _clear_hint(db_file: Path | None) -> str:
-    folder = db_file.parent if db_file is not None else "DIR"
-    return f"empty it with `longbert cache {folder} --clear`, or pass --cache another folder"
-
-
-class NotAStore(ConfigError):
-    """DIR/windows.sqlite3 is not a readable store of ours (foreign, damaged, newer): ``clear_store`` deletes it."""
-
-
-class StoreDamaged(RunError):
-    """SQLite found the file damaged after it opened (a page unreadable): ``clear_store`` deletes it."""
-
-
-def _open_error(db_file: Path | None, err: sqlite3.Error, timeout: float) -> ConfigError:
-    """A SQLite failure while opening, as a ConfigError (exit 2: nothing ran yet)."""
-    name = getattr(err, "sqlite_errorname", "") or ""
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-        return ConfigError(str(_run_error(db_file, err, timeout)))
-    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
-        return NotAStore(f"{db_file} cannot be read as a window store ({err}); {_clear_hint(db_file)}")
-    return ConfigError(f"{db_file} cannot be opened as a window store ({err}); pass --cache a writable folder")
-
-
-def _run_error(db_file: Path | None, err: sqlite3.Error, timeout: float) -> RunError:
-    """A SQLite failure after the store opened, as the run's error (exit 1)."""
-    name = getattr(err, "sqlite_errorname", "") or ""
-    where = db_file if db_file is not None else "the in-memory window store"
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-        return RunError(f"{where}: another process held the store's write lock for over {timeout:g} s ({err}); "
-                        "run again when it is done, or pass --cache another folder")
-    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
-        return StoreDamaged(f"{where} is damaged ({err}); {_clear_hint(db_file)}")
-    return RunError(f"{where}: the window store failed ({err}); free disk space or pass --cache another folder")
-
-
-def _connect(db_file: Path | None, timeout: float) -> sqlite3.Connection:
-    """Open and configure a connection: autocommit (we BEGIN ourselves), WAL, NORMAL sync, busy timeout."""
-    target = str(db_file) if db_file is not None else ":memory:"
-    conn = sqlite3.connect(target, timeout=timeout, isolation_level=None, check_same_thread=False)
-    try:
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-        conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")                 # only takes effect in a new file
-        if db_file is not None:
-            conn.execute("PRAGMA journal_mode = WAL").fetchone()     # persistent in the file; first statement
-            conn.execute("PRAGMA synchronous = NORMAL")              # per connection
-            conn.execute("PRAGMA journal_size_limit = 67108864")     # truncate the WAL to 64 MiB after checkpoints
-        _init_schema(conn, db_file)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _init_schema(conn: sqlite3.Connection, db_file: Path | None) -> None:
-    """Create the tables in a new database, or check that an existing one is a store of ours."""
-    conn.execute("BEGIN IMMEDIATE")  # two processes creating one store at once: the second sees the first's
-    try:
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
-        if app_id == 0 and not tables:
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        elif app_id != APPLICATION_ID:
-            raise NotAStore(f"{db_file} is not a longbert window store (an SQLite database of something "
-                            f"else); {_clear_hint(db_file)} (--clear deletes that file)")
-        elif version > SCHEMA_VERSION:
-            raise NotAStore(f"{db_file} was written by a newer longbert (store version {version}; this one "
-                            f"reads {SCHEMA_VERSION}); upgrade longbert, or {_clear_hint(db_file)}")
-        elif not {"models", "windows"} <= tables:
-            raise NotAStore(f"{db_file} is a damaged window store (tables missing); {_clear_hint(db_file)}")
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-
-
 _ORPHANS: list[sqlite3.Connection] = []  # connections inherited through fork: never used, never closed
 
 
@@ -161,6 +56,8 @@ class WindowStore:
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._models: dict[str, tuple[int, int]] = {}  # pool key -> (models.id, dim)
+        if db_file is not None:
+            _OPEN.add(self)
 
     @classmethod
     def open(cls, path: str | Path | None, timeout: float = BUSY_TIMEOUT_S) -> WindowStore:
@@ -175,11 +72,11 @@ class WindowStore:
                 stayed taken longer than ``timeout``. NotAStore (a ConfigError): windows.sqlite3 is
                 not an SQLite database, is another program's database, is damaged, or is newer.
         """
-        db_file = None if path is None else _check_folder(Path(path).expanduser())
+        db_file = None if path is None else check_folder(Path(path).expanduser())
         try:
-            conn = _connect(db_file, timeout)
+            conn = connect(db_file, timeout)
         except sqlite3.Error as err:
-            raise _open_error(db_file, err, timeout) from None
+            raise open_error(db_file, err, timeout) from None
         return cls(conn, db_file, timeout)
 
     def __reduce__(self):
@@ -192,16 +89,47 @@ class WindowStore:
         self.close()
 
     def close(self) -> None:
-        """Close the connection (the last one to close checkpoints the WAL into the database)."""
+        """Fold the write-ahead log into ``windows.sqlite3`` (checkpoint), then close the connection, so the
+        file alone holds every window. A file store stays usable: its next call connects again; a closed
+        in-memory store has lost its windows (RunError on use)."""
         with self._lock:
-            if os.getpid() == self._pid:
-                self._conn.close()
+            if os.getpid() != self._pid or self._conn is None:
+                return
+            conn, self._conn = self._conn, None
+            try:
+                if self.db_file is not None:
+                    checkpoint(conn, self.timeout)
+            except sqlite3.Error:
+                pass  # the log still holds the windows; the next close, by any process, folds them in
+            finally:
+                conn.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - collected half-made, or at exit: nothing to report to
+            pass
+
+    def checkpoint(self) -> bool:
+        """Fold the write-ahead log into the database file now; False when another process's open
+        read or write kept part of it in the log (``longbert cache`` says so).
+
+        Raises:
+            RunError: the database failed (damaged, I/O).
+        """
+        return self._sql(lambda conn: checkpoint(conn, self.timeout))
 
     def _connection(self) -> sqlite3.Connection:
-        """The connection of this process: a forked child opens its own (SQLite forbids sharing one)."""
+        """The connection of this process: a forked child opens its own (SQLite forbids sharing one), and
+        a closed file store opens a new one."""
+        if self._conn is None:
+            if self.db_file is None:
+                raise RunError("the in-memory window store was closed, and its windows with it; "
+                               "open a new one with WindowStore.open(None)")
+            self._conn, self._pid = connect(self.db_file, self.timeout), os.getpid()
         if os.getpid() != self._pid and self.db_file is not None:
             _ORPHANS.append(self._conn)
-            self._conn = _connect(self.db_file, self.timeout)
+            self._conn = connect(self.db_file, self.timeout)
             self._pid = os.getpid()
         return self._conn
 
@@ -217,7 +145,7 @@ class WindowStore:
                         conn.execute("ROLLBACK")
                     raise
             except sqlite3.Error as err:
-                raise _run_error(self.db_file, err, self.timeout) from None
+                raise run_error(self.db_file, err, self.timeout) from None
 
     def _write(self, work):
         """Run ``work(conn)`` in one write transaction: BEGIN IMMEDIATE takes the lock first, so a
@@ -361,7 +289,7 @@ class WindowStore:
 
         Returns:
             dict with ``path`` (str, None in memory), ``journal_mode``, ``size_bytes`` (database +
-            WAL file, bytes), ``entries``, ``lookups``, ``hits``, ``rejected``, ``hit_rate`` (hits /
+            WAL file, bytes), ``wal_bytes`` (the WAL file's: 0 once ``checkpoint`` folded it in), ``entries``, ``lookups``, ``hits``, ``rejected``, ``hit_rate`` (hits /
             lookups, None before any lookup), ``bytes_per_1000`` (size_bytes * 1000 / entries, None
             when empty) and ``models``: per pool key with entries or lookups, in registration order,
             a dict of ``pool_key``, ``label``, ``dim``, ``entries``, ``lookups``, ``hits``,
@@ -378,13 +306,14 @@ class WindowStore:
         models = [{"pool_key": r[1], "label": r[2], "dim": r[3], "entries": counts.get(r[0], 0), "lookups": r[4],
                    "hits": r[5], "rejected": r[6], "hit_rate": r[5] / r[4] if r[4] else None}
                   for r in rows if counts.get(r[0], 0) or r[4]]
-        size = pages
+        size, wal = pages, Path(f"{self.db_file}-wal")
         if self.db_file is not None:
-            size = sum(f.stat().st_size for f in (self.db_file, Path(f"{self.db_file}-wal")) if f.exists())
+            size = sum(f.stat().st_size for f in (self.db_file, wal) if f.exists())
         entries = sum(counts.values())
         lookups, hits = sum(m["lookups"] for m in models), sum(m["hits"] for m in models)
         return {"path": None if self.db_file is None else str(self.db_file), "journal_mode": mode,
-                "size_bytes": size, "entries": entries, "lookups": lookups, "hits": hits,
+                "size_bytes": size, "wal_bytes": wal.stat().st_size if self.db_file and wal.exists() else 0,
+                "entries": entries, "lookups": lookups, "hits": hits,
                 "rejected": sum(m["rejected"] for m in models), "hit_rate": hits / lookups if lookups else None,
                 "bytes_per_1000": size * 1000 / entries if entries else None, "models": models}
 
@@ -396,3 +325,23 @@ class WindowStore:
 
         self._write(empty)
         self._sql(lambda conn: (conn.execute("VACUUM"), conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()))
+
+
+_OPEN: weakref.WeakSet[WindowStore] = weakref.WeakSet()  # this process's file stores, for close_stores
+
+
+def close_stores(folder: str | Path | None = None) -> None:
+    """Close every file store this process holds open (``WindowStore.close``: the log folded into each
+    file), then, with ``folder``, fold in the log other processes left in that store (Ray's actors end
+    without closing theirs). Called at the end of every run (pipeline.output.lock.holds_output) and at exit.
+    """
+    for store in list(_OPEN):
+        store.close()
+    if folder and (Path(folder).expanduser() / DB_NAME).is_file():
+        try:
+            WindowStore.open(folder, timeout=CHECKPOINT_WAIT_MS / 1000).close()
+        except Exception:  # noqa: BLE001 - the run is over; a store it cannot open now is reported by the next
+            pass
+
+
+atexit.register(close_stores)

@@ -27,12 +27,17 @@ def clear_store(path: str | Path) -> dict:
     raise AssertionError("unreachable")  # the second attempt returned or raised
 
 
-def format_stats(stats: dict) -> str:
-    """The text of ``longbert cache DIR`` for a ``WindowStore.stats()`` dict: size, hit rate, a table per model."""
+def format_stats(stats: dict, folded: bool = True) -> str:
+    """The text of ``longbert cache DIR`` for a ``WindowStore.stats()`` dict: size, hit rate, a table per model.
+    ``folded=False``: the checkpoint before it left part of the log (``WindowStore.checkpoint``), and the
+    first line says how much is still outside ``windows.sqlite3``."""
     where = stats["path"] or "in-memory window store"
     lines = [f"{where} ({stats['journal_mode']}): {stats['size_bytes']:,} bytes, {stats['entries']:,} windows"]
     if stats["bytes_per_1000"] is not None:
         lines[0] += f", {stats['bytes_per_1000'] / 1e6:.2f} MB per 1,000 windows"
+    if not folded and stats.get("wal_bytes"):  # another process is using it: not all its windows are in the file
+        lines[0] += (f"; {stats['wal_bytes']:,} of those bytes are still in {DB_NAME}-wal (another process has "
+                     "the store open): copy both files, or copy once it is done")
     rate = stats["hit_rate"]
     lines.append("hit rate: no lookups yet" if rate is None else
                  f"hit rate: {rate:.1%} ({stats['hits']:,} of {stats['lookups']:,} lookups)")

@@ -273,15 +273,16 @@ class Pipeline:
         return out.table
 
     def run(self, inputs: str | Iterable[str], output: str, echo: Callable[[str], None] | None = None,
-            **options: Any):
+            overwrite: bool = False, **options: Any):
         """Run the pipeline over a corpus, as ``longbert extract`` does: the output lock, ``DIR/`` parts,
         ``resume``, progress, the summary; inserted or replaced stages included. This pipeline is not
         changed: the run's read and write options go to a copy of it.
 
         Args:
             inputs: a file, folder or glob, or several. output: a .parquet file or a folder ending in "/".
-            echo: where notes go (None: nowhere). **options: extract's read and write options
-                (``id_col``, ``text_col``, ``keep_cols``, ``overwrite``, ``resume``, ``progress``...).
+            echo: where notes go (None: nowhere). overwrite: replace an existing output (never an input).
+            **options: extract's read and write options (``id_col``, ``text_col``, ``keep_cols``,
+                ``resume``, ``progress``...).
 
         Returns:
             The run's pipeline.engine.run.Summary.
@@ -290,7 +291,9 @@ class Pipeline:
             ConfigError / InputError / ModelError (exit 2 in the CLI), RunError (exit 1): as ``extract``.
         """
         paths = (inputs,) if isinstance(inputs, str) else tuple(str(p) for p in inputs)
-        cfg = with_io_options(self.cfg, inputs=paths, output=str(output), **options)
+        cfg = with_io_options(self.cfg, inputs=paths, output=str(output), overwrite=overwrite, **options)
+        from ..output.api_outputs import check_run_output
+        check_run_output(cfg)   # the CLI's output rules, in the words of these arguments
         return run(cfg, echo, pipe=self)
 
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from tqdm import tqdm
 
-from ..batch import Batch
 from ..counts import BlockCounts
 from .block import resolve_config
 from ..options.config import PipelineConfig

@@ -128,11 +128,16 @@ def check_location(output: Path, is_directory: bool) -> None:
 
 
 def claim_output(cfg: PipelineConfig) -> OutputLock:
-    """Before anything is read: check the output location, take its lock, then the overwrite/resume rules.
+    """Before anything is read: no path the run writes is an input, then check the output location,
+    take its lock, then the overwrite/resume rules.
 
     Raises:
-        ConfigError (exit 2): as check_location, acquire and pipeline.output.write.check_output.
+        ConfigError (exit 2): as pipeline.output.spare_inputs.check_run_spares_inputs, check_location,
+            acquire and pipeline.output.write.check_output.
     """
+    from .spare_inputs import check_run_spares_inputs
+
+    check_run_spares_inputs(cfg)
     out = Path(cfg.write.output)
     check_location(out, cfg.write.is_directory)
     lock = acquire(out)
@@ -146,17 +151,22 @@ def claim_output(cfg: PipelineConfig) -> OutputLock:
 
 def holds_output(run):
     """Decorate an engine's ``run(cfg, echo, **engine_args)``: the output is claimed (claim_output) before the run reads
-    any input or model file, and released when it ends, however it ends; a taken-over lock is echoed and
-    added to the summary's notes."""
+    any input or model file, and released when it ends, however it ends, after the window store is left as
+    one file (pipeline.cache.store.close_stores); a taken-over lock is echoed and added to the summary's notes."""
     @functools.wraps(run)
     def wrapper(cfg: PipelineConfig, echo=None, **engine_args):
+        from ..cache.store import close_stores
+
         lock = claim_output(cfg)
         try:
             if lock.taken_over and echo:
                 echo(f"note: {lock.taken_over}")
             summary = run(cfg, echo, **engine_args)
         finally:
-            lock.release()
+            try:
+                close_stores(cfg.write.cache)
+            finally:
+                lock.release()
         if lock.taken_over:
             summary.notes.append(lock.taken_over)
         return summary

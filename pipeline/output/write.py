@@ -233,7 +233,7 @@ class PartsSink:
     def _save(self, complete: bool) -> None:
         parts = [self.parts[i] for i in sorted(self.parts)]
         data = {"format": MANIFEST_FORMAT, "complete": complete, "fingerprint": self.fingerprint,
-                "rows": sum(p["rows"] for p in parts), "parts": parts,
+                "rows": sum(p["rows"] for p in parts), "blocks": self.n_blocks, "parts": parts,
                 "longbert": json.loads(self.schema.metadata[b"longbert"])}
         if complete:
             tmp = self.path / f".{DONE_MANIFEST}.partial"
