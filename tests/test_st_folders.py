@@ -24,10 +24,10 @@ def save_st(tiny_model_dir: Path, out: Path, pooling: str, normalize: bool, dens
     from sentence_transformers import SentenceTransformer, models
 
     t = models.Transformer(str(tiny_model_dir), max_seq_length=ST_MAX)
-    modules = [t, models.Pooling(t.get_embedding_dimension(), pooling_mode=pooling)]
+    modules = [t, models.Pooling(32, pooling_mode=pooling)]
     if dense:
         torch.manual_seed(1)
-        modules.append(models.Dense(t.get_embedding_dimension(), 8))
+        modules.append(models.Dense(32, 8))
     if normalize:
         modules.append(models.Normalize())
     SentenceTransformer(modules=modules).save(str(out))
