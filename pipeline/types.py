@@ -67,3 +67,22 @@ class ModelFacts:
     missing_pooler: tuple[str, ...] = ()   # the family's pooler weights the checkpoint lacks (pipeline.model.facts)
     vocab_rows: int | None = None  # rows of the embedding table when the tokenizer has ids beyond them
                                    # (a document using one gets a row error); None: every id fits
+    positions: int | None = None   # what the position table serves (max_length before the tokenizer's
+                                   # model_max_length caps it); None: max_length
+    settings: FolderSettings | None = None   # a sentence-transformers folder's declared settings; None: no modules.json
+
+
+@dataclass(frozen=True)
+class FolderSettings:
+    """What a sentence-transformers save declares in modules.json and its modules' files
+    (pipeline.model.st_folder.read_settings). Example, a BGE-style folder: transformer "", pooling "cls",
+    normalize True, max_length 512, unsupported ()."""
+
+    transformer: str               # the transformer's sub-folder, "" for the folder itself (early saves: "0_BERT")
+    pooling: str | None            # the Pooling module's mode: cls, mean, max, lasttoken, weightedmean,
+                                   # mean_sqrt_len_tokens, or several joined by "+"; None: no Pooling module
+    include_prompt: bool           # Pooling's include_prompt (longbert prepends no prompt: no effect)
+    normalize: bool                # a Normalize module follows the pooling
+    max_length: int | None         # max_seq_length (sentence_bert_config.json, else the tokenizer's
+                                   # model_max_length), positions incl. [CLS] and [SEP]; None: not declared
+    unsupported: tuple[str, ...]   # modules longbert cannot apply, e.g. ("2_Dense (Dense)",)

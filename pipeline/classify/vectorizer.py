@@ -27,6 +27,13 @@ from ..text.tokenize import EMPTY_TEXT
 from .loaded import _LOADED, MEMORY, cache_options, cached_pipeline, forgotten_on_failure, memory_store  # noqa: F401
 
 _BLOCK_ROWS = 256  # texts per block: as extract's default --block-rows
+
+
+def _flag(value: bool | None) -> bool | None:
+    """A normalize= value as an option: None stays "not given" (a model folder's declared setting may fill it)."""
+    return None if value is None else bool(value)
+
+
 def build_config(**options: Any) -> PipelineConfig:
     """PipelineConfig for the Python API (no progress bar of extract's). Raises ConfigError as
     PipelineConfig.from_options."""
@@ -35,12 +42,12 @@ def build_config(**options: Any) -> PipelineConfig:
 
 
 def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "head_tail",
-           pooling: str = "mean", layers: tuple[int, ...] | str = (-1,), layer_agg: str = "mean",
+           pooling: str | None = None, layers: tuple[int, ...] | str = (-1,), layer_agg: str = "mean",
            aggregate: str = "mean", batch_size: int = 32, max_batch_tokens: int | None = None,
            max_length: int | None = None, head_tokens: int | None = None, tail_tokens: int | None = None,
            overlap: int | None = None, max_tokens_per_doc: int | None = None, device: str = "auto",
            dtype: str = "float32", quantize: str = "none", threads: int | None = None,
-           allow_pickle: bool = False, normalize: bool = False, show_progress_bar: bool | None = None,
+           allow_pickle: bool = False, normalize: bool | None = None, show_progress_bar: bool | None = None,
            return_errors: bool = False, cache: str | None = None, chunk_tokens: int = 128, feature: str | Sequence[str] | None = None,
            level: str = "document", preprocess: Callable[[str], str] | None = None) -> Any:
     """Embed texts in one call: one vector per text, as ``longbert extract`` would write it.
@@ -53,8 +60,10 @@ def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "hea
             (``text_list``); an element that is not a str gets a NaN row and its error.
         model ... allow_pickle: extract's options of the same names (``longbert extract --help``);
             layers as a tuple of int or "-4,-3,-2,-1".
+        pooling: cls | pooler | mean | max; None: mean, or what a sentence-transformers folder declares
+            (extract's --folder-settings; the bundled model stays mean).
         normalize: scale each document vector to unit L2 norm (after aggregating windows), for
-            cosine similarity as a dot product.
+            cosine similarity as a dot product; None: off, or a sentence-transformers folder's Normalize.
         show_progress_bar: a tqdm bar counting texts on stderr; None: shown when stderr is a terminal.
         return_errors: also return the reason for each text (None where the text is fine).
         cache: a window store folder (extract's --cache DIR: windows found there are not encoded
@@ -91,7 +100,7 @@ def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "hea
     cfg = build_config(model=str(model), aggregate=aggregate, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                        max_length=max_length, head_tokens=head_tokens, tail_tokens=tail_tokens, overlap=overlap,
                        chunk_tokens=chunk_tokens, max_tokens_per_doc=max_tokens_per_doc, device=device, dtype=dtype, quantize=quantize,
-                       threads=threads, allow_pickle=allow_pickle, normalize=normalize, level=level,
+                       threads=threads, allow_pickle=allow_pickle, normalize=_flag(normalize), level=level,
                        cache=cache_options(cache)[0], **options)
     errors: list[str | None] = [None if isinstance(t, str) else f"not a string ({type(t).__name__})" for t in items]
     if preprocess is not None:
@@ -187,7 +196,8 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         dtype: float32 | float16 | bfloat16 | auto model compute dtype (bfloat16: GPUs and CPUs with AMX-BF16 or
             AVX-512 BF16; auto: bfloat16 where the device has a fast path, else float32; float16: GPUs).
         threads: CPU threads for torch (None: all cores).
-        normalize: scale each vector to unit L2 norm (sentence-transformers' normalize_embeddings).
+        normalize: scale each vector to unit L2 norm (sentence-transformers' normalize_embeddings); None: off,
+            or a sentence-transformers folder's Normalize (pooling None: mean, or the folder's Pooling).
         feature: extract's --feature spec(s) in place of strategy/pooling/layers/layer_agg, e.g.
             "chunk:mean:-2"; several give their vectors side by side, in that order.
         level: "document" only (one row per text, as scikit-learn needs); encode() gives the others.
@@ -202,12 +212,12 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         >>> clf.fit(train_texts, train_labels).score(test_texts, test_labels)
     """
 
-    def __init__(self, model: str = "default", strategy: str = "head_tail", pooling: str = "mean",
+    def __init__(self, model: str = "default", strategy: str = "head_tail", pooling: str | None = None,
                  max_length: int | None = None, head_tokens: int | None = None, tail_tokens: int | None = None,
                  overlap: int | None = None, layers: tuple[int, ...] = (-1,), layer_agg: str = "mean",
                  aggregate: str = "mean", batch_size: int = 32, device: str = "auto", quantize: str = "none",
                  max_tokens_per_doc: int | None = None, dtype: str = "float32", threads: int | None = None,
-                 normalize: bool = False, cache: str | None = MEMORY, chunk_tokens: int = 128, feature: str | Sequence[str] | None = None,
+                 normalize: bool | None = None, cache: str | None = MEMORY, chunk_tokens: int = 128, feature: str | Sequence[str] | None = None,
                  level: str = "document", preprocess: Callable[[str], str] | None = None):
         self.model = model
         self.strategy = strategy
@@ -251,7 +261,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             chunk_tokens=self.chunk_tokens, aggregate=self.aggregate, **shorthand,
             batch_size=self.batch_size, device=self.device, quantize=self.quantize,
             max_tokens_per_doc=self.max_tokens_per_doc, dtype=self.dtype, threads=self.threads,
-            normalize=self.normalize, cache=cache_options(self.cache)[0])
+            normalize=_flag(self.normalize), cache=cache_options(self.cache)[0])
 
     def fit(self, X: Iterable[str] | None = None, y: Any = None) -> LongBertVectorizer:
         """No learning (the encoder is frozen); checks the parameters and returns self.

@@ -11,7 +11,8 @@ import pyarrow as pa
 
 from ..options.config import PipelineConfig
 from ..errors import ConfigError
-from ..model.facts import check_pooler, model_facts
+from ..model.facts import check_pooler, model_facts, resolve_model_path
+from ..model.st_folder import apply_settings
 from ..types import ModelFacts
 from ..output.schema import output_schema
 
@@ -26,21 +27,45 @@ def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig,
     Raises:
         ConfigError: --max-length above the model's positions, overlap/head+tail too large for the
             window, a layer index the model lacks. ModelError: a family that cannot be served, the
-            tokenizer/config cannot be loaded, --pooling pooler without pooler weights.
+            tokenizer/config cannot be loaded, --pooling pooler without pooler weights, a folder's
+            module that cannot be applied (pipeline.model.st_folder.apply_settings).
     """
     facts, tok = model_facts(cfg.model, tokenizer)
+    cfg = apply_settings(cfg, facts)   # a sentence-transformers folder's pooling, Normalize, max_seq_length
     model_max, n_layers = facts.max_length, facts.num_hidden_layers
     if any(f.pooling == "pooler" for f in cfg.feature_list()):
         check_pooler(facts, cfg.model.model)
     seg = cfg.segment
-    if seg.max_length is not None and seg.max_length > model_max:
-        raise ConfigError(f"--max-length={seg.max_length} exceeds the model's {model_max} positions; "
-                          f"use --max-length {model_max} or less")
+    check_max_length(seg.max_length, facts, cfg.model.model)
     if seg.max_length is None:  # re-validated with the model's size; tail_tokens resolves to C - head
         seg = dataclasses.replace(seg, max_length=model_max)
     check_features(cfg, seg)
     cfg.pool.check_layers(n_layers)
     return dataclasses.replace(cfg, segment=seg), tok, facts
+
+
+def check_max_length(max_length: int | None, facts: ModelFacts, name: str) -> None:
+    """Refuse --max-length beyond what the model serves, naming the limit's source.
+
+    The position table is the hard limit. A tokenizer's model_max_length below it caps the window too,
+    except in a sentence-transformers folder, which writes its max_seq_length there as a declared default.
+    Example: 512 for a 512-position BERT whose tokenizer_config.json says 128 -> refused, naming that file.
+
+    Raises:
+        ConfigError: max_length above that limit, with how to pass the model's real limit.
+    """
+    positions = facts.positions or facts.max_length
+    cap = positions if facts.settings is not None else facts.max_length
+    if max_length is None or max_length <= cap:
+        return
+    if cap < positions:
+        folder = resolve_model_path(name)
+        raise ConfigError(f"--max-length={max_length} exceeds the {cap} positions that the tokenizer allows "
+                          f"(model_max_length in {folder}/tokenizer_config.json; the model's position table serves "
+                          f"{positions}); use --max-length {cap} or less, or, to pass up to the model's {positions} "
+                          f"positions, set \"model_max_length\": {positions} in that tokenizer_config.json")
+    raise ConfigError(f"--max-length={max_length} exceeds the model's {cap} positions; "
+                      f"use --max-length {cap} or less")
 
 
 def check_features(cfg: PipelineConfig, seg) -> None:

