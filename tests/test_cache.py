@@ -21,6 +21,7 @@ from sklearn.pipeline import make_pipeline
 
 import longbert
 import pipeline.model.encode as encode_mod
+import pipeline.classify.loaded as loaded_mod
 import pipeline.classify.vectorizer as vectorizer_mod
 from pipeline.options.config import PipelineConfig
 from pipeline.errors import ConfigError
@@ -298,7 +299,7 @@ def test_cache_command_without_folder(runner, monkeypatch, tmp_path):
 
 @pytest.fixture
 def fresh_memory(monkeypatch):
-    monkeypatch.setattr(vectorizer_mod, "_MEMORY_STORE", [])
+    monkeypatch.setattr(loaded_mod, "_MEMORY_STORE", [])
     vectorizer_mod._LOADED.clear()
     yield
     vectorizer_mod._LOADED.clear()

@@ -123,7 +123,7 @@ def test_encode_with_a_float_overlap_equals_the_int_call_in_either_order(tiny_mo
            for v in order]
     assert out[0].shape == (2, 32) and np.isfinite(out[0]).all()
     np.testing.assert_array_equal(out[0], out[1])
-    cfg = vectorizer._LOADED["extractor"][0][0]
+    cfg = vectorizer._LOADED["pipeline"][0][0]
     assert type(cfg.segment.overlap) is int
 
 
@@ -139,7 +139,7 @@ def test_a_failed_encode_leaves_nothing_cached_for_the_next_call(tiny_model_dir,
     monkeypatch.setattr(vectorizer, "block_from_texts", broken)
     with pytest.raises(RuntimeError, match="the block could not be made"):
         longbert.encode(TEXTS, **kw)
-    assert "extractor" not in vectorizer._LOADED       # the failed call's extractor is gone; the model stays
+    assert "pipeline" not in vectorizer._LOADED       # the failed call's pipeline is gone; the model stays
     monkeypatch.setattr(vectorizer, "block_from_texts", real)
     np.testing.assert_array_equal(longbert.encode(TEXTS, **kw), expected)
     with pytest.raises(ConfigError, match=r"^--overlap=16\.5 is not a whole number"):
@@ -252,5 +252,6 @@ def test_a_flag_value_gives_the_same_config_or_error_through_python_a_config_fil
     python, from_yaml, cli = channels
     expected = python(key, value)
     assert from_yaml(key, value) == expected
-    if isinstance(value, bool):
-        assert cli(key, [f"--{key.replace('_', '-')}"] if value else []) == expected
+    if isinstance(value, bool):   # normalize=False is a value given (a model folder's Normalize yields to it)
+        off = ["--no-normalize"] if key == "normalize" else []
+        assert cli(key, [f"--{key.replace('_', '-')}"] if value else off) == expected

@@ -29,11 +29,6 @@ from .loaded import _LOADED, MEMORY, cache_options, cached_pipeline, forgotten_o
 _BLOCK_ROWS = 256  # texts per block: as extract's default --block-rows
 
 
-def _flag(value: bool | None) -> bool | None:
-    """A normalize= value as an option: None stays "not given" (a model folder's declared setting may fill it)."""
-    return None if value is None else bool(value)
-
-
 def build_config(**options: Any) -> PipelineConfig:
     """PipelineConfig for the Python API (no progress bar of extract's). Raises ConfigError as
     PipelineConfig.from_options."""
@@ -100,7 +95,7 @@ def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "hea
     cfg = build_config(model=str(model), aggregate=aggregate, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
                        max_length=max_length, head_tokens=head_tokens, tail_tokens=tail_tokens, overlap=overlap,
                        chunk_tokens=chunk_tokens, max_tokens_per_doc=max_tokens_per_doc, device=device, dtype=dtype, quantize=quantize,
-                       threads=threads, allow_pickle=allow_pickle, normalize=_flag(normalize), level=level,
+                       threads=threads, allow_pickle=allow_pickle, normalize=normalize, level=level,
                        cache=cache_options(cache)[0], **options)
     errors: list[str | None] = [None if isinstance(t, str) else f"not a string ({type(t).__name__})" for t in items]
     if preprocess is not None:
@@ -261,7 +256,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             chunk_tokens=self.chunk_tokens, aggregate=self.aggregate, **shorthand,
             batch_size=self.batch_size, device=self.device, quantize=self.quantize,
             max_tokens_per_doc=self.max_tokens_per_doc, dtype=self.dtype, threads=self.threads,
-            normalize=_flag(self.normalize), cache=cache_options(self.cache)[0])
+            normalize=self.normalize, cache=cache_options(self.cache)[0])
 
     def fit(self, X: Iterable[str] | None = None, y: Any = None) -> LongBertVectorizer:
         """No learning (the encoder is frozen); checks the parameters and returns self.
