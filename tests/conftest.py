@@ -21,6 +21,11 @@ WORDS = [f"w{i}" for i in range(40)]
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 STAGE_ML = 16  # max_length of the stage tests' pipeline: windows of C = 14 content tokens
 CASES = Path(__file__).resolve().parent / "cases"  # copies of ../shared/cases, so a clone tests them too
+# Tests mirror the package (tests/text/, tests/model/, ...); the few that reuse another file's helpers
+# (test_ray uses test_formats' corpus) import it by name, so every test folder is on the path.
+for _folder in sorted(p for p in Path(__file__).resolve().parent.iterdir() if p.is_dir() and p.name.isidentifier()):
+    if str(_folder) not in sys.path and any(_folder.glob("test_*.py")):
+        sys.path.append(str(_folder))
 
 
 def words(n: int, offset: int = 0) -> str:
@@ -71,6 +76,20 @@ def invoke(runner: CliRunner, args: list[str]):
     """Run `longbert ARGS` in-process; returns click's Result."""
     from cli import main
     return runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def extract_cli(tmp_path: Path, texts: list[str], *args, model: Path | str | None = None, name: str = "out.parquet",
+                ok: bool = True):
+    """Write ``texts`` to a CSV (one ``text`` column), run ``longbert extract`` on it in-process with
+    ``args`` (and ``--model``, ``--no-progress``, ``--overwrite``) and return (click's Result, the output path);
+    with ``ok`` the run must exit 0."""
+    src = write_csv(tmp_path / f"{name}.csv", [{"text": t} for t in texts])
+    out = tmp_path / name
+    model_args = ["--model", model] if model is not None else []
+    result = invoke(CliRunner(), ["extract", src, "-o", out, *model_args, "--no-progress", "--overwrite", *args])
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result, out
 
 
 def reference_vectors(model, tokenizer, windows_ids: list[list[int]], pooling: str = "cls") -> np.ndarray:

@@ -2,7 +2,7 @@
 
 Each model comes from transformers' own config class; each tokenizer is a WordPiece vocabulary built
 with the ``tokenizers`` library, with the family's own special tokens and template ([CLS] x [SEP], or
-<s> x </s> for the RoBERTa-style families), saved as tokenizer.json. Used by tests/test_families.py.
+<s> x </s> for the RoBERTa-style families), saved as tokenizer.json. Used by tests/model/test_families.py.
 """
 from __future__ import annotations
 

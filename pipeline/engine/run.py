@@ -8,7 +8,6 @@ GIL), so at most workers + 1 blocks are in memory at once.
 from __future__ import annotations
 
 import contextlib
-import json
 import dataclasses
 import itertools
 import json

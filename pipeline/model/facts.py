@@ -28,7 +28,7 @@ HUB_PROBE_SECONDS = 4.0  # one TCP connect to the hub (or the proxy); DNS includ
 
 @dataclass(frozen=True)
 class Family:
-    """How longbert builds windows for one encoder family (README, Models; tests/test_families.py)."""
+    """How longbert builds windows for one encoder family (README, Models; tests/model/test_families.py)."""
 
     position_offset: bool   # RoBERTa-style: positions start after padding_idx, so the table serves
                             # max_position_embeddings - padding_idx - 1 tokens

@@ -57,7 +57,7 @@ def test_every_path_option_is_expanded_in_the_config(home, monkeypatch):
     assert PipelineConfig.from_options(config_file="~/b50.yaml").write.output == cfg.write.output
 
 
-def test_b50_tilde_in_config_quoted_option_and_environment(runner, tiny_model_dir, home, monkeypatch):
+def test_tilde_in_config_quoted_option_and_environment(runner, tiny_model_dir, home, monkeypatch):
     result = invoke(runner, ["extract", CASES / "B50.csv", "--config", CASES / "B50.yaml", "--model", tiny_model_dir])
     assert result.exit_code == 0, result.output  # the case itself (its words are unknown to the tiny model)
     assert pd.read_parquet(home / "lb_B50" / "features.parquet")["id"].tolist() == ["1", "2"]
@@ -88,7 +88,7 @@ def test_b50_tilde_in_config_quoted_option_and_environment(runner, tiny_model_di
         [list(v) for v in expected["features"]]
 
 
-def test_b50_unexpandable_home_is_exit_2_before_anything(tmp_path, tiny_model_dir):
+def test_unexpandable_home_is_exit_2_before_anything(tmp_path, tiny_model_dir):
     """In a real process without HOME (expanduser then falls back to the password file, so also give a
     user that does not exist): exit 2 naming the option, no '~' folder, no traceback."""
     cmd = [sys.executable, "-m", "cli", "extract", str(CASES / "B50.csv"), "--model", str(tiny_model_dir),
@@ -117,7 +117,7 @@ def no_model_load(monkeypatch):
 
 
 @pytest.mark.parametrize("flags", [["--overwrite"], [], ["--resume"]])
-def test_b51_overwrite_never_writes_into_a_users_folder(runner, tiny_model_dir, tmp_path, no_model_load, flags):
+def test_overwrite_never_writes_into_a_users_folder(runner, tiny_model_dir, tmp_path, no_model_load, flags):
     shared = _make_b51(tmp_path)
     before = {p.name: p.read_bytes() for p in shared.iterdir()}
     result = invoke(runner, ["extract", CASES / "B51.csv", "--model", tiny_model_dir, "-o", f"{shared}/", *flags])

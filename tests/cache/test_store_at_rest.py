@@ -19,7 +19,7 @@ import longbert
 from pipeline.cache.store import DB_NAME, WindowStore
 from pipeline.errors import RunError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def windows_in_file(db: Path) -> int:

@@ -36,7 +36,7 @@ def _listing(folder: Path) -> dict[str, bytes | None]:
 
 
 @pytest.mark.parametrize("how", ["itself", "symlink", "dotdot"])
-def test_b69_output_naming_the_input_is_exit_2_and_the_input_is_untouched(runner, tiny_model_dir, tmp_path, b69,
+def test_output_naming_the_input_is_exit_2_and_the_input_is_untouched(runner, tiny_model_dir, tmp_path, b69,
                                                                           nothing_read, monkeypatch, how):
     monkeypatch.chdir(tmp_path)
     if how == "symlink":

@@ -8,7 +8,7 @@ from conftest import invoke, words, write_csv
 from pipeline.options.config import PipelineConfig
 from pipeline.options.option_warnings import option_warnings
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 ML = 16  # C = 14
 
 

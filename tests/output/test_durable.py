@@ -19,7 +19,7 @@ import pipeline.output.durable as durable
 from pipeline.output.aggregate import FP16_TOKEN_OVERFLOW
 from pipeline.output.write import DONE_MANIFEST, MANIFEST, read_manifest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def parts_table(path: Path) -> pa.Table:
@@ -112,7 +112,7 @@ def test_an_empty_or_unreadable_manifest_is_exit_2_naming_the_file_and_the_fix(r
     assert result.exit_code == 0 and read_manifest(out)["complete"] is True
 
 
-def test_b45_zero_length_part_is_redone_and_zero_length_manifest_refused(runner, tiny_model_dir, tmp_path):
+def test_zero_length_part_is_redone_and_zero_length_manifest_refused(runner, tiny_model_dir, tmp_path):
     """Case B45 through its own script: a run of 8 blocks SIGKILLed after 3 parts, then one copy with a
     zero-length part and one with a zero-length manifest."""
     launcher = tmp_path / "longbert"
@@ -145,7 +145,7 @@ def test_b45_zero_length_part_is_redone_and_zero_length_manifest_refused(runner,
             "before it reached the disk)") in result.output
 
 
-def test_b43_float16_overflow_of_token_vectors_is_a_row_error(runner, tmp_path):
+def test_float16_overflow_of_token_vectors_is_a_row_error(runner, tmp_path):
     argv = sys.argv
     sys.argv = ["B43.make_model.py", str(tmp_path)]
     try:

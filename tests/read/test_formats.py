@@ -16,7 +16,7 @@ from conftest import CASES, invoke, words
 from pipeline.options.config import PipelineConfig
 from pipeline.read import BlockSpec, read_block, scan
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _real_documents(n: int) -> list[str]:

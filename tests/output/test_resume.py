@@ -19,7 +19,7 @@ import pytest
 from conftest import words, write_csv
 from pipeline.output.write import read_manifest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "corpus.csv"
 
 

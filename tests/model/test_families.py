@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import CASES, invoke, run_case_script, words, write_csv
+from conftest import CASES, extract_cli, invoke, run_case_script, words, write_csv
 from families import FAMILY_NAMES, POSITIONS, ROBERTA_STYLE, build_family, write_config
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertForMaskedLM
 
@@ -28,7 +28,7 @@ from pipeline.options.config import ModelConfig, PipelineConfig
 from pipeline.options.features_config import STRATEGIES
 from pipeline.model.facts import FAMILIES, model_facts
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 C = POSITIONS - 2                       # content tokens of a tiny model's window
 HAS_POOLER = ("bert", "roberta", "xlm-roberta", "camembert", "albert", "mpnet")
 DOCS = [words(150), words(5, 3), words(C, 7), "w1 zz w2"]   # 150 > C tokens, 5, exactly C, one [UNK]
@@ -63,7 +63,7 @@ def direct_model(family_dir):
 
 
 # the strategies whose document vector is the mean of its windows' vectors (late pools chunks of
-# token vectors: tests/test_late.py)
+# token vectors: tests/model/test_late.py)
 WINDOW_STRATEGIES = tuple(s for s in STRATEGIES if s != "late")
 
 
@@ -104,12 +104,7 @@ def direct_vectors(model, tok, text: str, windows: list[list[int]], pooling: str
 
 
 def run_extract(runner, tmp_path, model_dir, texts, *args, ok=True):
-    src = write_csv(tmp_path / "in.csv", [{"text": t} for t in texts])
-    out = tmp_path / "out.parquet"
-    result = invoke(runner, ["extract", src, "--model", model_dir, "-o", out, "--overwrite", "--no-progress", *args])
-    if ok:
-        assert result.exit_code == 0, result.output
-    return result, out
+    return extract_cli(tmp_path, texts, *args, model=model_dir, ok=ok)
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
@@ -248,7 +243,7 @@ def extract_b41(runner, tmp_path, *model_args) -> tuple[list[dict], list[str]]:
     return pq.read_table(out).to_pylist(), texts
 
 
-def test_b41_special_token_text_with_the_default_model(runner, tmp_path, default_model_dir):
+def test_special_token_text_is_data_with_the_default_model(runner, tmp_path, default_model_dir):
     model = AutoModel.from_pretrained(default_model_dir, attn_implementation="eager").eval()
     tok = AutoTokenizer.from_pretrained(default_model_dir)
     rows, texts = extract_b41(runner, tmp_path)
@@ -256,7 +251,7 @@ def test_b41_special_token_text_with_the_default_model(runner, tmp_path, default
     assert tok.convert_ids_to_tokens(rows[0]["token_ids"][6:10]) == ["[", "cl", "##s", "]"]
 
 
-def test_b41_special_token_text_with_the_b26_roberta_model(runner, tmp_path, b26_models):
+def test_special_token_text_is_data_with_a_roberta_model(runner, tmp_path, b26_models):
     path = b26_models / "roberta_nomax"
     model = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
     tok = AutoTokenizer.from_pretrained(path)
@@ -314,7 +309,7 @@ def b26_models(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name,max_length", [("roberta_nomax", 512), ("roberta_pos512", 510)])
-def test_b26_roberta_every_strategy_on_1200_tokens_equals_direct_call(runner, tmp_path, b26_models, name,
+def test_roberta_every_strategy_on_1200_tokens_equals_direct_call(runner, tmp_path, b26_models, name,
                                                                       max_length):
     import csv
     path = b26_models / name
@@ -345,7 +340,7 @@ def test_b26_roberta_every_strategy_on_1200_tokens_equals_direct_call(runner, tm
                                        err_msg=f"{name} {strategy}")
 
 
-def test_b34_distilbert_runs_without_token_type_ids_and_refuses_pooler(runner, tmp_path, monkeypatch):
+def test_distilbert_runs_without_token_type_ids_and_refuses_pooler(runner, tmp_path, monkeypatch):
     run_case_script("B34.make_model.py", tmp_path)
     path = tmp_path / "distilbert_tiny"
     out = tmp_path / "out.parquet"

@@ -30,7 +30,7 @@ import ray  # noqa: E402 - make test installs the ray extra; a missing one fails
 from pipeline.output.write import read_manifest
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "corpus.csv"
 
 

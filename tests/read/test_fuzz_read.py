@@ -264,7 +264,7 @@ def test_fuzz_corrupted_inputs_read_whole_or_refused(tmp_path):
     assert outcomes["rows"] > 0 and outcomes["refused"] > 0   # both ends are exercised
 
 
-CASES = sorted((Path(__file__).parent / "fuzz_cases").glob("*.bin"))
+CASES = sorted((Path(__file__).resolve().parents[1] / "fuzz_cases").glob("*.bin"))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -1,4 +1,4 @@
-"""probe CORPUS's aggregation variants (slices of the sample's parts); its chart: tests/test_probe_plot.py."""
+"""probe CORPUS's aggregation variants (slices of the sample's parts); its chart: tests/classify/test_probe_plot.py."""
 from __future__ import annotations
 
 import numpy as np

@@ -20,7 +20,7 @@ from pipeline.read import read_blocks
 from pipeline.engine.run import Summary
 
 # copies of ../shared/cases/B38_*: kept apart from tests/cases, whose CSVs test_ray reads as one valid corpus
-CASES = Path(__file__).resolve().parent / "read_cases"
+CASES = Path(__file__).resolve().parents[1] / "read_cases"
 ROWS = [{"id": str(i), "text": f"document {i} " + "word " * 40} for i in range(60)]
 JSONL = "".join(json.dumps(r) + "\n" for r in ROWS).encode()
 

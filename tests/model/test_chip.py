@@ -20,7 +20,7 @@ AMX = "processor : 0\nmodel name : Intel Xeon Platinum 8481C\nflags : fpu sse av
       "avx512_vnni amx_bf16 amx_int8 amx_tile\n\nprocessor : 1\nflags : fpu\n"
 AVX512_BF16 = "model name : AMD EPYC 9B14\nflags : fpu avx2 avx512f avx512_vnni avx512_bf16\n"
 AVX2 = "model name : AMD EPYC 7B13\nflags : fpu sse4_2 avx avx2 fma\n"
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture

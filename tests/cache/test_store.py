@@ -26,7 +26,7 @@ from pipeline.cache.store import DB_NAME, NotAStore, StoreDamaged, WindowStore
 from pipeline.cache.store_keys import checksum, pool_key, window_key
 from pipeline.cache.store_report import clear_store, format_stats
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DIM = 384
 BLOCK = 64  # windows per put_many, as a block of a run
 
@@ -73,7 +73,7 @@ def writer_main(folder: str, run: int, blocks: int, shared: int) -> None:
 
 
 def spawn_writer(folder: Path, run: int, blocks: int = 10**9, shared: int = 0) -> subprocess.Popen:
-    code = (f"import sys; sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'tests')!r}]; import test_store; "
+    code = (f"import sys; sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'tests')!r}, {str(REPO / 'tests' / 'cache')!r}]; import test_store; "
             f"test_store.writer_main({str(folder)!r}, {run}, {blocks}, {shared})")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

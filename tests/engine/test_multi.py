@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import invoke, read_features, words, write_csv
+from conftest import extract_cli, invoke, read_features, words, write_csv
 
 from pipeline.options.config import PipelineConfig
 from pipeline.options.features_config import Feature, parse_feature
@@ -30,10 +30,7 @@ FEATURES = ["head:cls", "tail:max", "head_tail:mean", "chunk:mean:-2", "sliding:
 
 
 def run_extract(runner, model_dir, tmp_path, texts, *extra, name="out.parquet"):
-    src = write_csv(tmp_path / f"{name}.csv", [{"text": t} for t in texts])
-    out = tmp_path / name
-    result = invoke(runner, ["extract", src, "-o", out, "--model", model_dir, "--no-progress", *SEG, *extra])
-    assert result.exit_code == 0, result.output
+    result, out = extract_cli(tmp_path, texts, *SEG, *extra, model=model_dir, name=name)
     return out, result
 
 
@@ -344,7 +341,7 @@ def test_probe_each_column_of_a_several_feature_file(runner, tiny_model_dir, tmp
 def test_features_preset_names_its_columns():
     from pathlib import Path
 
-    cfg = PipelineConfig.from_options(config_file=Path(__file__).resolve().parent.parent / "configs" / "features.yaml")
+    cfg = PipelineConfig.from_options(config_file=Path(__file__).resolve().parents[2] / "configs" / "features.yaml")
     assert [f.name for f in cfg.feature_list()] == ["f_head_mean", "f_head_mean_L-2", "f_head_tail_mean",
                                                     "f_chunk_mean", "f_chunk_cls_L-4..-1_concat"]
 

@@ -110,7 +110,7 @@ def test_int8_stays_within_the_stated_cosine(runner, tmp_path, real):
         assert result.exit_code == 0, result.output
         return pq.read_table(out).to_pylist()
 
-    corpus = Path(__file__).resolve().parents[1] / "examples" / "corpus.csv"
+    corpus = Path(__file__).resolve().parents[2] / "examples" / "corpus.csv"
     cos = _cosines(run(corpus), run(corpus, "--quantize", "int8"))
     assert cos.shape == (55,) and cos.mean() >= 0.99 and cos.min() >= 0.985, (cos.mean(), cos.min())
     b21 = _cosines(extract_case(runner, tmp_path, "B21.csv", "--strategy", "head", "--overwrite"),
@@ -139,7 +139,7 @@ def test_chinese_example_counts_unknown_tokens_and_warns(runner, tmp_path, real)
     """The bundled model's vocabulary is English: most Chinese characters become [UNK]."""
     import csv
     _, tok = real
-    src = Path(__file__).resolve().parents[1] / "examples" / "chinese.csv"
+    src = Path(__file__).resolve().parents[2] / "examples" / "chinese.csv"
     out = tmp_path / "zh.parquet"
     result = invoke(runner, ["extract", src, "--id-col", "id", "-o", out, "--no-progress"])
     assert result.exit_code == 0, result.output

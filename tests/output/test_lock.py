@@ -28,7 +28,7 @@ from pipeline.errors import RunError
 from pipeline.output.lock import acquire, lock_path
 from pipeline.output.write import FileSink
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def no_model_reads(monkeypatch):

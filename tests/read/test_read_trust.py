@@ -32,8 +32,8 @@ from pipeline.errors import RunError
 from pipeline.read import read_block, read_blocks, verify_inputs
 from pipeline.engine.run import Summary
 
-CASES = Path(__file__).resolve().parent / "read_cases"
-REPO = Path(__file__).resolve().parents[1]
+CASES = Path(__file__).resolve().parents[1] / "read_cases"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def csv_rows(path: Path) -> list[dict]:

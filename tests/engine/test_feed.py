@@ -12,7 +12,7 @@ import pytest
 import pipeline.engine.compose as compose_mod
 from pipeline.options.config import PipelineConfig
 from pipeline.engine.feed import ordered_map
-from tests.conftest import words, write_csv
+from conftest import words, write_csv
 
 
 def test_ordered_map_keeps_input_order_under_uneven_work():

@@ -31,7 +31,7 @@ from pipeline.cache.store import DB_NAME
 from pipeline.text.tokenize import tokenize_block
 from pipeline.cache.window_cache import WindowCache
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ML = 16                        # --max-length: C = 14 content tokens
 SEG = ("--max-length", ML)
 # 0 to 5 chunk windows each; the last two share their first window with the first two

@@ -13,7 +13,7 @@ from conftest import write_csv
 
 from pipeline.model.gc_pause import paused_gc
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "pyarrow", "pandas", "numpy", "yaml", "sklearn", "matplotlib", "ray", "scipy")
 
 # Runs `longbert ARGS` in a fresh process, then prints which HEAVY packages it imported and whether the

@@ -34,7 +34,7 @@ def content_ids(tok, text: str) -> list[int]:
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
-def test_b01_long_document_next_to_a_short_one_chunked(runner, reference, tmp_path):
+def test_long_document_next_to_a_short_one_chunked(runner, reference, tmp_path):
     model, tok = reference
     out = tmp_path / "o.parquet"
     result = invoke(runner, ["extract", CASES / "B01.csv", "--strategy", "chunk", "--no-progress", "-o", out])
@@ -53,7 +53,7 @@ def test_b01_long_document_next_to_a_short_one_chunked(runner, reference, tmp_pa
     assert max(table.column("n_tokens").to_pylist()) > 510 and min(table.column("n_tokens").to_pylist()) < 20
 
 
-def test_b03_overlap_as_large_as_the_window_exits_2_before_loading(runner, tmp_path, monkeypatch):
+def test_overlap_as_large_as_the_window_exits_2_before_loading(runner, tmp_path, monkeypatch):
     import pipeline.engine.block as block
 
     params = json.loads((CASES / "B03.params.json").read_text())
@@ -66,7 +66,7 @@ def test_b03_overlap_as_large_as_the_window_exits_2_before_loading(runner, tmp_p
     assert not (tmp_path / "o.parquet").exists()
 
 
-def test_b17_half_precision_features(runner, reference, tmp_path):
+def test_half_precision_features(runner, reference, tmp_path):
     model, tok = reference
     out = tmp_path / "o.parquet"
     result = invoke(runner, ["extract", CASES / "B17.csv", "--dtype", "float16", "--out-dtype", "float16",
@@ -81,7 +81,7 @@ def test_b17_half_precision_features(runner, reference, tmp_path):
         np.testing.assert_allclose(np.asarray(vec, np.float32), expected, atol=5e-3)   # half precision compute
 
 
-def test_b18_token_features_for_documents_of_different_lengths(runner, reference, tmp_path):
+def test_token_features_for_documents_of_different_lengths(runner, reference, tmp_path):
     model, tok = reference
     out = tmp_path / "o.parquet"
     result = invoke(runner, ["extract", CASES / "B18.csv", "--level", "token", "--no-progress", "-o", out])

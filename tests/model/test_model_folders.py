@@ -62,7 +62,7 @@ def direct_mean(model_dir: Path, text: str) -> np.ndarray:
 
 # ---------------------------------------------------------------- B46: a token beyond the embedding table
 
-def test_b46_only_the_row_with_the_added_token_gets_a_row_error(runner, tmp_path):
+def test_only_the_row_with_a_token_beyond_the_embedding_table_gets_a_row_error(runner, tmp_path):
     model, table = case_rows(runner, tmp_path, "B46.make_model.py", "bert_added_token", "B46.csv")
     assert [r["id"] for r in table] == ["1", "2", "3"]
     assert table[1]["features"] is None
@@ -116,7 +116,7 @@ def b47(tmp_path_factory):
     ("bert_cut_config", "config.json in {d} is cut or damaged (not valid JSON: Unterminated string starting at: "
                         "line 10 column 3 (char 193)); download or copy the model folder again"),
 ])
-def test_b47_half_downloaded_checkpoint_exits_2_naming_the_file(runner, tmp_path, b47, name, message):
+def test_half_downloaded_checkpoint_exits_2_naming_the_file(runner, tmp_path, b47, name, message):
     folder = b47 / name
     out = tmp_path / "o.parquet"
     result = extract(runner, CASES / "B47.csv", folder, out)
@@ -126,7 +126,7 @@ def test_b47_half_downloaded_checkpoint_exits_2_naming_the_file(runner, tmp_path
     assert not out.exists()
 
 
-def test_b47_whole_checkpoint_runs(runner, tmp_path, b47):
+def test_whole_checkpoint_runs(runner, tmp_path, b47):
     out = tmp_path / "o.parquet"
     result = extract(runner, CASES / "B47.csv", b47 / "bert_whole", out)
     assert result.exit_code == 0, result.output
@@ -137,7 +137,7 @@ def test_b47_whole_checkpoint_runs(runner, tmp_path, b47):
 
 # ---------------------------------------------------------------- B48: WordPiece without [UNK]
 
-def test_b48_wordpiece_without_unk_gives_a_row_error_for_the_unknown_word_only(runner, tmp_path):
+def test_wordpiece_without_unk_gives_a_row_error_for_the_unknown_word_only(runner, tmp_path):
     model, rows = case_rows(runner, tmp_path, "B48.make_model.py", "wordpiece_no_unk", "B48.csv")
     assert [r["id"] for r in rows] == ["1", "2", "3"]
     assert rows[1]["features"] is None and rows[1]["n_tokens"] == 0

@@ -286,7 +286,7 @@ def test_stats_asks_for_no_offsets_and_help_lists_its_options(runner, tiny_model
     assert chunk_line.split()[2:4] == [f"{(1 + 2 + 2) / 3:.2f}", "5"]   # 3, 20 -> 14 + 6, 50 capped to 20
     assert "tokens       total 73;" in result.output          # whole documents, exactly
     result = invoke(runner, ["stats", src, "--model", tiny_model_dir, "--keep-col", "label", "--windows-per-second", 1])
-    assert result.exit_code == 0, result.output   # extract's command line is accepted (tests/test_options.py)
+    assert result.exit_code == 0, result.output   # extract's command line is accepted (tests/options/test_options.py)
     assert ("Warning: --keep-col label has no effect: stats counts tokens and windows and writes no vectors"
             in result.output.splitlines())
 

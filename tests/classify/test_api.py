@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import invoke, words, write_csv
+from conftest import extract_cli, words
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import cross_val_score
@@ -21,7 +21,7 @@ import longbert
 import pipeline.model.encode as encode_mod
 import pipeline.classify.vectorizer as vectorizer_mod
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ML = 16          # --max-length: C = 14 content tokens
 TEXTS = [words(5), words(40, 2), words(100, 7), words(14), words(15, 5), words(1)]
 LABELS = ["x", "y", "y", "x", "y", "x"]
@@ -46,11 +46,7 @@ def loads(monkeypatch):
 
 
 def extract_rows(runner, model_dir, tmp_path, texts, *extra, name="out.parquet"):
-    src = write_csv(tmp_path / f"{name}.csv", [{"text": t} for t in texts])
-    out = tmp_path / name
-    result = invoke(runner, ["extract", src, "-o", out, "--model", model_dir, "--no-progress", "--max-length", ML,
-                             *extra])
-    assert result.exit_code == 0, result.output
+    _, out = extract_cli(tmp_path, texts, "--max-length", ML, *extra, model=model_dir, name=name)
     return pq.read_table(out).to_pylist()
 
 
