@@ -27,6 +27,7 @@ class Weights:
 
     def __init__(self, model=None):
         self.model = model
+        self.sha256: str | None = None  # of the files the weights were loaded from (None: given, or a hub model)
         self._encoders: dict = {}       # (model, pool, encode options) -> its Encoder
         self._lock = threading.Lock()
 
@@ -35,21 +36,30 @@ class Weights:
         """Whether the weights are in memory."""
         return self.model is not None
 
-    def encoder(self, config: PipelineConfig, tokenizer):
+    def encoder(self, config: PipelineConfig, tokenizer, sha256: str | None = None):
         """A pipeline.model.encode.Encoder of its own (own counters and progress hook) over the shared
         weights, for ``config``'s pools and batching.
 
+        Args:
+            sha256: the hash of the model's files when the run's options were resolved (ModelFacts.sha256).
+
         Raises:
-            ModelError: as pipeline.model.load.load_model.
+            ModelError: as pipeline.model.load.load_model; or the folder's files changed after the options
+                were resolved (its vectors would be filed in the store under a hash that did not make them).
         """
         from ..model.encode import Encoder   # torch loads here, not on import
 
         key = (config.model, config.pool, config.encode)
         with self._lock:
             if key not in self._encoders:
+                fresh = self.model is None
                 made = Encoder.from_config(config, tokenizer, model=self.model)
                 self.model = made.full_model
+                if fresh:
+                    self.sha256 = _files_sha256(config.model.model)
                 self._encoders[key] = made
+            if sha256 is not None and self.sha256 is not None and self.sha256 != sha256:
+                raise _changed(config.model.model, sha256, self.sha256)
             shared = self._encoders[key]
         mine = copy.copy(shared)
         mine.stats, mine.on_batch = type(shared.stats)(), None
@@ -109,7 +119,7 @@ class Encode(Stage):
                 return
             from .window_cache import WindowCache
 
-            encoder = self.weights.encoder(self.config, self.tokenizer)
+            encoder = self.weights.encoder(self.config, self.tokenizer, self.facts.sha256)
             self._cache = WindowCache.open(self.config, self.facts, self.store)   # None without --cache
             self._encoder = encoder
 
@@ -129,6 +139,23 @@ class Encode(Stage):
         counts = BlockCounts(windows=len(batch.unique) - cached, windows_cached=cached,
                              oom_splits=stats.oom_splits - oom, fp32_recomputed=stats.fp32_recomputed - fp32)
         return batch.replace(encoded=enc, cached=cached, counts=counts)
+
+
+def _files_sha256(name: str) -> str | None:
+    """The sha256 of a model's files now (pipeline.model.checkpoint.model_sha256; cached by size and mtime)."""
+    from ..model.checkpoint import model_sha256
+    from ..model.facts import checkpoint_folder, resolve_model_path
+
+    folder = checkpoint_folder(resolve_model_path(name))
+    return None if folder is None else model_sha256(folder)
+
+
+def _changed(name: str, then: str, now: str):
+    from ..errors import ModelError
+
+    return ModelError(f"--model {name!r} changed while it was being read: its files' sha256 was {then[:12]}... "
+                      f"when the options were checked and is {now[:12]}... now (the folder was saved again); "
+                      "run again once it is written")
 
 
 def late_windows(batch: Batch) -> np.ndarray | None:

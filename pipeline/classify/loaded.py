@@ -49,7 +49,23 @@ def model_key(cfg: PipelineConfig) -> tuple:
     """The options that change the loaded model (or whether it may be used): another key loads again."""
     m = cfg.model
     return (m.model, m.device, m.dtype, m.quantize, m.threads, m.allow_pickle,
-            any(f.pooling == "pooler" for f in cfg.feature_list()))
+            any(f.pooling == "pooler" for f in cfg.feature_list()), model_identity(m.model))
+
+
+def model_identity(name: str) -> tuple | None:
+    """A local model's files as they are now (pipeline.model.checkpoint.folder_identity: path, size and
+    mtime of config.json and the weights), so a folder saved again in place is loaded again; None for
+    a hub id, or a name that does not resolve (the load then says why)."""
+    from ..errors import ModelError
+    from ..model.checkpoint import folder_identity
+    from ..model.facts import DEFAULT_MODEL, is_local, resolve_model_path
+
+    if name != DEFAULT_MODEL and not is_local(name):
+        return None
+    try:
+        return folder_identity(resolve_model_path(name))
+    except (ModelError, OSError):
+        return None
 
 
 def cached_pipeline(cfg: PipelineConfig, echo=None, memory: bool = False):
@@ -58,8 +74,8 @@ def cached_pipeline(cfg: PipelineConfig, echo=None, memory: bool = False):
     ``memory``: the encode stage looks windows up in (and adds them to) ``memory_store()``; a
     ``cfg.write.cache`` folder is used otherwise.
 
-    The first call (or one with another ``model_key``) loads the model, dropping the previous one
-    first, so at most one model is held; other options (strategy, pooling, batch size, ...) reuse
+    The first call (or one with another ``model_key``: another model, or the same folder saved again
+    in place) loads the model, dropping the previous one first, so at most one model is held; other options (strategy, pooling, batch size, ...) reuse
     the loaded model. ``echo``: called with a one-line note before a load (None: silent).
 
     Raises:
@@ -67,10 +83,10 @@ def cached_pipeline(cfg: PipelineConfig, echo=None, memory: bool = False):
     """
     from ..engine.compose import Pipeline  # torch loads here, not on import
 
-    cached = _LOADED.get("pipeline")
-    if cached is not None and cached[0] == (cfg, memory):
-        return cached[1]
     key = model_key(cfg)
+    cached = _LOADED.get("pipeline")
+    if cached is not None and cached[0] == (cfg, memory) and _LOADED.get("key") == key:
+        return cached[1]
     store = memory_store() if memory else None
     if _LOADED.get("key") == key:
         pipe = Pipeline.from_config(cfg, _LOADED["tokenizer"], model=_LOADED["model"], store=store)

@@ -56,8 +56,20 @@ def model_sha256(folder: str | Path) -> str | None:
     weights = weight_files(folder) if folder.is_dir() else []
     if not config.is_file() or not weights:
         return None
-    files = [config, *weights]
-    return _sha256_files(tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+    return _sha256_files(folder_identity(folder))
+
+
+def folder_identity(folder: str | Path) -> tuple[tuple[str, int, int], ...] | None:
+    """(path, size in bytes, mtime in ns) of config.json and each weight file, in name order: what
+    ``model_sha256`` is cached by, read with a stat per file (no byte is read). None when the
+    folder holds no config.json or no weights. A folder saved again in place gives another identity.
+    """
+    folder = Path(folder)
+    config = folder / "config.json"
+    weights = weight_files(folder) if folder.is_dir() else []
+    if not config.is_file() or not weights:
+        return None
+    return tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in (config, *weights))
 
 
 @functools.lru_cache(maxsize=16)

@@ -1,0 +1,63 @@
+"""A model is known by its files, not by its path: a folder saved again in place is loaded again by the
+Python API, refused by a pipeline that checked the old files, and refused by --resume."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from conftest import invoke, reference_vectors, words, write_csv
+from transformers import BertConfig, BertModel, BertTokenizerFast
+
+import longbert
+from pipeline.errors import ModelError
+
+
+def _save_again(folder, seed: int) -> BertModel:
+    """Write new random weights into ``folder`` in place (the same config), as a user re-saving it would."""
+    torch.manual_seed(seed)
+    model = BertModel(BertConfig.from_pretrained(folder)).eval()
+    model.save_pretrained(folder)
+    stamp = os.stat(folder / "config.json").st_mtime_ns + 10_000_000   # a later mtime, even on a coarse clock
+    for name in ("config.json", "model.safetensors"):
+        os.utime(folder / name, ns=(stamp, stamp))
+    return model
+
+
+@pytest.fixture
+def folder(tiny_model_dir, tmp_path):
+    return shutil.copytree(tiny_model_dir, tmp_path / "model")
+
+
+def test_encode_loads_a_folder_saved_again_in_place(folder):
+    tok = BertTokenizerFast.from_pretrained(folder)
+    text = words(9)
+    ids = [[tok.cls_token_id, *tok(text, add_special_tokens=False)["input_ids"], tok.sep_token_id]]
+    first = longbert.encode([text], model=str(folder), pooling="cls")
+    np.testing.assert_allclose(first[0], reference_vectors(BertModel.from_pretrained(folder).eval(), tok, ids)[0],
+                               atol=1e-5)
+    new = _save_again(folder, seed=7)
+    second = longbert.encode([text], model=str(folder), pooling="cls")
+    np.testing.assert_allclose(second[0], reference_vectors(new, tok, ids)[0], atol=1e-5)
+    assert not np.allclose(first, second, atol=1e-3)
+
+
+def test_a_pipeline_refuses_weights_that_changed_after_its_options_were_checked(folder):
+    pipe = longbert.Pipeline.from_options(model=str(folder))
+    _save_again(folder, seed=8)
+    with pytest.raises(ModelError, match=r"changed while it was being read: its files' sha256 was [0-9a-f]{12}\.\.\. "
+                                         r"when the options were checked and is [0-9a-f]{12}\.\.\. now"):
+        pipe(longbert.Batch.from_texts([words(5)]))
+
+
+def test_resume_after_the_model_folder_changed_is_exit_2_naming_the_weights(folder, runner, tmp_path):
+    src = write_csv(tmp_path / "in.csv", [{"text": words(4 + i)} for i in range(4)])
+    args = ["extract", src, "--model", folder, "-o", f"{tmp_path / 'parts'}/", "--block-rows", "2", "--no-progress"]
+    assert invoke(runner, args).exit_code == 0
+    _save_again(folder, seed=9)
+    result = invoke(runner, [*args, "--resume"])
+    assert result.exit_code == 2
+    assert "--resume: the model's weights differ from the run that wrote" in result.output
+    assert "then," in result.output and "now" in result.output
