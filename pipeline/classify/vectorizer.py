@@ -114,7 +114,7 @@ def _encode_texts(pipe, items: list, errors: list[str | None], show: bool) -> An
 
     resolved = pipe.resolution()
     columns = resolved.columns
-    result = _Collect(resolved.cfg.pool.level, len(items), [name for name, _ in columns])
+    result = _Collect(resolved.cfg.pool, len(items), [name for name, _ in columns])
     good = [i for i, e in enumerate(errors) if e is None]
     starts = range(0, len(good), _BLOCK_ROWS)
     blocks = (block_from_texts([items[i] for i in good[s:s + _BLOCK_ROWS]]) for s in starts)
@@ -133,8 +133,8 @@ def _encode_texts(pipe, items: list, errors: list[str | None], show: bool) -> An
 class _Collect:
     """encode's result, gathered block by block from the output tables (rows: each block row's text position)."""
 
-    def __init__(self, level: str, n: int, columns: list[str]):
-        self.level, self.n, self.columns = level, n, columns
+    def __init__(self, pool, n: int, columns: list[str]):
+        self.per_token, self.per_window, self.n, self.columns = pool.per_token, pool.per_window, n, columns
         self.parts: list[tuple[np.ndarray, np.ndarray]] = []        # (text positions, (m, D)) per block
         self.tokens: list[np.ndarray | None] = [None] * n
 
@@ -143,7 +143,7 @@ class _Collect:
 
         valid = np.logical_and.reduce([table.column(c).is_valid().to_numpy(zero_copy_only=False) for c in self.columns])
         texts = rows[table.column(0).to_numpy()]                              # (m,) text position of each row
-        if self.level == "token":
+        if self.per_token:
             for i, ok, vecs in zip(texts, valid, table.column(TOKEN_FEATURES).to_pylist()):
                 if ok:
                     self.tokens[i] = np.asarray(vecs, dtype=np.float32).reshape(len(vecs), -1)
@@ -154,9 +154,9 @@ class _Collect:
             self.parts.append((texts[valid], X))
 
     def value(self, dim: int):
-        if self.level == "token":
+        if self.per_token:
             return self.tokens
-        if self.level == "window":
+        if self.per_window:
             if not self.parts:
                 return np.zeros((0, dim), np.float32), np.zeros(0, np.int64)
             return np.vstack([x for _, x in self.parts]), np.concatenate([t for t, _ in self.parts])

@@ -79,7 +79,7 @@ def check_features(cfg: PipelineConfig, seg) -> None:
     if not cfg.multi_feature:
         return
     strategies = list(dict.fromkeys(f.strategy for f in cfg.feature_list()))
-    if cfg.pool.level == "window" and len(strategies) > 1:
+    if cfg.pool.per_window and len(strategies) > 1:
         raise ConfigError(f"--level window writes one row per window of one strategy, but the features use "
                           f"{', '.join(strategies)}; give features of one strategy (e.g. --feature chunk:cls "
                           "--feature chunk:mean), and run once per strategy")

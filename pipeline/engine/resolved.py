@@ -99,16 +99,16 @@ class Resolved:
         """
         from ..cache.encode_stage import Encode
 
-        cfg, facts, level = self.cfg, self.facts, self.cfg.pool.level
+        cfg, facts, pool = self.cfg, self.facts, self.cfg.pool
         seg = cfg.segment
         strategies = {s: seg if s == seg.strategy else dataclasses.replace(seg, strategy=s)
                       for s in dict.fromkeys(f.strategy for f in self.features)}
-        aggregate, rows = LEVEL_STAGES[level]
-        return [Tokenize(self.tokenizer, seg.max_tokens_per_doc, with_offsets=level == "token",
+        aggregate, rows = LEVEL_STAGES[pool.level]
+        return [Tokenize(self.tokenizer, seg.max_tokens_per_doc, with_offsets=pool.per_token,
                          vocab_rows=facts.vocab_rows),
                 Segment(strategies, facts.cls_id, facts.sep_id),
                 Dedup(),
-                Encode(cfg, self.tokenizer, facts, model, store, with_tokens=level == "token"),
+                Encode(cfg, self.tokenizer, facts, model, store, with_tokens=pool.per_token),
                 aggregate(self.features, self.columns, self.slices, cfg.pool.aggregates, cfg.pool.normalize,
                           cfg.write.out_dtype, seg.chunk_tokens, facts.num_hidden_layers, facts.hidden_size),
                 rows(self.row_schemas(), tuple(passthrough_columns(cfg)), self.columns)]

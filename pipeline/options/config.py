@@ -225,6 +225,17 @@ class PoolConfig:
                               "--feature options were given; give one feature with --level token")
 
     @property
+    def per_window(self) -> bool:
+        """--level window: one output row per window (the level's name is compared here and nowhere else
+        in the stages: the builder picks the level's stage classes from these)."""
+        return self.level == "window"
+
+    @property
+    def per_token(self) -> bool:
+        """--level token: each document's per-token vectors are written beside its vector."""
+        return self.level == "token"
+
+    @property
     def aggregates(self) -> tuple[str, ...]:
         """The parts of --aggregate, in order: "first,last,mean,max" -> ("first", "last", "mean", "max")."""
         return tuple(self.aggregate.split(","))
@@ -232,7 +243,7 @@ class PoolConfig:
     @property
     def parts(self) -> int:
         """Aggregates a written vector concatenates: len(aggregates); 1 at --level window (no aggregate)."""
-        return 1 if self.level == "window" else len(self.aggregates)
+        return 1 if self.per_window else len(self.aggregates)
 
     @property
     def pool_key(self) -> tuple[str, tuple[int, ...], str]:
@@ -326,7 +337,7 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if not self.pool.features:
             raise ConfigError("a run needs at least one feature; give --feature or --strategy/--pooling")
-        if self.pool.level == "window" and self.ray.engine == "ray":  # the Ray writer counts a row per document
+        if self.pool.per_window and self.ray.engine == "ray":  # the Ray writer counts a row per document
             raise ConfigError("--level window runs on the local engine only; drop --engine ray")
         from ..output.schema import check_keep_cols   # here, not on import: pyarrow stays out of `--help`
         check_keep_cols(self)

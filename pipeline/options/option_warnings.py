@@ -50,7 +50,7 @@ def option_warnings(cfg: PipelineConfig, given: set[str], cpu_only: bool, max_le
             flag = "--" + name.replace("_", "-")
             out.append(f"{flag} {getattr(seg, name)} has no effect: it applies only to --strategy {owner} "
                        f"(this run: {this_run})")
-    if "aggregate" in given and cfg.pool.level == "window":
+    if "aggregate" in given and cfg.pool.per_window:
         out.append(f"--aggregate {cfg.pool.aggregate} has no effect: it applies only to --level document and "
                    "token (this run: window, one vector per window)")
     if "dtype" in given and cfg.model.dtype == "float16" and cpu_only:

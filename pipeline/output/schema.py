@@ -73,7 +73,7 @@ def output_fields(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: i
     value = pa.float16() if cfg.write.out_dtype == "float16" else pa.float32()
     fields = [pa.field(ROW if pa.types.is_integer(id_type) else ID, id_type)]
     fields += [pa.field(c, pa.string()) for c in passthrough_columns(cfg)]
-    if cfg.pool.level == "window":  # one row per window (pipeline.output.rows.window_table)
+    if cfg.pool.per_window:  # one row per window (pipeline.output.rows.window_table)
         fields += [pa.field(WINDOW, pa.int32()), pa.field(SPANS, pa.list_(pa.list_(pa.int32(), 2))),
                    pa.field(N_TOKENS, pa.int32())]
     else:
@@ -84,7 +84,7 @@ def output_fields(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: i
     else:
         fields += [pa.field(FEATURES, pa.list_(value, dim))]
     fields += [pa.field(ERROR, pa.string())]
-    if cfg.pool.level == "token":
+    if cfg.pool.per_token:
         fields += [pa.field(TOKEN_IDS, pa.list_(pa.int32())), pa.field(POSITIONS, pa.list_(pa.int32())),
                    pa.field(OFFSETS, pa.list_(pa.list_(pa.int32(), 2))),
                    pa.field(TOKEN_FEATURES, pa.list_(pa.list_(value, token_dim)))]
@@ -174,7 +174,7 @@ def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: in
         "model_family": model.family,
         "hidden_size": model.hidden_size,
         "feature_dim": dim,
-        "token_feature_dim": token_dim if cfg.pool.level == "token" else None,
+        "token_feature_dim": token_dim if cfg.pool.per_token else None,
         "max_length": seg.max_length,
         "strategy": strategy,
         "pooling": cfg.pool.pooling,
@@ -235,6 +235,6 @@ def features_metadata(cfg: PipelineConfig, hidden: int) -> list[dict]:
 def aggregate_metadata(cfg: PipelineConfig) -> str | list[str] | None:
     """The metadata's ``aggregate``: the one name ("mean"), the list of parts in vector order
     (["first", "last", "mean", "max"]), or None at --level window (window vectors are not aggregated)."""
-    if cfg.pool.level == "window":
+    if cfg.pool.per_window:
         return None
     return cfg.pool.aggregate if len(cfg.pool.aggregates) == 1 else list(cfg.pool.aggregates)
