@@ -15,12 +15,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from ..errors import ConfigError
 from ..options.config import PipelineConfig
-from ..output.schema import ERROR, TOKEN_FEATURES
+from ..output.schema import ERROR
 from ..text.texts import as_texts, preprocessed, raise_on_errors, text_list
 from ..read import block_from_texts
 from ..text.tokenize import EMPTY_TEXT
@@ -118,12 +117,12 @@ def _encode_texts(pipe, items: list, errors: list[str | None], show: bool) -> An
     good = [i for i, e in enumerate(errors) if e is None]
     starts = range(0, len(good), _BLOCK_ROWS)
     blocks = (block_from_texts([items[i] for i in good[s:s + _BLOCK_ROWS]]) for s in starts)
+    vectors_only = pipe.without("rows")   # the vectors are read from the batch: no output table is built
     with forgotten_on_failure(pipe), tqdm(total=len(items), unit="text", disable=not show, desc="longbert") as bar:
-        for start, done in zip(starts, pipe.map(blocks)):
+        for start, done in zip(starts, vectors_only.map(blocks)):
             rows = np.asarray(good[start:start + _BLOCK_ROWS], dtype=np.int64)
-            table = done.table
-            result.add(table, rows)
-            for i, error in zip(rows[table.column(0).to_numpy()], table.column(ERROR).to_pylist()):
+            result.add(done, rows)
+            for i, error in zip(rows[done.out_docs], done.errors):
                 errors[i] = errors[i] or error
             bar.update(len(rows))
         bar.update(len(items) - len(good))
@@ -131,26 +130,25 @@ def _encode_texts(pipe, items: list, errors: list[str | None], show: bool) -> An
 
 
 class _Collect:
-    """encode's result, gathered block by block from the output tables (rows: each block row's text position)."""
+    """encode's result, gathered block by block from the aggregate stage's fields (rows: each block row's
+    text position)."""
 
     def __init__(self, pool, n: int, columns: list[str]):
         self.per_token, self.per_window, self.n, self.columns = pool.per_token, pool.per_window, n, columns
         self.parts: list[tuple[np.ndarray, np.ndarray]] = []        # (text positions, (m, D)) per block
         self.tokens: list[np.ndarray | None] = [None] * n
 
-    def add(self, table: pa.Table, rows: np.ndarray) -> None:
-        from .features import features_matrix
-
-        valid = np.logical_and.reduce([table.column(c).is_valid().to_numpy(zero_copy_only=False) for c in self.columns])
-        texts = rows[table.column(0).to_numpy()]                              # (m,) text position of each row
+    def add(self, batch, rows: np.ndarray) -> None:
+        """One block after ``aggregate``: its valid rows' vectors (or per-token vectors) at their texts."""
+        valid = np.asarray(batch.valid, dtype=bool)                             # (m,) per output row
+        texts = rows[batch.out_docs]                                            # (m,) text position of each row
         if self.per_token:
-            for i, ok, vecs in zip(texts, valid, table.column(TOKEN_FEATURES).to_pylist()):
+            for i, ok, tokens in zip(texts, valid, batch.tokens):
                 if ok:
-                    self.tokens[i] = np.asarray(vecs, dtype=np.float32).reshape(len(vecs), -1)
+                    self.tokens[i] = tokens[3].astype(np.float32)              # (n_tokens, D)
             return
         if valid.any():
-            keep = pa.array(valid)
-            X = np.hstack([features_matrix(table.column(c).filter(keep)) for c in self.columns])   # (k, D)
+            X = np.hstack([batch.vectors[c][valid] for c in self.columns]).astype(np.float32)   # (k, D)
             self.parts.append((texts[valid], X))
 
     def value(self, dim: int):
