@@ -4,6 +4,7 @@ store, from the store (``encode_unique``). The only stage that loads weights, on
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 from typing import Any
 
@@ -120,6 +121,10 @@ class Encode(Stage):
             from .window_cache import WindowCache
 
             encoder = self.weights.encoder(self.config, self.tokenizer, self.facts.sha256)
+            if self.facts.sha256 is None:   # a hub model's files are on disk only now: hash them for the store
+                sha = self.weights.sha256 or _files_sha256(self.config.model.model)
+                if sha is not None:
+                    self.facts = dataclasses.replace(self.facts, sha256=sha)
             self._cache = WindowCache.open(self.config, self.facts, self.store)   # None without --cache
             self._encoder = encoder
 

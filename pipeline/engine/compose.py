@@ -261,6 +261,11 @@ class Pipeline:
             resolved = dataclasses.replace(resolved, stage_labels=labels)
         return Pipeline([(n, resolved.io_stage(s)) for n, s in self.steps], resolved, self._fills)
 
+    def with_facts(self, facts) -> Pipeline:
+        """A new pipeline whose built-in stages use ``facts`` (a hub model's, its sha256 known after the load)."""
+        resolved = dataclasses.replace(self.resolution(), facts=facts)
+        return Pipeline([(n, resolved.io_stage(s)) for n, s in self.steps], resolved, self._fills)
+
     def __call__(self, batch: Batch | pa.Table) -> pa.Table:
         """Every stage on ``batch``; returns its output table (the schema ``extract`` writes).
 
@@ -325,6 +330,10 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=Non
     encode = pipe.encode_stage()
     if encode is not None:
         encode.load()
+        if pipe.resolution().facts.sha256 is None and encode.facts.sha256 is not None:
+            pipe = pipe.with_facts(encode.facts)   # a hub model hashed once its files came: the file's metadata
+            encode = pipe.encode_stage()
+            encode.load()
     sink, summary, todo, bar = open_run(cfg, pipe.resolution().schema(plan.id_type), plan, echo)
     progress = BatchProgress(bar)
     if encode is not None:

@@ -61,3 +61,22 @@ def test_resume_after_the_model_folder_changed_is_exit_2_naming_the_weights(fold
     assert result.exit_code == 2
     assert "--resume: the model's weights differ from the run that wrote" in result.output
     assert "then," in result.output and "now" in result.output
+
+
+def test_a_model_unhashed_when_its_options_were_checked_is_hashed_once_loaded(folder, tmp_path):
+    """As a hub model is, whose files arrive only with its weights: the run hashes them after the load,
+    and the file's metadata names that hash."""
+    import dataclasses
+    import json
+
+    import pyarrow.parquet as pq
+
+    from pipeline.model.checkpoint import model_sha256
+
+    pipe = longbert.Pipeline.from_options(model=str(folder))
+    unhashed = pipe.with_facts(dataclasses.replace(pipe.resolution().facts, sha256=None))
+    assert unhashed.resolution().facts.sha256 is None and unhashed["encode"].facts.sha256 is None
+    src = write_csv(tmp_path / "in.csv", [{"text": words(6)}])
+    unhashed.run(str(src), str(tmp_path / "out.parquet"))
+    meta = json.loads(pq.read_schema(tmp_path / "out.parquet").metadata[b"longbert"])
+    assert meta["model_sha256"] == model_sha256(folder)
