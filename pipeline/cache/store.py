@@ -1,7 +1,5 @@
 """The persistent window store (``--cache DIR``): window token ids -> pooled vectors, shared across runs.
-
-Called by the encode stage through pipeline.cache.window_cache (look a block's unique windows up, encode the missing ones, put them) and
-by ``longbert cache DIR``. One SQLite database ``DIR/windows.sqlite3`` (the sqlite-utils habit: a
+One SQLite database ``DIR/windows.sqlite3`` (the sqlite-utils habit: a
 real embedded store, not a folder of pickles), opened in WAL mode with ``synchronous=NORMAL``:
 
 - a SIGKILL at any moment loses nothing committed and tears nothing: a block's vectors are one

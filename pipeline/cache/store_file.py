@@ -1,6 +1,6 @@
 """The window store's SQLite file (pipeline.cache.store): the folder check, the connection and its
 settings, the schema, the checkpoint that folds the write-ahead log in, and SQLite's failures as the
-run's errors. Called by pipeline.cache.store only."""
+run's errors."""
 from __future__ import annotations
 
 import os

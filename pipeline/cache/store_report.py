@@ -1,4 +1,4 @@
-"""``longbert cache DIR``: the window store's report, and ``--clear``. Called by cli.py."""
+"""``longbert cache DIR``: the window store's report, and ``--clear``."""
 from __future__ import annotations
 
 from pathlib import Path

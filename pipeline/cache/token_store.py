@@ -1,6 +1,5 @@
 """Per-token vectors of a window in the window store (``--cache``): what a late chunk needs.
-
-Called by pipeline.cache.window_cache for runs with a ``late`` feature. An entry is keyed like a pooled
+An entry is keyed like a pooled
 window vector (pipeline.cache.store_keys.window_key: a pool key and the window's exact token ids) and lives in
 the same table, so ``longbert cache`` counts and clears it with the rest; its pool key names one
 hidden layer's token vectors (``["tokens", layer]``), registered with dim = hidden. The entry holds the

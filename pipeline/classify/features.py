@@ -1,7 +1,4 @@
 """Read extract's output back as numpy: ``load_features`` (a .parquet file or a DIR/ of parts).
-
-Called by users feeding classifiers, by ``longbert probe`` (pipeline.classify.probe) and, for the
-fixed_size_list -> matrix conversion, by pipeline.classify.vectorizer.
 """
 from __future__ import annotations
 

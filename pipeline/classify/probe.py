@@ -1,6 +1,5 @@
 """``longbert probe CORPUS``: how well a linear classifier reads the labels off every feature of a raw corpus.
-
-Called by cli.py. Each feature is extracted in one pass over a stratified sample of the corpus
+Each feature is extracted in one pass over a stratified sample of the corpus
 (``probe_corpus``), then a scikit-learn ``make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))`` is
 cross-validated with ``StratifiedKFold(folds, shuffle=True, random_state=seed)``; the same folds for
 every feature, so strategies, poolings and layers are compared on equal terms.

@@ -1,6 +1,5 @@
 """``longbert probe FILE...``: how well a linear classifier reads the labels off extracted features files.
-
-Called by cli.py. For each features column (pipeline.classify.features.load_features) of each file, a
+For each features column (pipeline.classify.features.load_features) of each file, a
 scikit-learn ``make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))`` is cross-validated
 with ``StratifiedKFold(folds, shuffle=True, random_state=seed)`` (pipeline.classify.folds); the same folds for
 every column, so strategies, poolings and layers are compared on equal terms. pipeline.classify.probe probes a

@@ -1,6 +1,5 @@
 """The charts of ``longbert probe --plot``: extract's outputs (``plot_probe``) and a corpus
-(``plot_corpus_probe``), and the layers text the corpus table and chart share. Called by cli.py
-through pipeline.classify.probe."""
+(``plot_corpus_probe``), and the layers text the corpus table and chart share."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,6 +1,6 @@
 """Texts -> vectors in Python: ``LongBertVectorizer`` (scikit-learn) and ``encode`` (the one-liner).
 
-Called by users (through the top-level ``longbert`` module or ``pipeline``), e.g.
+Used from Python, e.g.
 ``make_pipeline(LongBertVectorizer(), LogisticRegression())`` or ``longbert.encode(texts)``.
 Both feed ``pipeline.read.block_from_texts`` blocks to the same ``pipeline.engine.compose.Pipeline`` (its ``map``) that
 ``longbert extract`` runs, so a text gets the same vector here as in extract's parquet. The loaded

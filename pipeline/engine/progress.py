@@ -1,7 +1,7 @@
 """Progress that fits the place it is shown: the tqdm bar on a terminal; elsewhere (a CI log, nohup,
 a cluster job's stderr file) one plain line every 30 seconds and a last line.
 
-Called by pipeline.engine.run.open_run (both engines); pipeline.engine.run.BatchProgress moves either one.
+Both engines open one; pipeline.engine.run.BatchProgress moves either one.
 """
 from __future__ import annotations
 

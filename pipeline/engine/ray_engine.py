@@ -1,4 +1,4 @@
-"""The Ray engine: the local engine's plan of blocks, mapped over a Ray actor pool; called by cli.py.
+"""The Ray engine: the local engine's plan of blocks, mapped over a Ray actor pool.
 
 Only what is Ray's lives here: start or join Ray, check its resources, run the actor pool, hand the
 results to the sink. Everything else is the local engine's: ``pipeline.engine.run.check`` scans the inputs

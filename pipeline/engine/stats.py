@@ -1,6 +1,5 @@
 """``longbert stats``: token lengths of a corpus and what each window strategy would cost, before a run.
-
-Called by cli.py. Reads and tokenizes the inputs with the model's tokenizer only (pipeline.read,
+Reads and tokenizes the inputs with the model's tokenizer only (pipeline.read,
 pipeline.text.tokenize); windows are counted with pipeline.text.segment.window_spans, the rule extract uses,
 so the counts equal the sum of extract's ``n_windows``. The model is loaded only to measure its
 speed when none is given.

@@ -1,9 +1,7 @@
 """The model folder as an input, checked before anything loads: config.json parses, every weight file
 is whole (a safetensors header that parses and tensors whose bytes are all there), the shard index names
 files that exist; then the stored tensor names and shapes against those the model's config builds.
-
-Called by pipeline.model.facts (the files, in the pre-flight check) and pipeline.model.load (the names and shapes,
-before and after transformers loads the weights). No torch here: ``longbert stats`` runs the file checks.
+No torch here: ``longbert stats`` runs the file checks.
 """
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """Chip detection: what the device of a run can do fast, found once per run without loading weights.
-
-Called by pipeline.options.config (``--dtype auto``), pipeline.output.write (the run's metadata), pipeline.engine.run (the
-summary's bfloat16 note) and ``longbert stats``. On a CPU it reads the instruction-set flags the
+On a CPU it reads the instruction-set flags the
 kernel lists in /proc/cpuinfo (Linux); elsewhere, or when that file cannot be read, it falls back to
 ``torch.backends.cpu.get_cpu_capability()`` (which names AVX2 / AVX512 but not the bfloat16 units).
 """

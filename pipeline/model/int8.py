@@ -1,6 +1,5 @@
 """int8 on the CPU: every nn.Linear of a loaded model becomes an Int8Linear (oneDNN's int8 matrix product).
-
-Called by pipeline.model.load for ``--quantize int8``. Weights are int8 per output channel; activations are
+Weights are int8 per output channel; activations are
 quantized per forward batch at run time to the full unsigned 8-bit range (dynamic quantization).
 The kernel is ``torch.ops.onednn.qlinear_pointwise`` on plain uint8/int8 tensors: the op torch.compile's
 x86 int8 path lowers to. It replaces ``torch.ao.quantization.quantize_dynamic`` (and fbgemm's

@@ -1,7 +1,7 @@
 """Load stage: the device, the weights (transformers ``from_pretrained``), int8 (pipeline.model.int8), and the
 early-stop view of a model that runs only the layers a run reads.
 
-Called by pipeline.model.encode.Encoder.from_config; what is loaded was checked first by pipeline.model.facts.
+What is loaded was checked first by pipeline.model.facts.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Pool stage: hidden states -> one vector per window, and window vectors -> one vector per document.
 
-Tensor functions called by pipeline.model.encode on each batch (on whatever device the batch is on), and
-``aggregate`` called by the aggregate stage (pipeline.output.aggregate) per document on CPU numpy arrays. Nothing here writes into
+Tensor functions for each batch (on whatever device the batch is on), and ``aggregate`` per document
+on CPU numpy arrays. Nothing here writes into
 model outputs.
 """
 from __future__ import annotations

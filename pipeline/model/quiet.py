@@ -1,5 +1,4 @@
-"""How transformers is called on a model: offline for a local folder, its own warnings silenced.
-Called by pipeline.model.facts and pipeline.model.load."""
+"""How transformers is called on a model: offline for a local folder, its own warnings silenced."""
 from __future__ import annotations
 
 import contextlib

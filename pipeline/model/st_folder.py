@@ -1,9 +1,7 @@
 """A sentence-transformers save (``modules.json``) read as the settings it declares: the transformer's
 sub-folder, its Pooling mode, Normalize and max_seq_length, and the modules longbert cannot apply; then
 those settings put in the options the user did not give.
-
-Called by pipeline.model.facts (the sub-folder to load, the facts), pipeline.engine.block (the run's options)
-and pipeline.output.schema (the metadata). No torch here: only JSON files are read.
+No torch here: only JSON files are read.
 """
 from __future__ import annotations
 

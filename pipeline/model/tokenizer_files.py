@@ -1,7 +1,6 @@
 """The tokenizer files of a local model folder, checked before transformers tries to build a tokenizer from
 them: none at all, or a sentencepiece model without the optional package that reads it, are named as such
-(transformers would build an empty vocabulary, or suggest another package). Called by
-pipeline.model.facts.load_tokenizer. No torch, no transformers here.
+(transformers would build an empty vocabulary, or suggest another package). No torch, no transformers here.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The command line's options: one click option per config field (each declared once, with its help), in
-groups by config section, and which of extract's options stats and probe use. Called by cli.py.
+groups by config section, and which of extract's options stats and probe use.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Options as they arrive from a YAML config file or as flat names (CLI, Python): read the file safely and
-turn the values into the config fields' types. Called by pipeline.options.config.PipelineConfig.from_options.
+turn the values into the config fields' types.
 """
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Paths as they enter a run: ``~`` expanded once, the same way for every way in (the command line, a
-quoted option, a --config file, the environment, the Python API). Called by pipeline.options.config's
-dataclasses (inputs, --model, --output, --cache, --config) and by cli.py (--plot, $LONGBERT_CACHE)."""
+quoted option, a --config file, the environment, the Python API)."""
 from __future__ import annotations
 
 import os

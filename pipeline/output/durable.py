@@ -1,6 +1,5 @@
 """Files that reach the disk before they are trusted, and write failures named by their real cause.
 
-Called by pipeline.output.write (parts, manifest, the .parquet output), pipeline.output.lock and the engines.
 The method is the usual one for crash-safe renames (as in SQLite's and git's): fsync the new file,
 rename it into place, then fsync the folder so that the rename itself survives a power loss.
 """

@@ -1,4 +1,4 @@
-"""What an interrupted run (Ctrl-C, SIGTERM) leaves at its output, in the CLI's last line. Called by cli.py."""
+"""What an interrupted run (Ctrl-C, SIGTERM) leaves at its output, in the CLI's last line."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,7 +1,6 @@
 """Never write over an input: every path a run writes (the output file or ``DIR/``, the output's lock
 file, the window store's folder, a --plot image) is compared with the input files, links and ``..``
-resolved, before anything is read. Called by pipeline.output.lock.claim_output (both engines and
-``Pipeline.run``), pipeline.output.api_outputs and cli.py (probe's and stats' --plot).
+resolved, before anything is read.
 """
 from __future__ import annotations
 

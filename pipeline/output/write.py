@@ -1,8 +1,6 @@
 """Write stage: sinks that stream row groups to parquet without ever leaving a file (or directory) at
 the output path that looks complete before the run is, and the overwrite/resume rules. The schema they
 write is pipeline.output.schema's.
-
-Called by pipeline.engine.run (local engine), pipeline.output.lock and pipeline.engine.ray_engine.
 """
 from __future__ import annotations
 

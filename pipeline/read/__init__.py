@@ -1,7 +1,6 @@
 """Read stage: check every input once and cut it into a plan of blocks; ``read_block(spec)`` reads one.
 
-Called by every engine (pipeline.engine.run, pipeline.engine.ray_engine) and by ``longbert stats``: ``scan`` runs on
-the driver before any model loads (exit 2 with file and line on bad input), and ``read_block`` runs
+``scan`` runs before any model loads (exit 2 with file and line on bad input), and ``read_block`` runs
 wherever a block is processed, from the spec alone.
 
 Formats (by extension, or ``--format``): CSV (``--delimiter``), TSV, JSON Lines, parquet, and folders

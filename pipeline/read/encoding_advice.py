@@ -8,7 +8,6 @@
   (a text document: those lines). A folder of text files some of which are not UTF-8 while others are
   UTF-8 text is one corpus mixing encodings: the message names the files (``folder_message``).
 * Otherwise: file, byte offset, line, the bytes and the ``--encoding`` to pass.
-Called by ``streams.hash_and_check_bytes`` (the scan) and ``lines`` (a header or first record).
 """
 from __future__ import annotations
 

@@ -4,8 +4,8 @@
 with a real id ``1.5``; ``1E+3`` would come back as "1000.0". The line formats keep a non-string
 value as its JSON text, so that text is cut from the line itself: this walks the top-level object
 with the standard library's own scanners (``json.decoder.scanstring`` for keys, the decoder's
-``scan_once`` for each value, which gives where the value ends). Called by ``lines`` for a record
-whose needed values are not all strings, after ``json.loads`` has accepted the line.
+``scan_once`` for each value, which gives where the value ends). For a record whose needed values are not all
+strings, after ``json.loads`` has accepted the line.
 """
 from __future__ import annotations
 

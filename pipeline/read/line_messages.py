@@ -1,5 +1,5 @@
 """The messages of the line formats (CSV, TSV, JSON Lines) for a bad record, a file cut short inside
-its last record, and a header that holds another delimiter. Called by ``lines``."""
+its last record, and a header that holds another delimiter."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,7 +1,7 @@
 """What a file is, from its first bytes rather than its name: a compressed stream (those the reader
 decompresses: gzip, zstd, bzip2, xz; and those it does not: LZ4, 7z, RAR, lzip, Unix compress), a
-zip / Office / image / PDF file, a parquet file, or an empty file. Called by the format modules
-before a file is read (``magic_check``); the byte signatures themselves are pipeline.read.signatures.
+zip / Office / image / PDF file, a parquet file, or an empty file. The byte signatures themselves are
+pipeline.read.signatures.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ device): copied once to a temporary file, which the scan and every block then re
 The reader reads each input more than once (the scan, then each block from its byte offset), which
 a pipe cannot give. The copy lives in a temporary folder removed when the process exits. A copy
 whose first bytes are a compressed stream (gzip, zstd, bzip2, xz) is read decompressed, since a
-pipe has no file name to say so. Called by ``sources.expand_inputs``.
+pipe has no file name to say so.
 """
 from __future__ import annotations
 

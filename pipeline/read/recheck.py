@@ -6,7 +6,6 @@ read them (``stamp_of``); ``check_stamps`` compares them before and after a bloc
 ``os.stat`` per file: microseconds). At the end of the run, ``verify_inputs`` hashes every input again
 the way the scan did and compares with the sha256 the output's metadata and manifest record (a
 change that kept size and time, as by ``touch -r`` or a copy with ``cp -p``, is caught there).
-Called by ``pipeline.read.read_block`` and by both engines before the output is committed.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The texts a user hands the Python API (``encode``, ``LongBertVectorizer``): the kinds accepted, a
-``preprocess`` function applied to them, and the errors named by position. Called by pipeline.classify.vectorizer.
+``preprocess`` function applied to them, and the errors named by position.
 """
 from __future__ import annotations
 

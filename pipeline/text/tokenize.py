@@ -3,8 +3,6 @@
 Document text is data: a special-token string inside it ("[CLS]", "[SEP]", "[MASK]", "<s>", "</s>",
 "<pad>"...) is tokenized as the characters it is (``split_special_tokens=True``), never matched to the
 model's control token; the window's own special tokens are added by id in pipeline.text.segment.
-
-Called by pipeline.engine.block once per block, and by ``longbert stats`` (which needs no model).
 """
 from __future__ import annotations
 
