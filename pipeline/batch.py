@@ -91,8 +91,9 @@ class Batch:
             cols["id"] = pa.array([str(i) for i in _sized(ids, n, "ids")], type=pa.string())
         cols["text"] = pa.array(items, type=pa.string())
         for name, values in columns.items():
-            if name in ("id", "text"):
-                raise InputError(f"column {name!r} is the batch's own; give ids with ids= and texts first")
+            if name in ("id", "text", "error"):   # "error": the reader's row errors travel in that column
+                raise InputError(f"column {name!r} is the batch's own; give ids with ids= and texts first, and "
+                                 "name a kept column other than id, text or error")
             cols[name] = pa.array([None if v is None else str(v) for v in _sized(values, n, name)], type=pa.string())
         return cls(rows=pa.table(cols))
 

@@ -23,3 +23,13 @@ def test_batch_from_texts_takes_lists_series_and_arrays():
         longbert.Batch.from_texts(["a", None])
     with pytest.raises(InputError, match="ids has 1 values for 2 texts"):
         longbert.Batch.from_texts(texts, ids=["x"])
+
+
+@pytest.mark.parametrize("name", ["id", "text", "error"])
+def test_from_texts_refuses_a_column_named_like_the_batchs_own(name):
+    """"error" carries the reader's row errors to the tokenize stage: a user's column of that name would
+    turn its values into row errors, so it is refused like id and text."""
+    from pipeline.errors import InputError
+
+    with pytest.raises(InputError, match=f"column {name!r} is the batch's own"):
+        longbert.Batch.from_texts(["a"], **{name: ["x"]})
