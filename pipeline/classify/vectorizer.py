@@ -23,27 +23,17 @@ from ..output.schema import ERROR
 from ..text.texts import as_texts, preprocessed, raise_on_errors, text_list
 from ..read import block_from_texts
 from ..text.tokenize import EMPTY_TEXT
+from ..options.python_api import config_from_python
 from .loaded import _LOADED, MEMORY, cache_options, cached_pipeline, forgotten_on_failure, memory_store  # noqa: F401
 
 _BLOCK_ROWS = 256  # texts per block: as extract's default --block-rows
-
-
-def build_config(**options: Any) -> PipelineConfig:
-    """PipelineConfig for the Python API (no progress bar of extract's). Raises ConfigError as
-    PipelineConfig.from_options."""
-    return PipelineConfig.from_options(progress=False, **options)
+# extract's reading and writing options, which encode (texts in, vectors out) has no use for
+_NOT_ENCODE = ("inputs", "output", "overwrite", "resume", "keep_cols", "text_col", "id_col", "progress", "strict")
 
 
 
-def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "head_tail",
-           pooling: str | None = None, layers: tuple[int, ...] | str = (-1,), layer_agg: str = "mean",
-           aggregate: str = "mean", batch_size: int = 32, max_batch_tokens: int | None = None,
-           max_length: int | None = None, head_tokens: int | None = None, tail_tokens: int | None = None,
-           overlap: int | None = None, max_tokens_per_doc: int | None = None, device: str = "auto",
-           dtype: str = "float32", quantize: str = "none", threads: int | None = None,
-           allow_pickle: bool = False, normalize: bool | None = None, show_progress_bar: bool | None = None,
-           return_errors: bool = False, cache: str | None = None, chunk_tokens: int = 128, feature: str | Sequence[str] | None = None,
-           level: str = "document", preprocess: Callable[[str], str] | None = None) -> Any:
+def encode(texts: Sequence[str], *, show_progress_bar: bool | None = None, return_errors: bool = False,
+           preprocess: Callable[[str], str] | None = None, cache: str | None = None, **options: Any) -> Any:
     """Embed texts in one call: one vector per text, as ``longbert extract`` would write it.
 
     Runs extract's stages (pipeline.engine.compose) in blocks of 256 texts. The model loads on the first call and
@@ -52,8 +42,12 @@ def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "hea
     Args:
         texts: a list, tuple, 1-D numpy array or pandas Series of str, or a one-column DataFrame
             (``text_list``); an element that is not a str gets a NaN row and its error.
-        model ... allow_pickle: extract's options of the same names (``longbert extract --help``);
-            layers as a tuple of int or "-4,-3,-2,-1".
+        **options: extract's options by their Python names (``longbert extract --help``), routed once
+            as Pipeline.from_options routes them: model, strategy, pooling, layers (a tuple of int or
+            "-4,-3,-2,-1"), layer_agg, aggregate, batch_size, max_batch_tokens, max_length,
+            head_tokens, tail_tokens, overlap, chunk_tokens, max_tokens_per_doc, device, dtype,
+            quantize, threads, allow_pickle, normalize, feature, level; one not given takes extract's
+            default.
         pooling: cls | pooler | mean | max; None: mean, or what a sentence-transformers folder declares
             (extract's --folder-settings; the bundled model stays mean).
         normalize: scale each document vector to unit L2 norm (after aggregating windows), for
@@ -88,14 +82,11 @@ def encode(texts: Sequence[str], *, model: str = "default", strategy: str = "hea
         (2, 384)
     """
     items = text_list(texts, "encode")
-    options = dict(strategy=strategy, pooling=pooling, layers=layers, layer_agg=layer_agg)
-    if feature is not None:   # the shorthand options are the defaults here: only the spec counts
-        options = {"features": (feature,) if isinstance(feature, str) else tuple(feature)}
-    cfg = build_config(model=str(model), aggregate=aggregate, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-                       max_length=max_length, head_tokens=head_tokens, tail_tokens=tail_tokens, overlap=overlap,
-                       chunk_tokens=chunk_tokens, max_tokens_per_doc=max_tokens_per_doc, device=device, dtype=dtype, quantize=quantize,
-                       threads=threads, allow_pickle=allow_pickle, normalize=normalize, level=level,
-                       cache=cache_options(cache)[0], **options)
+    for key in _NOT_ENCODE:
+        if key in options:
+            raise ConfigError(f"encode() takes no {key}=; it returns the vectors (use Pipeline.run or "
+                              "longbert extract to write files)")
+    cfg = config_from_python(cache=cache_options(cache)[0], **options)
     errors: list[str | None] = [None if isinstance(t, str) else f"not a string ({type(t).__name__})" for t in items]
     if preprocess is not None:
         items, errors = preprocessed(items, errors, preprocess)
@@ -246,10 +237,10 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
                               "LongBertVectorizer takes level='document'; use longbert.encode(level=...) for "
                               "window or token vectors")
         shorthand = dict(strategy=self.strategy, pooling=self.pooling, layers=self.layers, layer_agg=self.layer_agg)
-        if self.feature is not None:
-            shorthand = {"features": (self.feature,) if isinstance(self.feature, str) else tuple(self.feature)}
-        return build_config(
-            model=str(self.model), max_length=self.max_length,
+        if self.feature is not None:   # the shorthand parameters hold their defaults: only the spec counts
+            shorthand = {"feature": self.feature}
+        return config_from_python(
+            model=self.model, max_length=self.max_length,
             head_tokens=self.head_tokens, tail_tokens=self.tail_tokens, overlap=self.overlap,
             chunk_tokens=self.chunk_tokens, aggregate=self.aggregate, **shorthand,
             batch_size=self.batch_size, device=self.device, quantize=self.quantize,

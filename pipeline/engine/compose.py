@@ -97,11 +97,9 @@ class Pipeline:
         Raises:
             ConfigError: an unknown option or a value out of range; ModelError as from_config.
         """
-        options.setdefault("progress", False)
-        if "feature" in options:   # the CLI's repeated --feature is the config's `features`
-            feature = options.pop("feature")
-            options["features"] = (feature,) if isinstance(feature, str) else tuple(feature)
-        return cls.from_config(PipelineConfig.from_options(**options))
+        from ..options.python_api import config_from_python
+
+        return cls.from_config(config_from_python(**options))
 
     @property
     def cfg(self) -> PipelineConfig:

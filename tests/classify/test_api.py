@@ -153,3 +153,22 @@ def test_import_longbert_beside_a_users_pipeline_py(tiny_model_dir, tmp_path, lo
             "longbert.LongBertVectorizer.__module__]))\n")
     assert json.loads(_run_python(code, tmp_path)) == [
         "mine", "_longbert_pipeline", "_longbert_pipeline.classify.features", "_longbert_pipeline.classify.vectorizer"]
+
+
+def test_encode_routes_its_options_as_pipeline_from_options(tiny_model_dir):
+    """encode's options go through the one router Pipeline.from_options uses: a Path model, feature=,
+    an integral float; an unknown name and a writing option are ConfigErrors naming them."""
+    from pathlib import Path
+
+    import longbert
+    from pipeline.errors import ConfigError
+
+    texts = [words(20), words(3)]
+    got = longbert.encode(texts, model=Path(tiny_model_dir), feature="chunk:cls", max_length=16.0)
+    table = longbert.Pipeline.from_options(model=str(tiny_model_dir), feature="chunk:cls", max_length=16)(
+        longbert.Batch.from_texts(texts))
+    np.testing.assert_allclose(got, np.array(table.column("features").to_pylist(), dtype=np.float32), atol=1e-6)
+    with pytest.raises(ConfigError, match="unknown option 'stratgy'"):
+        longbert.encode(texts, model=str(tiny_model_dir), stratgy="chunk")
+    with pytest.raises(ConfigError, match="encode\\(\\) takes no output="):
+        longbert.encode(texts, model=str(tiny_model_dir), output="x.parquet")
