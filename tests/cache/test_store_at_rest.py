@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
-from conftest import invoke, words, write_csv
+from conftest import invoke, write_csv
 from test_cache import ML, TEXTS, assert_same, counts, extract, unique_windows
 
 import longbert

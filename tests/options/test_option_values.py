@@ -5,7 +5,6 @@ call leaves nothing cached for the next one."""
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
