@@ -72,7 +72,7 @@ class WindowCache:
 
         Args:
             cfg: the run's config (max_length resolved); facts: its model's facts, sha256 filled
-                once the weights are local (pipeline.engine.compose.Extractor).
+                once the weights are local (the encode stage hashes a hub model after its load).
             store: an open store (the vectorizer's in-memory one), used instead of cfg.write.cache.
 
         Raises:

@@ -59,7 +59,7 @@ class Summary:
     notes: list[str] = field(default_factory=list)   # e.g. parts redone, a lock taken over
 
     def add(self, counts: BlockCounts) -> None:
-        """Add one block's counts (pipeline.engine.compose.Extractor.finish), on any engine."""
+        """Add one block's counts (the rows stage's BlockCounts), on any engine."""
         for mine, theirs in _ADDED.items():
             setattr(self, mine, getattr(self, mine) + getattr(counts, theirs))
 

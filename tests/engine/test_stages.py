@@ -94,7 +94,7 @@ def test_replace_and_without(pipe):
 
 def test_read_yields_batches_with_one_id_type(tmp_path, pipe):
     """read() settles the id column once; its batches go through the pipeline (the id mismatch of a
-    hand-built Extractor cannot happen)."""
+    hand-built block cannot happen)."""
     src = write_csv(tmp_path / "c.csv", [{"id": i, "text": words(5 + i), "lab": "x"} for i in range(7)])
     batches = list(longbert.read(str(src), block_rows=3, keep_cols=["lab"]))   # a list, as a user writes it
     assert [len(b) for b in batches] == [3, 3, 1]
