@@ -112,13 +112,13 @@ class Pipeline:
         Raises:
             ConfigError: a pipeline built from parts without an encode stage.
         """
-        if self.resolved is not None:
-            return self.resolved
-        encode = self.encode_stage()
-        if encode is None:
-            raise ConfigError("this pipeline has no 'encode' stage to take the model's options from; build it "
-                              "with Pipeline.from_options(...) or include an Encode stage")
-        return Resolved.from_config(encode.config, encode.tokenizer)
+        if self.resolved is None:   # built from parts: resolved once, on first need, then kept
+            encode = self.encode_stage()
+            if encode is None:
+                raise ConfigError("this pipeline has no 'encode' stage to take the model's options from; build it "
+                                  "with Pipeline.from_options(...) or include an Encode stage")
+            self.resolved = Resolved.from_config(encode.config, encode.tokenizer)
+        return self.resolved
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -257,11 +257,15 @@ class Pipeline:
         labels = tuple(stage_label(n, s) for n, s in self.steps)
         if labels != BUILT_IN_NAMES:   # the file and the --resume fingerprint name this pipeline's stages
             resolved = dataclasses.replace(resolved, stage_labels=labels)
-        return Pipeline([(n, resolved.io_stage(s)) for n, s in self.steps], resolved, self._fills)
+        return self._rebuilt(resolved)
 
     def with_facts(self, facts) -> Pipeline:
         """A new pipeline whose built-in stages use ``facts`` (a hub model's, its sha256 known after the load)."""
         resolved = dataclasses.replace(self.resolution(), facts=facts)
+        return self._rebuilt(resolved)
+
+    def _rebuilt(self, resolved: Resolved) -> Pipeline:
+        """This pipeline, its built-in stages rebuilt from ``resolved`` (Resolved.io_stage)."""
         return Pipeline([(n, resolved.io_stage(s)) for n, s in self.steps], resolved, self._fills)
 
     def __call__(self, batch: Batch | pa.Table) -> pa.Table:
