@@ -1,0 +1,69 @@
+"""Compact vectors: int8 with one scale per vector, and binary (sign) vectors packed 8 to a byte.
+
+Both forms are computed from one vector alone, so a vector's bytes never depend on other rows
+(streaming-safe: the same after --resume and across Ray workers). The numbers only, no Arrow and no
+config: the writers, ``load_features`` and probe's compact rows all call these.
+
+Method: symmetric absmax scalar quantization per vector (as in LLM.int8, Dettmers et al., 2022, per
+row), and sign binarization as in sentence-transformers' ``quantize_embeddings(precision="ubinary")``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+INT8_LEVELS = 127  # q in [-127, 127]; -128 is never written, so the form is symmetric
+
+
+def quantize_int8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n, d) float -> ((n, d) int8, (n,) float32 scale), with x ~= q * scale[:, None].
+
+    scale = max|x| / 127 per vector (0 for an all-zero vector, whose q is all 0); q = round(x / scale).
+    Example: [[0.5, -1.0, 0.25]] -> q [[64, -127, 32]], scale [1/127].
+
+    Raises:
+        ValueError: x is not 2-D or holds a value that is not finite.
+    """
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim != 2:
+        raise ValueError(f"quantize_int8 takes (n, d) vectors; got shape {x.shape}")
+    if not np.isfinite(x).all():
+        raise ValueError("quantize_int8: a vector holds a value that is not finite")
+    scale = (np.abs(x).max(axis=1) if x.shape[1] else np.zeros(len(x), np.float32)) / INT8_LEVELS  # (n,)
+    safe = np.where(scale > 0, scale, 1.0).astype(np.float32)                                     # (n,)
+    q = np.clip(np.rint(x / safe[:, None]), -INT8_LEVELS, INT8_LEVELS).astype(np.int8)             # (n, d)
+    return q, scale.astype(np.float32)
+
+
+def dequantize_int8(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """((n, d) int8, (n,) float scale) -> (n, d) float32 q * scale; the inverse of ``quantize_int8``
+    within scale / 2 per value."""
+    return np.asarray(q, dtype=np.float32) * np.asarray(scale, dtype=np.float32)[:, None]
+
+
+def pack_binary(x: np.ndarray) -> np.ndarray:
+    """(n, d) float -> (n, ceil(d / 8)) uint8: bit 1 where x > 0, big-endian within a byte (numpy's
+    ``packbits``; the last byte is zero-padded when d is not a multiple of 8).
+    Example: [[0.3, -0.1, 0.0, 2.0, -1, -1, -1, 1]] -> [[0b10010001]] = [[145]]."""
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"pack_binary takes (n, d) vectors; got shape {x.shape}")
+    return np.packbits(x > 0, axis=1)
+
+
+def unpack_binary(bits: np.ndarray, dim: int) -> np.ndarray:
+    """((n, ceil(dim / 8)) uint8, dim) -> (n, dim) float32 of +1 (bit set) and -1 (bit clear)."""
+    signs = np.unpackbits(np.asarray(bits, dtype=np.uint8), axis=1, count=dim)  # (n, dim) 0/1
+    return signs.astype(np.float32) * 2.0 - 1.0
+
+
+def bytes_per_vector(dim: int, form: str) -> int:
+    """Stored bytes of one vector of ``dim`` values: float32 4 x dim, float16 2 x dim, int8 dim + 4
+    (its float32 scale), binary ceil(dim / 8).
+
+    Raises:
+        ValueError: ``form`` is not one of float32, float16, int8, binary.
+    """
+    sizes = {"float32": 4 * dim, "float16": 2 * dim, "int8": dim + 4, "binary": -(-dim // 8)}
+    if form not in sizes:
+        raise ValueError(f"form={form!r}; choose one of {tuple(sizes)}")
+    return sizes[form]
