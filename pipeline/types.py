@@ -86,3 +86,4 @@ class FolderSettings:
     max_length: int | None         # max_seq_length (sentence_bert_config.json, else the tokenizer's
                                    # model_max_length), positions incl. [CLS] and [SEP]; None: not declared
     unsupported: tuple[str, ...]   # modules longbert cannot apply, e.g. ("2_Dense (Dense)",)
+    do_lower_case: bool = False    # sentence_bert_config.json's do_lower_case: text lowercased before the tokenizer

@@ -18,6 +18,7 @@ from ..text.dedup import Dedup
 from ..text.segment import Segment
 from ..text.tokenize import Tokenize
 from ..types import ModelFacts
+from ..model.st_folder import lowercases
 from .block import feature_dim, resolve_config
 
 # Per output level: its aggregate and rows classes.
@@ -105,7 +106,7 @@ class Resolved:
                       for s in dict.fromkeys(f.strategy for f in self.features)}
         aggregate, rows = LEVEL_STAGES[pool.level]
         return [Tokenize(self.tokenizer, seg.max_tokens_per_doc, with_offsets=pool.per_token,
-                         vocab_rows=facts.vocab_rows),
+                         vocab_rows=facts.vocab_rows, lowercase=lowercases(cfg, facts)),
                 Segment(strategies, facts.cls_id, facts.sep_id),
                 Dedup(),
                 Encode(cfg, self.tokenizer, facts, model, store, with_tokens=pool.per_token),

@@ -88,6 +88,18 @@ def measure_speed(cfg: PipelineConfig, tokenizer, sample_ids: np.ndarray) -> tup
     return passes * _SPEED_WINDOWS / (time.perf_counter() - t0), str(encoder.device)
 
 
+def _checked(cfg: PipelineConfig) -> tuple[PipelineConfig, object, object, bool]:
+    """pipeline.engine.run.check's (config, tokenizer, plan), and whether extract lowercases the texts (a
+    sentence-transformers folder's do_lower_case)."""
+    from ..model.st_folder import lowercases
+    from .block import resolve_config
+    from .run import scan_inputs
+
+    cfg, plan = scan_inputs(cfg)
+    cfg, tokenizer, facts = resolve_config(cfg)
+    return cfg, tokenizer, plan, lowercases(cfg, facts)
+
+
 def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -> dict[str, Any]:
     """Token statistics of cfg.read.inputs and the cost of every strategy with the chosen options.
 
@@ -111,9 +123,7 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
         ConfigError, ModelError, InputError: as pipeline.engine.run.check (bad options, unreadable inputs,
             no rows).
     """
-    from .run import check
-
-    cfg, tokenizer, corpus = check(cfg)
+    cfg, tokenizer, corpus, lowercase = _checked(cfg)
     seg = cfg.segment
     n_tokens: list[int] = []
     n_unknown: list[int] = []
@@ -121,7 +131,8 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
     for block in read_blocks(corpus):
         # Whole documents (exact lengths even with --max-tokens-per-doc, which is applied below), and
         # no character offsets: they are never used here and took more memory than the ids.
-        docs = tokenize_block(block.column("text").to_pylist(), tokenizer, None, with_offsets=False)
+        docs = tokenize_block(block.column("text").to_pylist(), tokenizer, None, with_offsets=False,
+                              lowercase=lowercase)
         for doc in docs:
             n_tokens.append(doc.n_tokens)
             n_unknown.append(doc.n_unknown)

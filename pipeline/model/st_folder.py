@@ -83,7 +83,8 @@ def _read(folder: Path, modules: list[dict], name: str) -> FolderSettings:
         raise ModelError(f"--model {name!r}: modules.json places the transformer in {transformer}/, which {folder} "
                          "lacks; download or copy the model folder again")
     return FolderSettings(transformer=transformer, pooling=pooling, include_prompt=include_prompt, normalize=normalize,
-                          max_length=_max_seq_length(folder / transformer, name), unsupported=tuple(unsupported))
+                          max_length=_max_seq_length(folder / transformer, name), unsupported=tuple(unsupported),
+                          do_lower_case=_do_lower_case(folder / transformer, name))
 
 
 def _pooling(config: dict) -> tuple[str, bool]:
@@ -103,6 +104,19 @@ def _max_seq_length(transformer: Path, name: str) -> int | None:
         if type(value) is int and 3 <= value < 1_000_000:   # transformers' "no limit" is 1e30
             return value
     return None
+
+
+def _do_lower_case(transformer: Path, name: str) -> bool:
+    """sentence_bert_config.json's do_lower_case (False when absent), which sentence-transformers' Transformer
+    module applies as ``str.lower()`` on each text before its tokenizer."""
+    file = transformer / "sentence_bert_config.json"
+    return file.is_file() and read_json(file, name).get("do_lower_case") is True
+
+
+def lowercases(cfg: PipelineConfig, facts: ModelFacts) -> bool:
+    """Whether the run lowercases each text before the tokenizer: the folder declares do_lower_case and
+    its declared settings are in force (``in_force``)."""
+    return in_force(cfg, facts) and facts.settings.do_lower_case
 
 
 def transformer_folder(path: str, name: str) -> str:
@@ -203,22 +217,28 @@ def settings_metadata(cfg: PipelineConfig, facts: ModelFacts) -> dict | None:
     over = {k: [run[k], v] for k, v in declared.items() if in_force(cfg, facts) and k in _given(cfg)
             and v is not None and run[k] != v and not (k == "pooling" and cfg.multi_feature)}
     return {"source": "modules.json", "mode": cfg.model.folder_settings, "in_force": in_force(cfg, facts),
-            "transformer": s.transformer, "declared": {**declared, "include_prompt": s.include_prompt},
+            "transformer": s.transformer,
+            "declared": {**declared, "include_prompt": s.include_prompt, "do_lower_case": s.do_lower_case},
+            "lowercased": lowercases(cfg, facts),
             "unsupported": list(s.unsupported), "from_folder": sorted(taken(cfg, facts)), "overridden": over}
 
 
+LOWERCASED = "texts lowercased before the tokenizer, as the model folder declares (do_lower_case)"
+
+
 def settings_note(meta: dict | None) -> str | None:
-    """The summary's one note when options differ from the folder's declared settings, from
-    settings_metadata. Example: "--pooling mean and --max-length 512 differ from what the model folder
+    """The summary's one note when options differ from the folder's declared settings, or the folder's
+    do_lower_case lowercased the texts, from settings_metadata. Example: "--pooling mean and --max-length 512 differ from what the model folder
     declares (cls pooling, max_seq_length 128); the options were used"."""
     over = (meta or {}).get("overridden") or {}
     if not over:
-        return None
+        return LOWERCASED if (meta or {}).get("lowercased") else None
     mine = [_as_option(k, run) for k, (run, _) in over.items()]
     folder = [_as_declared(k, v) for k, (_, v) in over.items()]
     verb = "differs" if len(mine) == 1 else "differ"
-    return (f"{' and '.join(mine)} {verb} from what the model folder declares ({', '.join(folder)}); "
+    note = (f"{' and '.join(mine)} {verb} from what the model folder declares ({', '.join(folder)}); "
             "the options were used")
+    return f"{note}; {LOWERCASED}" if meta.get("lowercased") else note
 
 
 def _as_option(key: str, value) -> str:

@@ -103,9 +103,32 @@ def _encode(tokenizer, batch: list[str], rows: list[int], with_offsets: bool, fa
     return enc["input_ids"], enc["offset_mapping"] if with_offsets else [None] * len(batch)
 
 
+def lowercase_with_map(text: str) -> tuple[str, np.ndarray | None]:
+    """(``text.lower()``, None) when lowercasing keeps every character's position, else (the lowered text,
+    (len(lowered),) int32: the position in ``text`` of the character each lowered character comes from).
+
+    Example: "İx" -> ("i̇x", [0, 0, 1]): "İ" lowers to 2 characters, both from position 0.
+    """
+    low = text.lower()
+    if len(low) == len(text):
+        return low, None
+    sizes = [len(c.lower()) for c in text]   # str.lower() is per character in length (final sigma keeps it)
+    return low, np.repeat(np.arange(len(text), dtype=np.int32), sizes)
+
+
+def _offsets_as_read(offsets: np.ndarray, origin: np.ndarray) -> np.ndarray:
+    """(n, 2) [start, end) offsets into a lowered text -> into the text as read, ``origin`` from
+    lowercase_with_map: a start maps to its character's origin, an end to the origin of the character
+    before it, plus 1."""
+    out = np.empty_like(offsets)
+    out[:, 0] = origin[np.minimum(offsets[:, 0], len(origin) - 1)]     # (n,)
+    out[:, 1] = np.where(offsets[:, 1] > 0, origin[np.maximum(offsets[:, 1] - 1, 0)] + 1, 0)  # (n,)
+    return out
+
+
 def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | None = None,
                    with_offsets: bool = True, vocab_rows: int | None = None,
-                   read_errors: Sequence[str | None] | None = None) -> list[TokenizedDoc]:
+                   read_errors: Sequence[str | None] | None = None, lowercase: bool = False) -> list[TokenizedDoc]:
     """Tokenize a block of documents in one call of the fast (Rust) tokenizer.
 
     Args:
@@ -123,6 +146,9 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
             (beyond_table); None: every id fits, nothing is checked.
         read_errors: per text, the reader's row error (pipeline.read.specs.ROW_ERROR: a JSON text that
             is not a string, read as ""), or None; a row with one gets it as its error, before any other.
+        lowercase: tokenize ``text.lower()`` instead of the text, as sentence-transformers' Transformer module
+            does for a folder whose sentence_bert_config.json declares ``do_lower_case``; offsets still
+            index the text as read (``lowercase_with_map``).
 
     Special-token strings in a text are text: ``split_special_tokens=True`` tokenizes "[SEP]" as
     the pieces of its characters (the default model: "[", "sep", "]"), so no content id is a control
@@ -149,7 +175,9 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
     def call(batch: list[str], rows: list[int]) -> tuple[list[list[int]], list]:
         return _encode(tokenizer, batch, rows, with_offsets, failed)
 
-    texts = list(texts)
+    texts, maps = list(texts), [None] * len(texts)
+    if lowercase:
+        texts, maps = map(list, zip(*(lowercase_with_map(t) for t in texts))) if texts else ([], [])
     parts = [None] * len(texts) if max_tokens_per_doc is None else \
         [cut_before_tokenizing(t, max_tokens_per_doc) for t in texts]
     all_ids, all_offsets = call([t if p is None else p for t, p in zip(texts, parts)], list(range(len(texts))))
@@ -158,27 +186,36 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
         ids2, offsets2 = call([texts[i] for i in short], short)
         for i, ids, offsets in zip(short, ids2, offsets2):
             all_ids[i], all_offsets[i] = ids, offsets
-    docs = []
-    no_offsets = np.zeros((0, 2), dtype=np.int32)
-    for row, (text, ids, offsets) in enumerate(zip(texts, all_ids, all_offsets)):
-        n = len(ids)
-        ids_arr = np.asarray(ids, dtype=np.int32)
-        n_unknown = int(np.count_nonzero(ids_arr == unk)) if unk is not None else 0
-        off_arr = no_offsets if offsets is None else np.asarray(offsets, dtype=np.int32).reshape(n, 2)
-        if max_tokens_per_doc is not None and n > max_tokens_per_doc:
-            ids_arr, off_arr = ids_arr[:max_tokens_per_doc], off_arr[:max_tokens_per_doc]
-        error = (read_errors[row] if read_errors is not None else None) or failed.get(row)
-        if error is not None:
-            pass
-        elif vocab_rows is not None and ids_arr.size and int(ids_arr.max()) >= vocab_rows:
-            error = beyond_table(tokenizer, int(ids_arr.max()), vocab_rows)
-        elif n == 0:
-            error = EMPTY_TEXT if not text.strip() else NO_TOKENS
-        elif n_unknown == n:
-            error = ONLY_UNKNOWN
-        docs.append(TokenizedDoc(row=row, ids=ids_arr, offsets=off_arr, n_tokens=n, error=error,
-                                 n_unknown=n_unknown))
-    return docs
+    return [_doc(row, text, ids, offsets, maps[row], tokenizer, unk, max_tokens_per_doc, vocab_rows,
+                 (read_errors[row] if read_errors is not None else None) or failed.get(row))
+            for row, (text, ids, offsets) in enumerate(zip(texts, all_ids, all_offsets))]
+
+
+_NO_OFFSETS = np.zeros((0, 2), dtype=np.int32)
+
+
+def _doc(row: int, text: str, ids: list[int], offsets, origin: np.ndarray | None, tokenizer, unk: int | None,
+         max_tokens_per_doc: int | None, vocab_rows: int | None, error: str | None) -> TokenizedDoc:
+    """One text's TokenizedDoc from the tokenizer's ids and offsets (tokenize_block's rules: the cap,
+    then the row error, if any, in order: the reader's or tokenizer's, an id beyond the table, empty,
+    only unknown)."""
+    n = len(ids)
+    ids_arr = np.asarray(ids, dtype=np.int32)
+    n_unknown = int(np.count_nonzero(ids_arr == unk)) if unk is not None else 0
+    off_arr = _NO_OFFSETS if offsets is None else np.asarray(offsets, dtype=np.int32).reshape(n, 2)
+    if origin is not None and offsets is not None:
+        off_arr = _offsets_as_read(off_arr, origin)   # (n, 2): into the text as read, not the lowered one
+    if max_tokens_per_doc is not None and n > max_tokens_per_doc:
+        ids_arr, off_arr = ids_arr[:max_tokens_per_doc], off_arr[:max_tokens_per_doc]
+    if error is not None:
+        pass
+    elif vocab_rows is not None and ids_arr.size and int(ids_arr.max()) >= vocab_rows:
+        error = beyond_table(tokenizer, int(ids_arr.max()), vocab_rows)
+    elif n == 0:
+        error = EMPTY_TEXT if not text.strip() else NO_TOKENS
+    elif n_unknown == n:
+        error = ONLY_UNKNOWN
+    return TokenizedDoc(row=row, ids=ids_arr, offsets=off_arr, n_tokens=n, error=error, n_unknown=n_unknown)
 
 
 class Tokenize(Stage):
@@ -191,6 +228,8 @@ class Tokenize(Stage):
         with_offsets: also keep each token's character [start, end) (per-token output needs them).
         vocab_rows: rows of the model's embedding table when the tokenizer has ids beyond them (a
             document using one gets a row error); None: every id fits.
+        lowercase: lowercase each text before the tokenizer (a sentence-transformers folder's
+            ``do_lower_case``); offsets still index the text as read.
 
     Example:
         >>> Tokenize(tok)(Batch.from_texts(["a long report"])).docs[0].ids   # int32 (n_tokens,)
@@ -199,19 +238,20 @@ class Tokenize(Stage):
     name, requires, fills = "tokenize", ("rows",), ("docs",)
 
     def __init__(self, tokenizer, max_tokens_per_doc: int | None = None, with_offsets: bool = False,
-                 vocab_rows: int | None = None):
+                 vocab_rows: int | None = None, lowercase: bool = False):
         self.tokenizer = tokenizer
+        self.lowercase = bool(lowercase)
         self.max_tokens_per_doc = max_tokens_per_doc
         self.with_offsets = with_offsets
         self.vocab_rows = vocab_rows
 
     def get_params(self) -> dict:
         return {"tokenizer": self.tokenizer, "max_tokens_per_doc": self.max_tokens_per_doc,
-                "with_offsets": self.with_offsets, "vocab_rows": self.vocab_rows}
+                "with_offsets": self.with_offsets, "vocab_rows": self.vocab_rows, "lowercase": self.lowercase}
 
     def __call__(self, batch: Batch) -> Batch:
         rows = batch.rows
         read_errors = rows.column(ROW_ERROR).to_pylist() if ROW_ERROR in rows.column_names else None  # the reader's
         docs = tokenize_block(batch.texts, self.tokenizer, self.max_tokens_per_doc, with_offsets=self.with_offsets,
-                              vocab_rows=self.vocab_rows, read_errors=read_errors)
+                              vocab_rows=self.vocab_rows, read_errors=read_errors, lowercase=self.lowercase)
         return batch.replace(docs=docs)

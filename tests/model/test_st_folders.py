@@ -73,7 +73,8 @@ def test_without_pooling_options_the_vectors_equal_the_folders_own_encode(runner
     settings = meta["folder_settings"]
     assert settings["from_folder"] == ["max_length", "normalize", "pooling"] and settings["overridden"] == {}
     assert settings["declared"] == {"pooling": pooling, "normalize": normalize, "max_length": ST_MAX,
-                                    "include_prompt": True}
+                                    "include_prompt": True, "do_lower_case": False}
+    assert settings["lowercased"] is False
     assert "differ" not in result.stdout
 
 
@@ -234,3 +235,60 @@ def test_the_bundled_model_keeps_mean_pooling_unless_its_declared_settings_are_a
     reference = SentenceTransformer(str(default_model_dir), device="cpu").encode(texts)
     np.testing.assert_allclose(declared, reference, atol=1e-5)
     np.testing.assert_allclose(declared, features / np.linalg.norm(features, axis=1, keepdims=True), atol=1e-5)
+
+
+CASED_TEXTS = ["Ab Cd eF", "GH ab AB cd", "x", "İa Ab"]   # "İ" lowers to 2 characters
+
+
+@pytest.fixture(scope="module")
+def cased_folder(tmp_path_factory):
+    """A sentence-transformers folder over a cased WordPiece tokenizer (upper- and lowercase pieces with
+    their own ids), saved by sentence-transformers with do_lower_case=True, and its own encode."""
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    base = tmp_path_factory.mktemp("cased_bert")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghxi", *"ABCDEFGHXI", "\u0307", "##\u0307",
+             *[f"##{c}" for c in "abcdefghxiABCDEFGHXI"]]
+    (base / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tok = BertTokenizerFast.from_pretrained(base, do_lower_case=False, strip_accents=False)
+    assert len(tok) == len(vocab)  # a wrong load gives 5
+    torch.manual_seed(3)
+    BertModel(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64)).eval().save_pretrained(base)
+    tok.save_pretrained(base)
+    out = tmp_path_factory.mktemp("st_cased")
+    t = models.Transformer(str(base), max_seq_length=ST_MAX)
+    SentenceTransformer(modules=[t, models.Pooling(32, pooling_mode="mean")]).save(str(out))
+    # as sentence-transformers before 6 saved it (the hub's folders): the flag in sentence_bert_config.json
+    config = out / "sentence_bert_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "do_lower_case": True}))
+    return out, base, SentenceTransformer(str(out), device="cpu").encode(CASED_TEXTS)
+
+
+def test_a_folders_do_lower_case_lowercases_the_text_as_its_own_encode_does(runner, tmp_path, cased_folder):
+    folder, base, reference = cased_folder
+    result, features, meta = extract(runner, tmp_path, folder, texts=CASED_TEXTS)
+    assert result.exit_code == 0, result.output
+    np.testing.assert_allclose(features, reference, atol=1e-5)
+    assert meta["folder_settings"]["declared"]["do_lower_case"] is True
+    assert meta["folder_settings"]["lowercased"] is True
+    assert "texts lowercased before the tokenizer, as the model folder declares (do_lower_case)" in result.stdout
+    # the same text without the folder's settings is tokenized as written: other ids, other vectors
+    result, raw, meta = extract(runner, tmp_path, folder, "--folder-settings", "ignore", texts=CASED_TEXTS)
+    assert result.exit_code == 0 and meta["folder_settings"]["lowercased"] is False
+    assert np.abs(raw - reference).max() > 1e-3
+
+
+def test_lowercased_tokens_keep_offsets_into_the_text_as_read(cased_folder):
+    from transformers import AutoTokenizer
+
+    from longbert import Batch, Tokenize
+
+    _, base, _ = cased_folder
+    tok = AutoTokenizer.from_pretrained(base)
+    doc = Tokenize(tok, with_offsets=True, lowercase=True)(Batch.from_texts(["İa Ab"])).docs[0]
+    direct = tok("i̇a ab", add_special_tokens=False)["input_ids"]
+    assert doc.ids.tolist() == direct
+    # "İ" (1 character as read) lowers to "i" + U+0307: both pieces point into [0, 1) of the text as read
+    assert doc.offsets.tolist() == [[0, 1], [0, 1], [1, 2], [3, 4], [4, 5]]
