@@ -81,9 +81,10 @@ class FolderSettings:
     transformer: str               # the transformer's sub-folder, "" for the folder itself (early saves: "0_BERT")
     pooling: str | None            # the Pooling module's mode: cls, mean, max, lasttoken, weightedmean,
                                    # mean_sqrt_len_tokens, or several joined by "+"; None: no Pooling module
-    include_prompt: bool           # Pooling's include_prompt (longbert prepends no prompt: no effect)
+    include_prompt: bool           # Pooling's include_prompt (longbert prepends no prompt: recorded only)
     normalize: bool                # a Normalize module follows the pooling
     max_length: int | None         # max_seq_length (sentence_bert_config.json, else the tokenizer's
                                    # model_max_length), positions incl. [CLS] and [SEP]; None: not declared
     unsupported: tuple[str, ...]   # modules longbert cannot apply, e.g. ("2_Dense (Dense)",)
     do_lower_case: bool = False    # sentence_bert_config.json's do_lower_case: text lowercased before the tokenizer
+    default_prompt: str | None = None  # config_sentence_transformers.json's prompts[default_prompt_name]; None: none

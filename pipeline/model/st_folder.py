@@ -84,7 +84,8 @@ def _read(folder: Path, modules: list[dict], name: str) -> FolderSettings:
                          "lacks; download or copy the model folder again")
     return FolderSettings(transformer=transformer, pooling=pooling, include_prompt=include_prompt, normalize=normalize,
                           max_length=_max_seq_length(folder / transformer, name), unsupported=tuple(unsupported),
-                          do_lower_case=_do_lower_case(folder / transformer, name))
+                          do_lower_case=_do_lower_case(folder / transformer, name),
+                          default_prompt=_default_prompt(folder, name))
 
 
 def _pooling(config: dict) -> tuple[str, bool]:
@@ -111,6 +112,18 @@ def _do_lower_case(transformer: Path, name: str) -> bool:
     module applies as ``str.lower()`` on each text before its tokenizer."""
     file = transformer / "sentence_bert_config.json"
     return file.is_file() and read_json(file, name).get("do_lower_case") is True
+
+
+def _default_prompt(folder: Path, name: str) -> str | None:
+    """The prompt sentence-transformers' encode prepends by default: config_sentence_transformers.json's
+    ``prompts[default_prompt_name]``; None when the file, the name or the prompt is absent or empty."""
+    file = folder / "config_sentence_transformers.json"
+    if not file.is_file():
+        return None
+    config = read_json(file, name)
+    prompts, default = config.get("prompts"), config.get("default_prompt_name")
+    prompt = prompts.get(default) if isinstance(prompts, dict) and isinstance(default, str) else None
+    return prompt if isinstance(prompt, str) and prompt else None
 
 
 def lowercases(cfg: PipelineConfig, facts: ModelFacts) -> bool:
@@ -218,27 +231,41 @@ def settings_metadata(cfg: PipelineConfig, facts: ModelFacts) -> dict | None:
             and v is not None and run[k] != v and not (k == "pooling" and cfg.multi_feature)}
     return {"source": "modules.json", "mode": cfg.model.folder_settings, "in_force": in_force(cfg, facts),
             "transformer": s.transformer,
-            "declared": {**declared, "include_prompt": s.include_prompt, "do_lower_case": s.do_lower_case},
+            "declared": {**declared, "include_prompt": s.include_prompt, "do_lower_case": s.do_lower_case,
+                         "default_prompt": s.default_prompt},
+            "prompt_applied": False,
             "lowercased": lowercases(cfg, facts),
             "unsupported": list(s.unsupported), "from_folder": sorted(taken(cfg, facts)), "overridden": over}
 
 
 LOWERCASED = "texts lowercased before the tokenizer, as the model folder declares (do_lower_case)"
+UNAPPLIED_PROMPT = ("warning: the model folder declares the default prompt {prompt!r}, which longbert does not prepend, "
+                    "so the vectors differ from the folder's own encode; to match it where its Pooling includes the "
+                    "prompt (include_prompt), put the prompt at the start of each text")
 
 
 def settings_note(meta: dict | None) -> str | None:
     """The summary's one note when options differ from the folder's declared settings, or the folder's
     do_lower_case lowercased the texts, from settings_metadata. Example: "--pooling mean and --max-length 512 differ from what the model folder
     declares (cls pooling, max_seq_length 128); the options were used"."""
-    over = (meta or {}).get("overridden") or {}
+    meta = meta or {}
+    over, extra = meta.get("overridden") or {}, _extra_notes(meta)
     if not over:
-        return LOWERCASED if (meta or {}).get("lowercased") else None
+        return "; ".join(extra) or None
     mine = [_as_option(k, run) for k, (run, _) in over.items()]
     folder = [_as_declared(k, v) for k, (_, v) in over.items()]
     verb = "differs" if len(mine) == 1 else "differ"
     note = (f"{' and '.join(mine)} {verb} from what the model folder declares ({', '.join(folder)}); "
             "the options were used")
-    return f"{note}; {LOWERCASED}" if meta.get("lowercased") else note
+    return "; ".join([note, *extra])
+
+
+def _extra_notes(meta: dict) -> list[str]:
+    """The summary's notes on a folder's text settings: its lowercasing, and a default prompt not prepended."""
+    prompt = (meta.get("declared") or {}).get("default_prompt")
+    unapplied = prompt and meta.get("in_force") and not meta.get("prompt_applied")
+    return [*([LOWERCASED] if meta.get("lowercased") else []),
+            *([UNAPPLIED_PROMPT.format(prompt=prompt)] if unapplied else [])]
 
 
 def _as_option(key: str, value) -> str:

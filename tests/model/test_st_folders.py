@@ -73,7 +73,7 @@ def test_without_pooling_options_the_vectors_equal_the_folders_own_encode(runner
     settings = meta["folder_settings"]
     assert settings["from_folder"] == ["max_length", "normalize", "pooling"] and settings["overridden"] == {}
     assert settings["declared"] == {"pooling": pooling, "normalize": normalize, "max_length": ST_MAX,
-                                    "include_prompt": True, "do_lower_case": False}
+                                    "include_prompt": True, "do_lower_case": False, "default_prompt": None}
     assert settings["lowercased"] is False
     assert "differ" not in result.stdout
 
@@ -292,3 +292,24 @@ def test_lowercased_tokens_keep_offsets_into_the_text_as_read(cased_folder):
     assert doc.ids.tolist() == direct
     # "İ" (1 character as read) lowers to "i" + U+0307: both pieces point into [0, 1) of the text as read
     assert doc.offsets.tolist() == [[0, 1], [0, 1], [1, 2], [3, 4], [4, 5]]
+
+
+def test_a_folders_default_prompt_is_named_in_the_summary_and_the_text_with_it_matches_its_encode(
+        runner, tmp_path, st_folder):
+    from sentence_transformers import SentenceTransformer
+
+    source, _ = st_folder("mean", False)
+    folder = tmp_path / "prompted"
+    shutil.copytree(source, folder)
+    config = folder / "config_sentence_transformers.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "prompts": {"query": "w3 w4 ", "passage": ""},
+                                  "default_prompt_name": "query"}))
+    reference = SentenceTransformer(str(folder), device="cpu").encode(TEXTS)   # the prompt prepended
+    result, features, meta = extract(runner, tmp_path, folder)
+    assert result.exit_code == 0, result.output
+    assert meta["folder_settings"]["declared"]["default_prompt"] == "w3 w4 "
+    assert meta["folder_settings"]["prompt_applied"] is False
+    assert "declares the default prompt 'w3 w4 ', which longbert does not prepend" in result.stdout
+    assert np.abs(features - reference).max() > 1e-3
+    result, prompted, _ = extract(runner, tmp_path, folder, texts=["w3 w4 " + t for t in TEXTS])
+    np.testing.assert_allclose(prompted, reference, atol=1e-5)
