@@ -3,10 +3,15 @@
 Document text is data: a special-token string inside it ("[CLS]", "[SEP]", "[MASK]", "<s>", "</s>",
 "<pad>"...) is tokenized as the characters it is (``split_special_tokens=True``), never matched to the
 model's control token; the window's own special tokens are added by id in pipeline.text.segment.
+Tokens the user added to the tokenizer (``add_special_tokens({"additional_special_tokens": ["[E1]"]})``, as
+relation-extraction and marker models are saved) are another matter: they stay one token each, as
+``AutoTokenizer`` gives them (``text_tokenizer``).
 """
 from __future__ import annotations
 
+import json
 import re
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -86,6 +91,53 @@ def beyond_table(tokenizer, token_id: int, rows: int) -> str:
             "model's embeddings (resize_token_embeddings), or remove the token from the tokenizer")
 
 
+_TEXT_TOKENIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # tokenizer -> text_tokenizer's
+
+
+def control_tokens(tokenizer) -> set[str]:
+    """The family's control tokens: the tokenizer's named special tokens ([CLS], [SEP], [PAD], [MASK],
+    [UNK]; <s>, </s>... for other families). Example: the default model -> {"[CLS]", "[SEP]", "[PAD]",
+    "[MASK]", "[UNK]"}."""
+    names = ("cls_token", "sep_token", "pad_token", "mask_token", "unk_token", "bos_token", "eos_token")
+    return {str(t) for t in (getattr(tokenizer, n, None) for n in names) if t is not None}
+
+
+def text_tokenizer(tokenizer):
+    """The tokenizer that document text goes through: ``tokenizer`` itself, or, where the user added special
+    tokens of their own (any added special token that is not a control token, e.g. "[E1]"), a copy whose
+    backend matches those as single tokens while ``split_special_tokens=True`` still splits the control
+    tokens into their characters' pieces. Built once per tokenizer (the original is never changed).
+
+    Example: the default model plus "[E1]": "[E1] Bob [SEP]" -> "[E1]", "bob", "[", "sep", "]"
+    (AutoTokenizer: "[E1]", "bob", "[SEP]"; with split_special_tokens=True: "[", "e", "##1", "]", ...).
+    """
+    try:
+        return _TEXT_TOKENIZERS[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    control = control_tokens(tokenizer)
+    added = getattr(tokenizer, "added_tokens_decoder", {})
+    if backend is None or not any(t.special and str(t) not in control for t in added.values()):
+        out = tokenizer
+    else:
+        import copy
+
+        from tokenizers import Tokenizer
+
+        state = json.loads(backend.to_str())
+        for entry in state["added_tokens"]:
+            if entry["special"] and entry["content"] not in control:
+                entry["special"] = False   # matched as a token, never split by split_special_tokens
+        out = copy.copy(tokenizer)
+        out._tokenizer = Tokenizer.from_str(json.dumps(state))
+    try:
+        _TEXT_TOKENIZERS[tokenizer] = out
+    except TypeError:   # a tokenizer that takes no weak reference: built again next time
+        pass
+    return out
+
+
 def _encode(tokenizer, batch: list[str], rows: list[int], with_offsets: bool, failed: dict[int, str]
             ) -> tuple[list[list[int]], list]:
     """(ids, offsets or None) per text of ``batch`` in one tokenizer call; if the call fails, text by text,
@@ -153,6 +205,7 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
     Special-token strings in a text are text: ``split_special_tokens=True`` tokenizes "[SEP]" as
     the pieces of its characters (the default model: "[", "sep", "]"), so no content id is a control
     token of the model (transformers' fast tokenizers, ``encode_special_tokens`` of ``tokenizers``).
+    Special tokens the user added to the tokenizer ("[E1]") stay one token each (``text_tokenizer``).
 
     Returns:
         One TokenizedDoc per text, in order, with n_unknown = how many of its n_tokens are the
@@ -171,9 +224,10 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
     """
     unk = tokenizer.unk_token_id
     failed: dict[int, str] = {}
+    encoder = text_tokenizer(tokenizer)
 
     def call(batch: list[str], rows: list[int]) -> tuple[list[list[int]], list]:
-        return _encode(tokenizer, batch, rows, with_offsets, failed)
+        return _encode(encoder, batch, rows, with_offsets, failed)
 
     texts, maps = list(texts), [None] * len(texts)
     if lowercase:
