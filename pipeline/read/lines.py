@@ -270,6 +270,24 @@ def columns(src: Source, cols: Columns) -> list[str]:
     return []
 
 
+def nested_key_message(path, key: str, flag: str) -> str:
+    """The InputError of a dotted key (``--text-col body.text``) whose first part is a top-level key of
+    the records: longbert reads top-level keys only, so the message gives the command that flattens them.
+
+    Example: ("in.jsonl", "body.text", "--text-col") -> "in.jsonl: --text-col 'body.text' names a key
+    nested in 'body', and only top-level keys are read; flatten the records first: `jq -c '. +
+    {"body.text": .body.text}' in.jsonl > in.flat.jsonl`, then pass in.flat.jsonl with --text-col body.text".
+    """
+    from pathlib import Path
+
+    path = Path(path)
+    head, flat = key.split(".", 1)[0], f"{path.name.split('.')[0]}.flat.jsonl"
+    getter = "".join(f'.["{part}"]' if not part.isidentifier() else f".{part}" for part in key.split("."))
+    return (f"{path}: {flag} {key!r} names a key nested in {head!r}, and only top-level keys are read; flatten the "
+            f"records first: `jq -c '. + {{\"{key}\": {getter}}}' {path.name} > {flat}`, then pass {flat} with "
+            f"{flag} {key}")
+
+
 def check(src: Source, names: list[str], cols: Columns, id_flag: str) -> None:
     """Needed columns present and named once; otherwise InputError with the columns and the fix
     (a JSON Lines key missing from the first object is checked line by line instead)."""
@@ -283,6 +301,8 @@ def check(src: Source, names: list[str], cols: Columns, id_flag: str) -> None:
         if src.format == "jsonl":
             if not names:
                 return  # the first line is not an object: the record check reports it with its line
+            if "." in col and col.split(".", 1)[0] in names:
+                raise InputError(nested_key_message(src.path, col, flag))
             continue    # a later line may have the key; each line is checked (a bad line if it lacks it)
         if names and names[0].lstrip().startswith("{"):
             raise InputError(f"{src.path}: the first line looks like JSON Lines, but the file was {how(src)}; "

@@ -88,3 +88,28 @@ def test_a_csv_whose_header_starts_with_a_bracket_is_still_a_csv(tmp_path):
     src = tmp_path / "in.csv"
     src.write_text("[note],text\nx,w1\n")
     assert [r["text"] for r in rows_of(src)] == ["w1"]
+
+
+@pytest.mark.parametrize("flag, key", [("--text-col", "body.text"), ("--keep-col", "meta.label")])
+def test_a_dotted_key_into_a_nested_object_is_exit_2_with_the_command_that_flattens_it(runner, tiny_model_dir,
+                                                                                         tmp_path, flag, key):
+    import json
+
+    src = tmp_path / "in.jsonl"
+    records = [{"id": "a", "text": "w1", "body": {"text": "w1 w2"}, "meta": {"label": "x"}},
+               {"id": "b", "text": "w3", "body": {"text": "w3"}, "meta": {"label": "y"}}]
+    src.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = invoke(runner, ["extract", src, "--model", tiny_model_dir, "-o", tmp_path / "o.parquet", flag, key])
+    assert result.exit_code == 2
+    head = key.split(".")[0]
+    flat = "in.flat.jsonl"
+    assert result.output == (f"Error: {src}: {flag} {key!r} names a key nested in {head!r}, and only top-level keys "
+                             f"are read; flatten the records first: `jq -c '. + {{\"{key}\": .{key}}}' in.jsonl > "
+                             f"{flat}`, then pass {flat} with {flag} {key}\n")
+    # the advice works: the flattened records (as jq would write them) read with the dotted key
+    (tmp_path / flat).write_text("".join(json.dumps({**r, key: r[head][key.split(".")[1]]}) + "\n" for r in records))
+    out = tmp_path / "flat.parquet"
+    result = invoke(runner, ["extract", tmp_path / flat, "--model", tiny_model_dir, "-o", out, flag, key,
+                             "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert pq.read_table(out).num_rows == 2
