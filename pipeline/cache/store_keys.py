@@ -17,7 +17,8 @@ def pool_key(model_sha256: str, dtype: str, quantize: str, pooling_key: str) -> 
 
     Args:
         model_sha256: the sha256 of the weight files (ModelFacts.sha256, as the metadata records).
-        dtype: the compute dtype ("float32", "float16", "bfloat16"); quantize: "none" or "int8".
+        dtype: the compute dtype ("float32", "float16", "bfloat16"); quantize: "none", or "int8-w127" / "int8-w63"
+            (pipeline.model.int8.quantize_label: the weight levels change the vectors).
         pooling_key: an opaque string the CALLER builds from everything else that changes a window's
             vector: the pooling, its layers and layer_agg (of each pool when vectors are concatenated).
             Two different poolings must give two different strings; the store never parses it.

@@ -31,6 +31,7 @@ from ..errors import ConfigError
 from ..options.features_config import compact_layers
 from ..model.pool import pool_offsets, window_pools
 from .store import WindowStore
+from ..model.int8 import quantize_label
 from .store_keys import pool_key
 from .token_store import get_tokens, put_tokens
 from ..types import ModelFacts, Window
@@ -90,7 +91,7 @@ class WindowCache:
         slices = pool_offsets(pools, facts.hidden_size)
         keys = []
         for pool, (a, b) in zip(pools, slices):
-            key = pool_key(facts.sha256, cfg.model.dtype, cfg.model.quantize,
+            key = pool_key(facts.sha256, cfg.model.dtype, quantize_label(cfg.model.quantize),
                            pooling_key(pool, facts.num_hidden_layers))
             store.register(key, b - a, pool_label(facts, cfg, pool))
             keys.append(key)
@@ -98,7 +99,8 @@ class WindowCache:
         token_keys = []
         for layer in sorted({x if x >= 0 else n_layers + 1 + x for f in cfg.feature_list() if f.strategy == "late"
                              for x in f.layers}):
-            key = pool_key(facts.sha256, cfg.model.dtype, cfg.model.quantize, json.dumps(["tokens", layer]))
+            key = pool_key(facts.sha256, cfg.model.dtype, quantize_label(cfg.model.quantize),
+                           json.dumps(["tokens", layer]))
             quant = " int8" if cfg.model.quantize != "none" else ""
             store.register(key, hidden, f"{facts.name} {cfg.model.dtype}{quant} token vectors layer {layer}")
             token_keys.append(key)

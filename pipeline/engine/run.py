@@ -170,10 +170,15 @@ def check(cfg: PipelineConfig) -> tuple[PipelineConfig, object, Plan]:
 
 def run_fingerprint(cfg: PipelineConfig, plan: Plan, schema: pa.Schema | None = None) -> dict:
     """What --resume compares: the options, the inputs' bytes, the rows and the plan of blocks and,
+    for --quantize int8 the weight levels (``quantize``: "int8-w127" or "int8-w63"), and,
     from the output schema's metadata, the model's weights (``model``: their sha256) and, for a
     pipeline with stages of its own, every stage (``stages``, pipeline.stage.stage_label)."""
     fingerprint = {"config": cfg.fingerprint(), "inputs": plan.fingerprint(), "rows": plan.n_rows,
                    "plan": plan.plan_fingerprint(), "options": cfg.fingerprint_options()}
+    if cfg.model.quantize != "none":   # the CPU's int8 kernel decides the weight levels, which change the vectors
+        from ..model.int8 import quantize_label
+
+        fingerprint["quantize"] = quantize_label(cfg.model.quantize)
     if schema is not None and schema.metadata and b"longbert" in schema.metadata:
         meta = json.loads(schema.metadata[b"longbert"])
         if meta.get("model_sha256"):

@@ -108,6 +108,21 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 (oneDNN)"
 
 
+def weight_levels() -> int:
+    """The int8 weights' levels on this CPU: 127, or 63 without int8 dot-product instructions (VNNI:
+    amx_int8, avx512_vnni, avx_vnni), where the kernel's 16-bit pair sums would saturate (Int8Linear)."""
+    from .chip import VNNI_FLAGS, detect
+
+    return 127 if any(f in detect("cpu").flags for f in VNNI_FLAGS) else 63
+
+
+def quantize_label(quantize: str) -> str:
+    """--quantize as the window store key and --resume record it: "none", or "int8-w127" / "int8-w63" (the
+    weight levels this CPU's int8 kernel takes, which change the vectors). Example: "int8" on an AVX2-only
+    CPU -> "int8-w63"."""
+    return quantize if quantize == "none" else f"{quantize}-w{weight_levels()}"
+
+
 def quantize_int8(model: nn.Module) -> nn.Module:
     """Replace every nn.Linear of ``model`` (in place) by an Int8Linear; embeddings and LayerNorms
     stay float32. Returns the model.
@@ -118,9 +133,7 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.onednn, "qlinear_pointwise"):
         raise ConfigError("--quantize int8 needs PyTorch's oneDNN CPU backend, which this torch build lacks; "
                           "drop --quantize (or use --dtype auto)")
-    from .chip import VNNI_FLAGS, detect
-
-    levels = 127 if any(f in detect("cpu").flags for f in VNNI_FLAGS) else 63
+    levels = weight_levels()
     shared = QuantizedInput()  # one per model: forward passes run one after another
     for parent in list(model.modules()):
         fuse = _fusable_gelu(parent)

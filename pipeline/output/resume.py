@@ -17,17 +17,18 @@ def check_same_run(old: dict, new: dict, path: Path | str) -> None:
         ConfigError: naming what differs from the run that wrote ``path``.
     """
     changed = [k for k in ("config", "inputs") if old.get(k) != new[k]]
-    for key in ("plan", "model"):   # runs written before a key existed are compared without it
+    for key in ("plan", "model", "quantize"):   # runs written before a key existed are compared without it
         if not changed and key in old and old[key] != new.get(key):
             changed = [key]
     if not changed and old.get("stages") != new.get("stages"):   # absent: the built-in stages
         changed = ["stages"]
     if changed:
         names = {"config": "the options", "inputs": "the input files", "plan": "the blocks the inputs are cut into",
-                 "model": "the model's weights", "stages": "the pipeline's stages"}
+                 "model": "the model's weights", "stages": "the pipeline's stages",
+                 "quantize": "the int8 weight levels (this CPU's int8 kernel)"}
         what = " and ".join(names[k] for k in changed)
         which = option_changes(old.get("options"), new.get("options")) if "config" in changed else ""
-        if changed in (["model"], ["stages"]):   # sha256 of the weights, or the stage labels, then and now
+        if changed in (["model"], ["stages"], ["quantize"]):   # sha256 of the weights, or the stage labels, then and now
             was, now = (old.get(changed[0]) or "the built-in stages", new.get(changed[0]) or "the built-in stages")
             which = f" ({was} then, {now} now)"
         raise ConfigError(f"--resume: {what} differ from the run that wrote {path}{which}; run with the same "

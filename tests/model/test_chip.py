@@ -262,3 +262,30 @@ def test_int8_input_quantization_reuses_its_buffers_and_matches_the_formula():
     assert q2.untyped_storage().data_ptr() == storage and (q2.int() - expected(small)[0].int()).abs().max() <= 1
     q3, _, _ = shared.quantize(bigger)
     assert q3.shape == (40, 8) and (q3.int() - expected(bigger)[0].int()).abs().max() <= 1
+
+
+def test_the_int8_weight_levels_are_part_of_the_store_key_and_the_resume_record(runner, tiny_model_dir, corpus,
+                                                                                 tmp_path, fake_cpu):
+    """The same --quantize int8 gives other vectors with +-63 weights (no VNNI) than with +-127: a window
+    store keeps them apart and --resume refuses to finish one CPU's run on the other."""
+    from pipeline.cache.store_keys import pool_key
+    from pipeline.model.int8 import quantize_label
+
+    labels = {}
+    for text in (AVX2, AMX):
+        fake_cpu(text)
+        labels[text] = quantize_label("int8")
+    assert labels == {AVX2: "int8-w63", AMX: "int8-w127"} and quantize_label("none") == "none"
+    assert pool_key("a" * 64, "float32", labels[AVX2], "p") != pool_key("a" * 64, "float32", labels[AMX], "p")
+    out = tmp_path / "parts"
+    args = ["extract", corpus, "--model", tiny_model_dir, "--device", "cpu", "--dtype", "float32", "--quantize",
+            "int8", "-o", f"{out}/", "--no-progress", "--block-rows", "2"]
+    fake_cpu(AVX2)
+    assert invoke(runner, args).exit_code == 0
+    result = invoke(runner, [*args, "--resume"])
+    assert result.exit_code == 0 and "already complete" in result.output
+    fake_cpu(AMX)
+    result = invoke(runner, [*args, "--resume"])
+    assert result.exit_code == 2
+    assert ("the int8 weight levels (this CPU's int8 kernel) differ from the run that wrote "
+            f"{out} (int8-w63 then, int8-w127 now)") in result.output
