@@ -54,6 +54,7 @@ class WindowStore:
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._models: dict[str, tuple[int, int]] = {}  # pool key -> (models.id, dim)
+        self._counts: dict[int, list[int]] = {}        # models.id -> [lookups, hits, rejected] not yet written
         if db_file is not None:
             _OPEN.add(self)
 
@@ -93,6 +94,10 @@ class WindowStore:
         with self._lock:
             if os.getpid() != self._pid or self._conn is None:
                 return
+            try:
+                self.flush_counts()
+            except RunError:
+                pass  # the counters are given up: a report of hit rates, never a vector
             conn, self._conn = self._conn, None
             try:
                 if self.db_file is not None:
@@ -180,6 +185,14 @@ class WindowStore:
             row = self._write(upsert)
         self._models[pool] = (int(row[0]), int(dim))
 
+    def registration(self, pool: str) -> tuple[int, int]:
+        """(the models row's id, dim) of a registered pool key (what a row of ``windows`` is filed under).
+
+        Raises:
+            ValueError: ``pool`` is not registered (``register`` first).
+        """
+        return self._model(pool)
+
     def _model(self, pool: str) -> tuple[int, int]:
         try:
             return self._models[pool]
@@ -192,7 +205,7 @@ class WindowStore:
         An entry verifies when its dim is the registered one, its bytes are 4 * dim long and its
         CRC-32 (``checksum``) matches; one that does not is ignored (None, so the caller encodes the
         window again) and counted as rejected. The pool key's lookups, hits and rejected counters
-        are updated once per call (one short write transaction).
+        are counted in memory (``count_lookups``): a lookup writes nothing.
 
         Args:
             pool: a registered pool key. ids_list: each window's token ids (1-D integer arrays).
@@ -230,11 +243,41 @@ class WindowStore:
         return self._sql(read) if keys else {}
 
     def count_lookups(self, model_id: int, lookups: int, hits: int, rejected: int) -> None:
-        """Add a look-up's counts to its model's row (``longbert cache`` reports the hit rate)."""
+        """Count a look-up for its model's row (``longbert cache`` reports the hit rate), in memory: the
+        counts are written once, by ``flush_counts`` (at ``close``, so at the end of every run); a process
+        that ends without closing the store (a killed worker) gives its counts up."""
         if lookups:
-            self._write(lambda conn: conn.execute(
+            with self._lock:
+                counts = self._counts.setdefault(model_id, [0, 0, 0])
+                for i, n in enumerate((lookups, hits, rejected)):
+                    counts[i] += n
+
+    def flush_counts(self) -> None:
+        """Write the counted look-ups into the models' rows, in one write transaction; nothing when none.
+
+        Raises:
+            RunError: the database failed (the counts stay counted in memory).
+        """
+        with self._lock:
+            if not self._counts or os.getpid() != self._pid:
+                self._counts = {} if os.getpid() != self._pid else self._counts  # a fork's copy is the parent's
+                return
+            rows = [(a, b, c, model_id) for model_id, (a, b, c) in self._counts.items()]
+            self._write(lambda conn: conn.executemany(
                 "UPDATE models SET lookups = lookups + ?, hits = hits + ?, rejected = rejected + ? WHERE id = ?",
-                (lookups, hits, rejected, model_id)))
+                rows))
+            self._counts = {}
+
+    def write_rows(self, rows: list[tuple]) -> None:
+        """Insert or replace ``windows`` rows (key, models.id, dim, checksum, vector bytes) in ONE write
+        transaction; the rows' checksums are the caller's (store_keys.checksum).
+
+        Raises:
+            RunError: the write failed (disk full, the lock held longer than the timeout, a damaged file).
+        """
+        if rows:
+            self._write(lambda conn: conn.executemany(
+                "INSERT OR REPLACE INTO windows (key, model, dim, checksum, vector) VALUES (?, ?, ?, ?, ?)", rows))
 
     def lookup(self, pool: str, ids_list: list) -> tuple[np.ndarray, np.ndarray]:
         """``get_many`` as arrays: (n, dim) float32 vectors (zeros where missing) and the missing positions.
@@ -277,9 +320,7 @@ class WindowStore:
         for ids, vec in zip(ids_list, vecs):
             key, data = window_key(pool, ids), vec.tobytes()
             rows.append((key, model_id, dim, checksum(key, data), data))
-        if rows:
-            self._write(lambda conn: conn.executemany(
-                "INSERT OR REPLACE INTO windows (key, model, dim, checksum, vector) VALUES (?, ?, ?, ?, ?)", rows))
+        self.write_rows(rows)
         return len(rows)
 
     def stats(self) -> dict:
@@ -301,6 +342,9 @@ class WindowStore:
             return counts, models, pages, conn.execute("PRAGMA journal_mode").fetchone()[0]
 
         counts, rows, pages, mode = self._sql(read)
+        with self._lock:   # the look-ups counted since the last flush, not yet written
+            pending = {k: list(v) for k, v in self._counts.items()} if os.getpid() == self._pid else {}
+        rows = [(r[0], r[1], r[2], r[3], *(a + b for a, b in zip(r[4:], pending.get(r[0], (0, 0, 0))))) for r in rows]
         models = [{"pool_key": r[1], "label": r[2], "dim": r[3], "entries": counts.get(r[0], 0), "lookups": r[4],
                    "hits": r[5], "rejected": r[6], "hit_rate": r[5] / r[4] if r[4] else None}
                   for r in rows if counts.get(r[0], 0) or r[4]]
@@ -322,6 +366,8 @@ class WindowStore:
             conn.execute("UPDATE models SET lookups = 0, hits = 0, rejected = 0")
 
         self._write(empty)
+        with self._lock:
+            self._counts = {}
         self._sql(lambda conn: (conn.execute("VACUUM"), conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()))
 
 

@@ -26,7 +26,7 @@ def get_tokens(store: WindowStore, pool: str, ids_list: list) -> list[np.ndarray
     Raises:
         ValueError: ``pool`` not registered. RunError: the database failed (pipeline.cache.store).
     """
-    model_id, hidden = store._model(pool)
+    model_id, hidden = store.registration(pool)
     keys = [window_key(pool, ids) for ids in ids_list]
     rows = store.read_rows(keys)
     out: list[np.ndarray | None] = []
@@ -46,14 +46,12 @@ def put_tokens(store: WindowStore, pool: str, ids_list: list, tokens: list[np.nd
     Returns:
         The number of entries written. Raises ValueError: a shape that is not (len(ids) - 2, hidden).
     """
-    model_id, hidden = store._model(pool)
+    model_id, hidden = store.registration(pool)
     rows = []
     for ids, mat in zip(ids_list, tokens):
         if mat.shape != (len(ids) - 2, hidden):
             raise ValueError(f"token vectors must be ({len(ids) - 2}, {hidden}), got {mat.shape}")
         key, data = window_key(pool, ids), np.ascontiguousarray(mat, dtype="<f4").tobytes()
         rows.append((key, model_id, mat.size, checksum(key, data), data))
-    if rows:
-        store._write(lambda conn: conn.executemany(
-            "INSERT OR REPLACE INTO windows (key, model, dim, checksum, vector) VALUES (?, ?, ?, ?, ?)", rows))
+    store.write_rows(rows)
     return len(rows)

@@ -401,3 +401,21 @@ def test_unregistered_keys_and_wrong_shapes_are_caller_errors(tmp_path):
     store.register(KEY, DIM, LABEL)
     with pytest.raises(ValueError, match=r"vectors must be float \(2, 384\), got float32 \(2, 383\)"):
         store.put_many(KEY, [np.arange(3), np.arange(4)], np.zeros((2, 383), np.float32))
+
+
+def test_a_lookup_writes_nothing_and_its_counts_are_written_once_at_close(tmp_path):
+    store = open_registered(tmp_path)
+    ids = block_ids(1, 0, 8)
+    store.put_many(KEY, ids, vectors_of(ids))
+    store.checkpoint()
+    conn = store._connection()
+    before = conn.total_changes
+    wal = tmp_path / f"{DB_NAME}-wal"
+    wal_size = wal.stat().st_size
+    for _ in range(3):
+        assert np.stack(store.get_many(KEY, ids)).tobytes() == vectors_of(ids).tobytes()
+    assert conn.total_changes == before and wal.stat().st_size == wal_size   # no write transaction ran
+    assert (store.stats()["lookups"], store.stats()["hits"]) == (24, 24)    # counted in memory
+    store.close()
+    with raw(tmp_path) as other:   # another connection reads them from the file: written at close
+        assert other.execute("SELECT sum(lookups), sum(hits) FROM models").fetchone() == (24, 24)
