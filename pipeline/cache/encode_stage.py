@@ -22,7 +22,7 @@ class Weights:
     same model options (a pipeline, the pipelines derived from it, the vectorizer's runs); thread-safe.
 
     Pickling keeps no weights: the unpickled Weights load them again, from the folder of the first
-    config that asks (``encoder``), and refuse them (ModelError) when that folder's sha256 is no longer
+    config that asks (``encoder``; a model given in memory too), and refuse them (ModelError) when that folder's sha256 is no longer
     the one the weights were loaded with. ``copy.deepcopy`` returns the same Weights (shared, not copied).
 
     Args:
@@ -32,6 +32,7 @@ class Weights:
 
     def __init__(self, model=None):
         self.model = model
+        self.given = model is not None  # an in-memory model (a pickled copy loads it from the config instead)
         self.sha256: str | None = None  # of the files the weights were loaded from (None: given, or a hub model)
         self._encoders: dict = {}       # (model, pool, encode options) -> its Encoder
         self._lock = threading.Lock()
@@ -41,7 +42,7 @@ class Weights:
         return {"sha256": self.sha256}
 
     def __setstate__(self, state: dict) -> None:
-        self.model, self.sha256, self._encoders = None, state.get("sha256"), {}
+        self.model, self.given, self.sha256, self._encoders = None, False, state.get("sha256"), {}
         self._lock = threading.Lock()
 
     def __deepcopy__(self, memo: dict) -> Weights:
@@ -133,7 +134,7 @@ class Encode(Stage):
         new.__setstate__({k: copy.deepcopy(v, memo) for k, v in self.__getstate__().items()})
         return new
 
-    def get_params(self) -> dict:
+    def get_params(self, deep: bool = True) -> dict:
         return {"config": self.config, "tokenizer": self.tokenizer, "facts": self.facts, "model": self.weights,
                 "store": self.store, "with_tokens": self.with_tokens}
 

@@ -18,11 +18,11 @@ import pyarrow as pa
 from ..batch import Batch
 from ..counts import BlockCounts
 from ..options.config import DEFAULT_MODEL, PipelineConfig
-from ..errors import ConfigError, RunError
+from ..errors import ConfigError, ParamError, RunError
 from ..output.lock import holds_output
 from ..model.facts import model_label
 from ..read import read_block, verify_inputs
-from ..stage import check_chain, describe, stage_label
+from ..stage import INPUT_FIELDS, Stage, check_chain, describe, stage_label
 from ..cache.encode_stage import Encode
 from ..output.write import check_resume
 from .block import release_free_heap
@@ -43,6 +43,12 @@ class Pipeline:
     and build the built-in stages. Nothing mutable is shared with another pipeline but the loaded
     weights; ``insert``, ``replace`` and ``without`` return new pipelines.
 
+    scikit-learn's protocol: ``get_params(deep=True)`` (``steps``, each stage by name, ``name__param``),
+    ``set_params(segment__strategies=...)`` (in place, the chain checked again), ``named_steps``,
+    ``pipe["segment"]``, ``pipe[1:3]`` (a Pipeline of those stages). A pipeline pickles and deep-copies
+    before and after its weights load: a pickled one loads them again from the model's folder in the
+    process that unpickles it (a worker), a deep copy shares them.
+
     Args:
         steps: stages (any callable ``Batch -> Batch``; a built-in one, or one with a ``name``) or
             (name, stage) pairs, in order.
@@ -62,16 +68,17 @@ class Pipeline:
     """
 
     def __init__(self, steps: Iterable[StageFn | tuple[str, StageFn]], resolved: Resolved | None = None,
-                 fills: dict[str, tuple[str, ...]] | None = None):
+                 fills: dict[str, tuple[str, ...]] | None = None, given: Iterable[str] = INPUT_FIELDS):
         named = [s if isinstance(s, tuple) else (describe(s), s) for s in steps]
         self.steps: tuple[tuple[str, StageFn], ...] = tuple(named)
         self.resolved = resolved
+        self.given = tuple(given)   # the fields a batch holds when it comes in (a slice: what the stages before filled)
         names = [n for n, _ in self.steps]
         if len(set(names)) != len(names):
             raise ConfigError(f"stage names must be unique; got {names}")
         # a replacement that declares no ``fills`` fills what the stage it replaced filled
         self._fills = {n: f for n, f in (fills or {}).items() if n in names}
-        check_chain(self.steps, fills=self._fills)
+        check_chain(self.steps, self.given, fills=self._fills)
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig, tokenizer=None, model=None, store=None) -> Pipeline:
@@ -132,17 +139,98 @@ class Pipeline:
     def __len__(self) -> int:
         return len(self.steps)
 
-    def __getitem__(self, name: str) -> StageFn:
+    def __getitem__(self, key: str | int | slice) -> StageFn | Pipeline:
+        """A stage by name (``pipe["segment"]``) or position (``pipe[0]``), or, for a slice, a Pipeline of
+        those stages (``pipe[1:3]``), as scikit-learn's Pipeline.
+
+        A slice is checked as a chain that begins where its first stage stood: it takes a batch that
+        holds what the stages before it filled (``pipe[1:3].process(pipe[:1].process(batch))``), and
+        its stages' places are checked against that; it keeps the options record.
+
+        Raises:
+            KeyError: no stage of that name. IndexError: a position out of range.
+            ValueError: a slice with a step other than 1.
+        """
+        if isinstance(key, slice):
+            if key.step not in (None, 1):
+                raise ValueError("a pipeline slice takes consecutive stages (a step of 1), e.g. pipe[1:3]")
+            start = range(len(self.steps))[key].start if len(self.steps) else 0
+            given = set(self.given)
+            for name, stage in self.steps[:start]:
+                given.update(getattr(stage, "fills", None) or self._fills.get(name, ()))
+            return Pipeline(self.steps[key], self.resolved, self._fills, sorted(given))
+        if isinstance(key, int):
+            return self.steps[key][1]
         for n, stage in self.steps:
-            if n == name:
+            if n == key:
                 return stage
-        raise KeyError(f"no stage {name!r}; the stages are {list(self.names)}")
+        raise KeyError(f"no stage {key!r}; the stages are {list(self.names)}")
+
+    @property
+    def named_steps(self) -> _Steps:
+        """The stages by name, as scikit-learn's ``named_steps``: ``pipe.named_steps["segment"]`` or
+        ``pipe.named_steps.segment`` (a copy: changing it changes nothing here)."""
+        return _Steps(self.steps)
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """scikit-learn's parameters: ``steps``, each stage by its name, and with ``deep`` each stage's own
+        parameters as ``name__param`` (e.g. ``segment__strategies``), for a stage with ``get_params``."""
+        params: dict[str, Any] = {"steps": list(self.steps)}
+        params.update(dict(self.steps))
+        if deep:
+            for name, stage in self.steps:
+                if hasattr(stage, "get_params"):
+                    params.update({f"{name}__{k}": v for k, v in stage.get_params(deep=True).items()})
+        return params
+
+    def set_params(self, **params: Any) -> Pipeline:
+        """Set parameters by scikit-learn's names, in place: ``steps`` (a list of (name, stage)), a stage
+        by its name (``segment=Segment(...)``), or a stage's parameter (``segment__strategies={...}``):
+        that stage is rebuilt with it (a new stage object: pipelines derived from this one keep theirs).
+        The chain is checked again.
+
+        Returns:
+            This pipeline.
+
+        Raises:
+            ParamError (a ConfigError and a ValueError): an unknown stage or parameter name, naming it and the valid
+                ones; a chain whose order no longer holds (this pipeline is then unchanged).
+        """
+        steps = [tuple(p) if isinstance(p, (tuple, list)) else (describe(p), p) for p in params.pop("steps")] \
+            if "steps" in params else list(self.steps)
+        names = [n for n, _ in steps]
+        nested: dict[str, dict[str, Any]] = {}
+        for key, value in params.items():
+            name, sep, sub = key.partition("__")
+            if name not in names:
+                raise ParamError(f"invalid parameter {key!r} for this pipeline: no stage {name!r}; "
+                                  f"the stages are {names} (parameters are 'steps', a stage name, or name__param)")
+            if sep:
+                nested.setdefault(name, {})[sub] = value
+            else:
+                steps[names.index(name)] = (name, value)
+        for name, sub in nested.items():
+            i = names.index(name)
+            stage = steps[i][1]
+            if not hasattr(stage, "set_params") or not hasattr(stage, "get_params"):
+                raise ConfigError(f"stage {name!r} takes no parameters (it has no set_params); replace it with "
+                                  f"set_params({name}=...)")
+            if isinstance(stage, Stage):
+                stage = type(stage)(**stage.get_params(deep=False)).set_params(**sub)   # a new object
+            else:
+                stage = stage.set_params(**sub)
+            steps[i] = (name, stage)
+        if len(set(names)) != len(names):
+            raise ConfigError(f"stage names must be unique; got {names}")
+        check_chain(steps, self.given, fills=self._fills)
+        self.steps = tuple(steps)
+        return self
 
     def __repr__(self) -> str:
         return f"Pipeline({' -> '.join(self.names)})"
 
     def _with_steps(self, steps: list[tuple[str, StageFn]], fills: dict | None = None) -> Pipeline:
-        return Pipeline(steps, self.resolved, {**self._fills, **(fills or {})})
+        return Pipeline(steps, self.resolved, {**self._fills, **(fills or {})}, self.given)
 
     def insert(self, stage: StageFn, *, before: str | None = None, after: str | None = None,
                name: str | None = None) -> Pipeline:
@@ -266,7 +354,7 @@ class Pipeline:
 
     def _rebuilt(self, resolved: Resolved) -> Pipeline:
         """This pipeline, its built-in stages rebuilt from ``resolved`` (Resolved.io_stage)."""
-        return Pipeline([(n, resolved.io_stage(s)) for n, s in self.steps], resolved, self._fills)
+        return Pipeline([(n, resolved.io_stage(s)) for n, s in self.steps], resolved, self._fills, self.given)
 
     def __call__(self, batch: Batch | pa.Table) -> pa.Table:
         """Every stage on ``batch``; returns its output table (the schema ``extract`` writes).
@@ -359,6 +447,22 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=Non
         summary.n_bytes = sink.commit()
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+class _Steps(dict):
+    """A pipeline's stages by name, also as attributes (scikit-learn's Bunch)."""
+
+    def __init__(self, steps):
+        super().__init__(steps)
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"no stage {name!r}; the stages are {list(self)}") from None
+
+    def __dir__(self):
+        return list(self)
 
 
 def _as_batch(batch: Batch | pa.Table) -> Batch:
