@@ -138,19 +138,28 @@ def check_chain(steps: Sequence[tuple[str, Any]], given: Iterable[str] = INPUT_F
         have.update(getattr(stage, "fills", None) or (fills or {}).get(name, ()))
 
 
-def stage_label(name: str, stage: Any) -> str:
+def stage_label(name: str, stage: Any, default: Any = None) -> str:
     """How a run names one of its stages, in the file's metadata and the --resume fingerprint.
 
-    A built-in stage: "name" alone (its parameters follow from the options, which are compared
-    apart). Any other: "name=module.qualname#sha" with the first 12 hex digits of the sha256 of
-    its code (source text, else bytecode), so an edited function counts as another stage.
-    Example: (“lower”, def lower(b): ...) -> "lower=__main__.lower#3f2a9c01d4e7".
+    A built-in stage: "name" alone when its parameters are those the options build (``default``, the
+    stage the run's options would make; None: not known, taken as equal), since the options are
+    compared apart; else "name=Class#sha" with the first 12 hex digits of the sha256 of its
+    parameters (``fingerprint_params``), so a pipeline with its own Segment (other windows) is another
+    run. Any other stage: "name=module.qualname#sha" with the sha256 of its code (source text, else
+    bytecode), so an edited function counts as another stage.
+    Example: (“lower”, def lower(b): ...) -> "lower=__main__.lower#3f2a9c01d4e7";
+    ("segment", Segment(windows of 8)) -> "segment=Segment#9b1c02e4aa7d".
     """
     import hashlib
     import inspect
+    import json
 
     if isinstance(stage, Stage) and stage.name == name and (type(stage).__module__ + ".").startswith((__package__ or "pipeline") + "."):
-        return name
+        mine = fingerprint_params(stage)
+        if default is None or (type(default) is type(stage) and fingerprint_params(default) == mine):
+            return name
+        text = json.dumps(mine, sort_keys=True, default=str).encode()
+        return f"{name}={type(stage).__name__}#{hashlib.sha256(text).hexdigest()[:12]}"
     fn = stage if inspect.isfunction(stage) or inspect.ismethod(stage) else type(stage)
     try:
         code = inspect.getsource(fn).encode()
@@ -158,6 +167,23 @@ def stage_label(name: str, stage: Any) -> str:
         code = getattr(getattr(fn, "__code__", None), "co_code", b"") or repr(fn).encode()
     qual = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
     return f"{name}={qual}#{hashlib.sha256(code).hexdigest()[:12]}"
+
+
+def fingerprint_params(stage: Stage) -> dict[str, Any]:
+    """A built-in stage's parameters as the --resume fingerprint compares them (``Stage.params_key``),
+    without what a resumed run may change or only holds: the read and write options in a config (the
+    options are compared apart), the encode stage's weights and window store (the model enters by
+    its name and its facts' sha256).
+    """
+    key = stage.params_key()
+    if isinstance(key.get("config"), dict):
+        key["config"] = {k: v for k, v in key["config"].items() if k not in ("read", "write")}
+    if stage.name == "encode":
+        key.pop("model", None)
+        key.pop("store", None)
+        if isinstance(key.get("facts"), dict):
+            key["facts"] = {k: v for k, v in key["facts"].items() if k != "sha256"}   # a hub model's: known after the load
+    return key
 
 
 def stable_value(value: Any) -> Any:

@@ -342,7 +342,9 @@ class Pipeline:
             ConfigError: a --keep-col that clashes with a column of this run.
         """
         resolved = self.resolution().with_io(cfg)
-        labels = tuple(stage_label(n, s) for n, s in self.steps)
+        plain = dataclasses.replace(resolved, stage_labels=None)
+        built = {type(s).name: s for s in plain.stages()}   # what the options build, to compare each built-in stage with
+        labels = tuple(stage_label(n, s, built.get(n)) for n, s in self._rebuilt(plain).steps)
         if labels != BUILT_IN_NAMES:   # the file and the --resume fingerprint name this pipeline's stages
             resolved = dataclasses.replace(resolved, stage_labels=labels)
         return self._rebuilt(resolved)
