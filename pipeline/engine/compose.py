@@ -18,15 +18,16 @@ import pyarrow as pa
 from ..batch import Batch
 from ..counts import BlockCounts
 from ..options.config import DEFAULT_MODEL, PipelineConfig
-from ..errors import ConfigError, ParamError, RunError
+from ..errors import ConfigError, RunError
 from ..output.lock import holds_output
 from ..model.facts import model_label
 from ..read import read_block, verify_inputs
-from ..stage import INPUT_FIELDS, Stage, check_chain, describe, stage_label
+from ..stage import INPUT_FIELDS, check_chain, describe, stage_label
 from ..cache.encode_stage import Encode
 from ..output.write import check_resume
 from .block import release_free_heap
 from .feed import feed_workers, ordered_map
+from .params import StepsByName, pipeline_params, set_step_params, step_item, with_io_options
 from .resolved import Resolved
 from .run import BatchProgress, Summary, fail_on_row_error, open_run, run_fingerprint, scan_inputs, writing
 
@@ -43,11 +44,9 @@ class Pipeline:
     and build the built-in stages. Nothing mutable is shared with another pipeline but the loaded
     weights; ``insert``, ``replace`` and ``without`` return new pipelines.
 
-    scikit-learn's protocol: ``get_params(deep=True)`` (``steps``, each stage by name, ``name__param``),
-    ``set_params(segment__strategies=...)`` (in place, the chain checked again), ``named_steps``,
-    ``pipe["segment"]``, ``pipe[1:3]`` (a Pipeline of those stages). A pipeline pickles and deep-copies
-    before and after its weights load: a pickled one loads them again from the model's folder in the
-    process that unpickles it (a worker), a deep copy shares them.
+    scikit-learn's protocol: ``get_params``, ``set_params``, ``named_steps``, ``pipe["segment"]``, ``pipe[1:3]``.
+    It pickles and deep-copies before and after its weights load: an unpickled one (a worker's) loads
+    them again from the model's folder, a deep copy shares them.
 
     Args:
         steps: stages (any callable ``Batch -> Batch``; a built-in one, or one with a ``name``) or
@@ -140,88 +139,34 @@ class Pipeline:
         return len(self.steps)
 
     def __getitem__(self, key: str | int | slice) -> StageFn | Pipeline:
-        """A stage by name (``pipe["segment"]``) or position (``pipe[0]``), or, for a slice, a Pipeline of
-        those stages (``pipe[1:3]``), as scikit-learn's Pipeline.
-
-        A slice is checked as a chain that begins where its first stage stood: it takes a batch that
-        holds what the stages before it filled (``pipe[1:3].process(pipe[:1].process(batch))``), and
-        its stages' places are checked against that; it keeps the options record.
+        """A stage by name (``pipe["segment"]``) or position (``pipe[0]``); a slice (``pipe[1:3]``): a
+        Pipeline of those stages, checked from where it begins (pipeline.engine.params.step_item).
 
         Raises:
-            KeyError: no stage of that name. IndexError: a position out of range.
-            ValueError: a slice with a step other than 1.
+            KeyError: no stage of that name. IndexError: a position out of range. ValueError: a slice's step is not 1.
         """
-        if isinstance(key, slice):
-            if key.step not in (None, 1):
-                raise ValueError("a pipeline slice takes consecutive stages (a step of 1), e.g. pipe[1:3]")
-            start = range(len(self.steps))[key].start if len(self.steps) else 0
-            given = set(self.given)
-            for name, stage in self.steps[:start]:
-                given.update(getattr(stage, "fills", None) or self._fills.get(name, ()))
-            return Pipeline(self.steps[key], self.resolved, self._fills, sorted(given))
-        if isinstance(key, int):
-            return self.steps[key][1]
-        for n, stage in self.steps:
-            if n == key:
-                return stage
-        raise KeyError(f"no stage {key!r}; the stages are {list(self.names)}")
+        return step_item(self, key)
 
     @property
-    def named_steps(self) -> _Steps:
+    def named_steps(self) -> StepsByName:
         """The stages by name, as scikit-learn's ``named_steps``: ``pipe.named_steps["segment"]`` or
         ``pipe.named_steps.segment`` (a copy: changing it changes nothing here)."""
-        return _Steps(self.steps)
+        return StepsByName(self.steps)
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """scikit-learn's parameters: ``steps``, each stage by its name, and with ``deep`` each stage's own
         parameters as ``name__param`` (e.g. ``segment__strategies``), for a stage with ``get_params``."""
-        params: dict[str, Any] = {"steps": list(self.steps)}
-        params.update(dict(self.steps))
-        if deep:
-            for name, stage in self.steps:
-                if hasattr(stage, "get_params"):
-                    params.update({f"{name}__{k}": v for k, v in stage.get_params(deep=True).items()})
-        return params
+        return pipeline_params(self.steps, deep)
 
     def set_params(self, **params: Any) -> Pipeline:
-        """Set parameters by scikit-learn's names, in place: ``steps`` (a list of (name, stage)), a stage
-        by its name (``segment=Segment(...)``), or a stage's parameter (``segment__strategies={...}``):
-        that stage is rebuilt with it (a new stage object: pipelines derived from this one keep theirs).
-        The chain is checked again.
-
-        Returns:
-            This pipeline.
+        """Set parameters by scikit-learn's names, in place (``steps``, ``segment=...``,
+        ``segment__strategies=...``; pipeline.engine.params.set_step_params), the chain checked again; returns self.
 
         Raises:
             ParamError (a ConfigError and a ValueError): an unknown stage or parameter name, naming it and the valid
-                ones; a chain whose order no longer holds (this pipeline is then unchanged).
+                ones; ConfigError: a chain whose order no longer holds (this pipeline is then unchanged).
         """
-        steps = [tuple(p) if isinstance(p, (tuple, list)) else (describe(p), p) for p in params.pop("steps")] \
-            if "steps" in params else list(self.steps)
-        names = [n for n, _ in steps]
-        nested: dict[str, dict[str, Any]] = {}
-        for key, value in params.items():
-            name, sep, sub = key.partition("__")
-            if name not in names:
-                raise ParamError(f"invalid parameter {key!r} for this pipeline: no stage {name!r}; "
-                                  f"the stages are {names} (parameters are 'steps', a stage name, or name__param)")
-            if sep:
-                nested.setdefault(name, {})[sub] = value
-            else:
-                steps[names.index(name)] = (name, value)
-        for name, sub in nested.items():
-            i = names.index(name)
-            stage = steps[i][1]
-            if not hasattr(stage, "set_params") or not hasattr(stage, "get_params"):
-                raise ConfigError(f"stage {name!r} takes no parameters (it has no set_params); replace it with "
-                                  f"set_params({name}=...)")
-            if isinstance(stage, Stage):
-                stage = type(stage)(**stage.get_params(deep=False)).set_params(**sub)   # a new object
-            else:
-                stage = stage.set_params(**sub)
-            steps[i] = (name, stage)
-        if len(set(names)) != len(names):
-            raise ConfigError(f"stage names must be unique; got {names}")
+        steps = set_step_params(self.steps, params)
         check_chain(steps, self.given, fills=self._fills)
         self.steps = tuple(steps)
         return self
@@ -451,45 +396,5 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=Non
     return summary
 
 
-class _Steps(dict):
-    """A pipeline's stages by name, also as attributes (scikit-learn's Bunch)."""
-
-    def __init__(self, steps):
-        super().__init__(steps)
-
-    def __getattr__(self, name: str):
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(f"no stage {name!r}; the stages are {list(self)}") from None
-
-    def __dir__(self):
-        return list(self)
-
-
 def _as_batch(batch: Batch | pa.Table) -> Batch:
     return batch if isinstance(batch, Batch) else Batch(rows=batch)
-
-
-def with_io_options(cfg: PipelineConfig, **options: Any) -> PipelineConfig:
-    """``cfg`` with read and write options replaced (validated as the CLI's).
-
-    Raises:
-        ConfigError: an option of another section (those are the pipeline's: build another), or a bad value.
-    """
-    from ..options.config import option_sections
-    from ..options.config_file import coerce
-
-    read, write = {}, {}
-    for key, value in options.items():
-        key = key.replace("-", "_")
-        section = option_sections().get(key)
-        if section not in ("read", "write"):
-            raise ConfigError(f"{key!r} is not a read or write option; options of the model, windows or pooling "
-                              "are the pipeline's own: build it with Pipeline.from_options(...)")
-        (read if section == "read" else write)[key] = coerce(key, value)   # as the CLI's values
-    try:
-        return dataclasses.replace(cfg, read=dataclasses.replace(cfg.read, **read),
-                                   write=dataclasses.replace(cfg.write, **write))
-    except TypeError as err:
-        raise ConfigError(f"bad option value: {err}") from None

@@ -91,3 +91,12 @@ def test_a_joblib_loky_worker_encodes_the_parents_vectors_exactly(fresh):
     got = joblib.Parallel(n_jobs=2, backend="loky")(joblib.delayed(_vectors)(fresh) for _ in range(2))
     for g in got:
         np.testing.assert_array_equal(g, want)
+
+
+def test_a_pipeline_with_a_window_store_pickles_after_a_run_and_reopens_the_store(tiny_model_dir, tmp_path):
+    pipe = longbert.Pipeline.from_options(model=str(tiny_model_dir), strategy="chunk", max_length=16,
+                                          cache=str(tmp_path / "store"))
+    want = _vectors(pipe)                                   # opens the store's sqlite connection
+    back = pickle.loads(pickle.dumps(pipe))
+    np.testing.assert_array_equal(_vectors(back), want)     # every window found in the reopened store
+    np.testing.assert_array_equal(_vectors(copy.deepcopy(pipe)), want)
