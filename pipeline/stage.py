@@ -5,8 +5,8 @@ reads (``requires``) and fills (``fills``), as a spaCy component declares ``requ
 ``get_params()`` (``type(s)(**s.get_params())`` builds an equal stage, as a scikit-learn estimator is
 rebuilt) and shows them in its ``repr``. They speak scikit-learn's protocol: ``get_params(deep=...)``,
 ``set_params(**params)`` and ``sklearn.base.clone``; each pickles and deep-copies (the encode stage's
-weights pickle as what reloads them, see pipeline.cache.encode_stage.Weights). A user's stage needs none of this: any callable
-``Batch -> Batch`` is one; it may set ``requires`` / ``fills`` to have its place in a chain checked.
+weights pickle as what reloads them, see pipeline.cache.encode_stage.Weights). A user's stage needs
+none of this: any callable ``Batch -> Batch`` is one; it may set ``requires`` / ``fills`` to have its place in a chain checked.
 """
 from __future__ import annotations
 
@@ -182,7 +182,8 @@ def fingerprint_params(stage: Stage) -> dict[str, Any]:
         key.pop("model", None)
         key.pop("store", None)
         if isinstance(key.get("facts"), dict):
-            key["facts"] = {k: v for k, v in key["facts"].items() if k != "sha256"}   # a hub model's: known after the load
+            # a hub model's sha256 is known only after the load
+            key["facts"] = {k: v for k, v in key["facts"].items() if k != "sha256"}
     return key
 
 

@@ -22,8 +22,9 @@ class Weights:
     same model options (a pipeline, the pipelines derived from it, the vectorizer's runs); thread-safe.
 
     Pickling keeps no weights: the unpickled Weights load them again, from the folder of the first
-    config that asks (``encoder``; a model given in memory too), and refuse them (ModelError) when that folder's sha256 is no longer
-    the one the weights were loaded with. ``copy.deepcopy`` returns the same Weights (shared, not copied).
+    config that asks (``encoder``; a model given in memory too), and refuse them (ModelError) when that
+    folder's sha256 is no longer the one the weights were loaded with. ``copy.deepcopy`` returns the
+    same Weights (shared, not copied).
 
     Args:
         model: an already loaded model (not loaded again), or None: loaded from the first config's

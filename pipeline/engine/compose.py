@@ -288,7 +288,7 @@ class Pipeline:
         """
         resolved = self.resolution().with_io(cfg)
         plain = dataclasses.replace(resolved, stage_labels=None)
-        built = {type(s).name: s for s in plain.stages()}   # what the options build, to compare each built-in stage with
+        built = {type(s).name: s for s in plain.stages()}   # what the options build, each stage compared with it
         labels = tuple(stage_label(n, s, built.get(n)) for n, s in self._rebuilt(plain).steps)
         if labels != BUILT_IN_NAMES:   # the file and the --resume fingerprint name this pipeline's stages
             resolved = dataclasses.replace(resolved, stage_labels=labels)
