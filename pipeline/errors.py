@@ -18,6 +18,13 @@ class ConfigError(PipelineError):
     exit_code = 2
 
 
+class ParamError(ConfigError, ValueError):
+    """A stage or pipeline parameter name that does not exist (``set_params``). Exit 2.
+
+    A ValueError too, as scikit-learn's ``set_params`` raises for an invalid parameter.
+    """
+
+
 class InputError(PipelineError):
     """An input file cannot be read as asked (missing, bad bytes, bad CSV, missing column). Exit 2."""
 

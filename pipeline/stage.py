@@ -3,8 +3,10 @@ reads (``requires``) and fills (``fills``), as a spaCy component declares ``requ
 
 ``Stage`` is the base of the built-in stages: each is built from its own parameters, returns them with
 ``get_params()`` (``type(s)(**s.get_params())`` builds an equal stage, as a scikit-learn estimator is
-rebuilt) and shows them in its ``repr``. A user's stage needs none of this: any callable
-``Batch -> Batch`` is one; it may set ``requires`` / ``fills`` to have its place in a chain checked.
+rebuilt) and shows them in its ``repr``. They speak scikit-learn's protocol: ``get_params(deep=...)``,
+``set_params(**params)`` and ``sklearn.base.clone``; each pickles and deep-copies (the encode stage's
+weights pickle as what reloads them, see pipeline.cache.encode_stage.Weights). A user's stage needs
+none of this: any callable ``Batch -> Batch`` is one; it may set ``requires`` / ``fills`` to have its place in a chain checked.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .batch import Batch
-from .errors import ConfigError
+from .errors import ConfigError, ParamError
 
 # What a batch holds before any stage ran: its rows (``read`` or ``Batch.from_texts``).
 INPUT_FIELDS = ("rows",)
@@ -39,8 +41,45 @@ class Stage(abc.ABC):
         """
 
     @abc.abstractmethod
-    def get_params(self) -> dict[str, Any]:
-        """This stage's constructor arguments by name: ``type(self)(**self.get_params())`` builds an equal stage."""
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """This stage's constructor arguments by name: ``type(self)(**self.get_params())`` builds an equal stage.
+
+        ``deep`` is scikit-learn's: a stage holds no estimators, so it changes nothing.
+        """
+
+    def set_params(self, **params: Any) -> Stage:
+        """Set constructor arguments by name, as scikit-learn's ``set_params``: the stage is rebuilt in
+        place from its parameters with these replaced (what its constructor derives is derived again).
+
+        Returns:
+            This stage.
+
+        Raises:
+            ParamError (a ConfigError and a ValueError): a name that is not one of this stage's
+                parameters, naming it and the valid ones.
+        """
+        if not params:
+            return self
+        current = self.get_params(deep=False)
+        unknown = [k for k in params if k not in current]
+        if unknown:
+            raise ParamError(f"invalid parameter {unknown[0]!r} for stage {self.name!r} ({type(self).__name__}); "
+                              f"valid parameters: {sorted(current)}")
+        fresh = type(self)(**{**current, **params})
+        self.__dict__.update(fresh.__dict__)
+        return self
+
+    def __sklearn_clone__(self) -> Stage:
+        """``sklearn.base.clone``: a stage built from deep copies of the parameters (an equal stage; the
+        encode stage's weights and window store are shared, as in copy.deepcopy)."""
+        import copy
+
+        return copy.deepcopy(type(self)(**self.get_params(deep=False)))
+
+    def params_key(self) -> dict[str, Any]:
+        """The parameters in a stable, JSON-able form (``stable_value``): what equality and the --resume
+        fingerprint compare."""
+        return {k: stable_value(v) for k, v in self.get_params(deep=False).items()}
 
     def check(self, batch: Batch) -> None:
         """Raise ConfigError when ``batch`` lacks a field this stage reads (it ran out of order)."""
@@ -52,7 +91,7 @@ class Stage(abc.ABC):
                                   "(pipe.names lists the order)")
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and _comparable(self.get_params()) == _comparable(other.get_params())
+        return type(other) is type(self) and self.params_key() == other.params_key()
 
     __hash__ = object.__hash__
 
@@ -99,19 +138,28 @@ def check_chain(steps: Sequence[tuple[str, Any]], given: Iterable[str] = INPUT_F
         have.update(getattr(stage, "fills", None) or (fills or {}).get(name, ()))
 
 
-def stage_label(name: str, stage: Any) -> str:
+def stage_label(name: str, stage: Any, default: Any = None) -> str:
     """How a run names one of its stages, in the file's metadata and the --resume fingerprint.
 
-    A built-in stage: "name" alone (its parameters follow from the options, which are compared
-    apart). Any other: "name=module.qualname#sha" with the first 12 hex digits of the sha256 of
-    its code (source text, else bytecode), so an edited function counts as another stage.
-    Example: (“lower”, def lower(b): ...) -> "lower=__main__.lower#3f2a9c01d4e7".
+    A built-in stage: "name" alone when its parameters are those the options build (``default``, the
+    stage the run's options would make; None: not known, taken as equal), since the options are
+    compared apart; else "name=Class#sha" with the first 12 hex digits of the sha256 of its
+    parameters (``fingerprint_params``), so a pipeline with its own Segment (other windows) is another
+    run. Any other stage: "name=module.qualname#sha" with the sha256 of its code (source text, else
+    bytecode), so an edited function counts as another stage.
+    Example: (“lower”, def lower(b): ...) -> "lower=__main__.lower#3f2a9c01d4e7";
+    ("segment", Segment(windows of 8)) -> "segment=Segment#9b1c02e4aa7d".
     """
     import hashlib
     import inspect
+    import json
 
     if isinstance(stage, Stage) and stage.name == name and (type(stage).__module__ + ".").startswith((__package__ or "pipeline") + "."):
-        return name
+        mine = fingerprint_params(stage)
+        if default is None or (type(default) is type(stage) and fingerprint_params(default) == mine):
+            return name
+        text = json.dumps(mine, sort_keys=True, default=str).encode()
+        return f"{name}={type(stage).__name__}#{hashlib.sha256(text).hexdigest()[:12]}"
     fn = stage if inspect.isfunction(stage) or inspect.ismethod(stage) else type(stage)
     try:
         code = inspect.getsource(fn).encode()
@@ -121,14 +169,62 @@ def stage_label(name: str, stage: Any) -> str:
     return f"{name}={qual}#{hashlib.sha256(code).hexdigest()[:12]}"
 
 
-def _comparable(params: dict) -> dict:
-    """Parameters for equality: objects without value equality (a tokenizer, a model) by identity."""
-    return {k: (v if _has_value_eq(v) else id(v)) for k, v in params.items()}
+def fingerprint_params(stage: Stage) -> dict[str, Any]:
+    """A built-in stage's parameters as the --resume fingerprint compares them (``Stage.params_key``),
+    without what a resumed run may change or only holds: the read and write options in a config (the
+    options are compared apart), the encode stage's weights and window store (the model enters by
+    its name and its facts' sha256).
+    """
+    key = stage.params_key()
+    if isinstance(key.get("config"), dict):
+        key["config"] = {k: v for k, v in key["config"].items() if k not in ("read", "write")}
+    if stage.name == "encode":
+        key.pop("model", None)
+        key.pop("store", None)
+        if isinstance(key.get("facts"), dict):
+            # a hub model's sha256 is known only after the load
+            key["facts"] = {k: v for k, v in key["facts"].items() if k != "sha256"}
+    return key
 
 
-def _has_value_eq(value: Any) -> bool:
-    return isinstance(value, (str, int, float, bool, tuple, frozenset, type(None))) or (
-        hasattr(value, "__dataclass_fields__") or isinstance(value, dict))
+def stable_value(value: Any) -> Any:
+    """``value`` in a stable, JSON-able form, the same in every process and run.
+
+    Plain values as they are (tuples as lists, dict keys as text); a dataclass as {"type": its class
+    name, field: value...}; an arrow schema as its text without metadata; a tokenizer as its class, the
+    folder or hub name it was loaded from and its vocabulary size; the encode stage's shared weights as
+    "loaded from the config's model" (the config and the model's facts, with its sha256, are the encode
+    stage's other parameters; a model given in memory: by its id); a window
+    store by its database file (None: in memory). Any other object by its class and id (equal only to
+    itself, and not stable across processes).
+    """
+    import dataclasses
+    import math
+
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (tuple, list, frozenset, set)):
+        items = [stable_value(v) for v in value]
+        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
+    if isinstance(value, Mapping):
+        return {str(k): stable_value(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {"type": type(value).__name__,
+                **{f.name: stable_value(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+    kind = type(value).__name__
+    if hasattr(value, "item") and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0:
+        return stable_value(value.item())   # a numpy scalar
+    if kind == "Schema" and hasattr(value, "remove_metadata"):
+        return value.remove_metadata().to_string()
+    if hasattr(value, "name_or_path") and hasattr(value, "get_vocab"):
+        return {"tokenizer": kind, "path": str(value.name_or_path), "vocab": len(value)}
+    if kind == "Weights" and hasattr(value, "given"):
+        return {"weights": f"given id:{id(value)}" if value.given else "loaded from the config's model"}
+    if kind == "WindowStore" and hasattr(value, "db_file"):
+        return {"store": None if value.db_file is None else str(value.db_file)}
+    return {"object": f"{type(value).__module__}.{type(value).__qualname__}", "id": id(value)}
 
 
 def _short(value: Any) -> str:

@@ -21,6 +21,11 @@ class Weights:
     """A model's weights loaded once, on first use, and shared by every Encode stage built with the
     same model options (a pipeline, the pipelines derived from it, the vectorizer's runs); thread-safe.
 
+    Pickling keeps no weights: the unpickled Weights load them again, from the folder of the first
+    config that asks (``encoder``; a model given in memory too), and refuse them (ModelError) when that
+    folder's sha256 is no longer the one the weights were loaded with. ``copy.deepcopy`` returns the
+    same Weights (shared, not copied).
+
     Args:
         model: an already loaded model (not loaded again), or None: loaded from the first config's
             ``model`` options (name, device, dtype, quantize, threads).
@@ -28,9 +33,22 @@ class Weights:
 
     def __init__(self, model=None):
         self.model = model
+        self.given = model is not None  # an in-memory model (a pickled copy loads it from the config instead)
         self.sha256: str | None = None  # of the files the weights were loaded from (None: given, or a hub model)
         self._encoders: dict = {}       # (model, pool, encode options) -> its Encoder
         self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        """What loads the weights again: the sha256 they were checked with (no model, lock or encoders)."""
+        return {"sha256": self.sha256}
+
+    def __setstate__(self, state: dict) -> None:
+        self.model, self.given, self.sha256, self._encoders = None, False, state.get("sha256"), {}
+        self._lock = threading.Lock()
+
+    def __deepcopy__(self, memo: dict) -> Weights:
+        """The same Weights: a deep copy of a pipeline shares its loaded model, as derived pipelines do."""
+        return self
 
     @property
     def loaded(self) -> bool:
@@ -57,7 +75,11 @@ class Weights:
                 made = Encoder.from_config(config, tokenizer, model=self.model)
                 self.model = made.full_model
                 if fresh:
-                    self.sha256 = _files_sha256(config.model.model)
+                    now = _files_sha256(config.model.model)
+                    if self.sha256 is not None and now is not None and now != self.sha256:
+                        self.model = None   # unpickled, and the folder is no longer what was loaded
+                        raise _changed(config.model.model, self.sha256, now)
+                    self.sha256 = now
                 self._encoders[key] = made
             if sha256 is not None and self.sha256 is not None and self.sha256 != sha256:
                 raise _changed(config.model.model, sha256, self.sha256)
@@ -94,7 +116,26 @@ class Encode(Stage):
         self._encoder = self._cache = None
         self._lock = threading.Lock()
 
-    def get_params(self) -> dict:
+    def __getstate__(self) -> dict:
+        """The parameters only: the weights pickle as their sha256 (loaded again on the first call, see
+        Weights), the store by its folder; the encoder, the open cache and the lock are made again."""
+        state = dict(self.__dict__)
+        state["_encoder"] = state["_cache"] = state["_lock"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __deepcopy__(self, memo: dict) -> Encode:
+        """A copy that shares the weights and the store (an in-memory store is not emptied)."""
+        memo[id(self.weights)], memo[id(self.store)] = self.weights, self.store
+        new = object.__new__(Encode)
+        memo[id(self)] = new
+        new.__setstate__({k: copy.deepcopy(v, memo) for k, v in self.__getstate__().items()})
+        return new
+
+    def get_params(self, deep: bool = True) -> dict:
         return {"config": self.config, "tokenizer": self.tokenizer, "facts": self.facts, "model": self.weights,
                 "store": self.store, "with_tokens": self.with_tokens}
 

@@ -22,11 +22,12 @@ from ..errors import ConfigError, RunError
 from ..output.lock import holds_output
 from ..model.facts import model_label
 from ..read import read_block, verify_inputs
-from ..stage import check_chain, describe, stage_label
+from ..stage import INPUT_FIELDS, check_chain, describe, stage_label
 from ..cache.encode_stage import Encode
 from ..output.write import check_resume
 from .block import release_free_heap
 from .feed import feed_workers, ordered_map
+from .params import StepsByName, pipeline_params, set_step_params, step_item, with_io_options
 from .resolved import Resolved
 from .run import BatchProgress, Summary, fail_on_row_error, open_run, run_fingerprint, scan_inputs, writing
 
@@ -42,6 +43,10 @@ class Pipeline:
     ``Pipeline.from_config(cfg)``, which resolve the options against the model once (no weights load)
     and build the built-in stages. Nothing mutable is shared with another pipeline but the loaded
     weights; ``insert``, ``replace`` and ``without`` return new pipelines.
+
+    scikit-learn's protocol: ``get_params``, ``set_params``, ``named_steps``, ``pipe["segment"]``, ``pipe[1:3]``.
+    It pickles and deep-copies before and after its weights load: an unpickled one (a worker's) loads
+    them again from the model's folder, a deep copy shares them.
 
     Args:
         steps: stages (any callable ``Batch -> Batch``; a built-in one, or one with a ``name``) or
@@ -62,16 +67,17 @@ class Pipeline:
     """
 
     def __init__(self, steps: Iterable[StageFn | tuple[str, StageFn]], resolved: Resolved | None = None,
-                 fills: dict[str, tuple[str, ...]] | None = None):
+                 fills: dict[str, tuple[str, ...]] | None = None, given: Iterable[str] = INPUT_FIELDS):
         named = [s if isinstance(s, tuple) else (describe(s), s) for s in steps]
         self.steps: tuple[tuple[str, StageFn], ...] = tuple(named)
         self.resolved = resolved
+        self.given = tuple(given)   # the fields a batch holds when it comes in (a slice: what the stages before filled)
         names = [n for n, _ in self.steps]
         if len(set(names)) != len(names):
             raise ConfigError(f"stage names must be unique; got {names}")
         # a replacement that declares no ``fills`` fills what the stage it replaced filled
         self._fills = {n: f for n, f in (fills or {}).items() if n in names}
-        check_chain(self.steps, fills=self._fills)
+        check_chain(self.steps, self.given, fills=self._fills)
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig, tokenizer=None, model=None, store=None) -> Pipeline:
@@ -132,17 +138,44 @@ class Pipeline:
     def __len__(self) -> int:
         return len(self.steps)
 
-    def __getitem__(self, name: str) -> StageFn:
-        for n, stage in self.steps:
-            if n == name:
-                return stage
-        raise KeyError(f"no stage {name!r}; the stages are {list(self.names)}")
+    def __getitem__(self, key: str | int | slice) -> StageFn | Pipeline:
+        """A stage by name (``pipe["segment"]``) or position (``pipe[0]``); a slice (``pipe[1:3]``): a
+        Pipeline of those stages, checked from where it begins (pipeline.engine.params.step_item).
+
+        Raises:
+            KeyError: no stage of that name. IndexError: a position out of range. ValueError: a slice's step is not 1.
+        """
+        return step_item(self, key)
+
+    @property
+    def named_steps(self) -> StepsByName:
+        """The stages by name, as scikit-learn's ``named_steps``: ``pipe.named_steps["segment"]`` or
+        ``pipe.named_steps.segment`` (a copy: changing it changes nothing here)."""
+        return StepsByName(self.steps)
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """scikit-learn's parameters: ``steps``, each stage by its name, and with ``deep`` each stage's own
+        parameters as ``name__param`` (e.g. ``segment__strategies``), for a stage with ``get_params``."""
+        return pipeline_params(self.steps, deep)
+
+    def set_params(self, **params: Any) -> Pipeline:
+        """Set parameters by scikit-learn's names, in place (``steps``, ``segment=...``,
+        ``segment__strategies=...``; pipeline.engine.params.set_step_params), the chain checked again; returns self.
+
+        Raises:
+            ParamError (a ConfigError and a ValueError): an unknown stage or parameter name, naming it and the valid
+                ones; ConfigError: a chain whose order no longer holds (this pipeline is then unchanged).
+        """
+        steps = set_step_params(self.steps, params)
+        check_chain(steps, self.given, fills=self._fills)
+        self.steps = tuple(steps)
+        return self
 
     def __repr__(self) -> str:
         return f"Pipeline({' -> '.join(self.names)})"
 
     def _with_steps(self, steps: list[tuple[str, StageFn]], fills: dict | None = None) -> Pipeline:
-        return Pipeline(steps, self.resolved, {**self._fills, **(fills or {})})
+        return Pipeline(steps, self.resolved, {**self._fills, **(fills or {})}, self.given)
 
     def insert(self, stage: StageFn, *, before: str | None = None, after: str | None = None,
                name: str | None = None) -> Pipeline:
@@ -254,7 +287,9 @@ class Pipeline:
             ConfigError: a --keep-col that clashes with a column of this run.
         """
         resolved = self.resolution().with_io(cfg)
-        labels = tuple(stage_label(n, s) for n, s in self.steps)
+        plain = dataclasses.replace(resolved, stage_labels=None)
+        built = {type(s).name: s for s in plain.stages()}   # what the options build, each stage compared with it
+        labels = tuple(stage_label(n, s, built.get(n)) for n, s in self._rebuilt(plain).steps)
         if labels != BUILT_IN_NAMES:   # the file and the --resume fingerprint name this pipeline's stages
             resolved = dataclasses.replace(resolved, stage_labels=labels)
         return self._rebuilt(resolved)
@@ -266,7 +301,7 @@ class Pipeline:
 
     def _rebuilt(self, resolved: Resolved) -> Pipeline:
         """This pipeline, its built-in stages rebuilt from ``resolved`` (Resolved.io_stage)."""
-        return Pipeline([(n, resolved.io_stage(s)) for n, s in self.steps], resolved, self._fills)
+        return Pipeline([(n, resolved.io_stage(s)) for n, s in self.steps], resolved, self._fills, self.given)
 
     def __call__(self, batch: Batch | pa.Table) -> pa.Table:
         """Every stage on ``batch``; returns its output table (the schema ``extract`` writes).
@@ -363,27 +398,3 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=Non
 
 def _as_batch(batch: Batch | pa.Table) -> Batch:
     return batch if isinstance(batch, Batch) else Batch(rows=batch)
-
-
-def with_io_options(cfg: PipelineConfig, **options: Any) -> PipelineConfig:
-    """``cfg`` with read and write options replaced (validated as the CLI's).
-
-    Raises:
-        ConfigError: an option of another section (those are the pipeline's: build another), or a bad value.
-    """
-    from ..options.config import option_sections
-    from ..options.config_file import coerce
-
-    read, write = {}, {}
-    for key, value in options.items():
-        key = key.replace("-", "_")
-        section = option_sections().get(key)
-        if section not in ("read", "write"):
-            raise ConfigError(f"{key!r} is not a read or write option; options of the model, windows or pooling "
-                              "are the pipeline's own: build it with Pipeline.from_options(...)")
-        (read if section == "read" else write)[key] = coerce(key, value)   # as the CLI's values
-    try:
-        return dataclasses.replace(cfg, read=dataclasses.replace(cfg.read, **read),
-                                   write=dataclasses.replace(cfg.write, **write))
-    except TypeError as err:
-        raise ConfigError(f"bad option value: {err}") from None

@@ -287,7 +287,7 @@ class Aggregate(Stage):
         self.token_layers = tuple(sorted({x if x >= 0 else n_layers + 1 + x for f in self.features
                                           if f.strategy == "late" for x in f.layers}))
 
-    def get_params(self) -> dict:
+    def get_params(self, deep: bool = True) -> dict:
         return {"features": self.features, "columns": self.columns, "slices": self.slices,
                 "aggregates": self.aggregates, "normalize": self.normalize, "out_dtype": self.out_dtype,
                 "chunk_tokens": self.chunk_tokens, "n_layers": self.n_layers, "hidden": self.hidden}

@@ -125,7 +125,7 @@ class Rows(Stage):
     def __init__(self, schemas: Mapping[str, pa.Schema], kept: tuple[str, ...], columns: tuple[tuple[str, int], ...]):
         self.schemas, self.kept, self.columns = dict(schemas), tuple(kept), tuple(map(tuple, columns))
 
-    def get_params(self) -> dict:
+    def get_params(self, deep: bool = True) -> dict:
         return {"schemas": dict(self.schemas), "kept": self.kept, "columns": self.columns}
 
     def schema(self, id_type: pa.DataType) -> pa.Schema:

@@ -86,7 +86,7 @@ class Dedup(Stage):
 
     name, requires, fills = "dedup", ("windows",), ("plan",)
 
-    def get_params(self) -> dict:
+    def get_params(self, deep: bool = True) -> dict:
         return {}
 
     def __call__(self, batch: Batch) -> Batch:

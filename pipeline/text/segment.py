@@ -130,7 +130,7 @@ class Segment(Stage):
         self.strategies = dict(strategies)
         self.cls_id, self.sep_id = int(cls_id), int(sep_id)
 
-    def get_params(self) -> dict:
+    def get_params(self, deep: bool = True) -> dict:
         return {"strategies": dict(self.strategies), "cls_id": self.cls_id, "sep_id": self.sep_id}
 
     def __call__(self, batch: Batch) -> Batch:

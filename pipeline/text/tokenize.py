@@ -299,7 +299,7 @@ class Tokenize(Stage):
         self.with_offsets = with_offsets
         self.vocab_rows = vocab_rows
 
-    def get_params(self) -> dict:
+    def get_params(self, deep: bool = True) -> dict:
         return {"tokenizer": self.tokenizer, "max_tokens_per_doc": self.max_tokens_per_doc,
                 "with_offsets": self.with_offsets, "vocab_rows": self.vocab_rows, "lowercase": self.lowercase}
 
