@@ -97,8 +97,28 @@ def _expand_plot(plot: Path | None, inputs: tuple[str, ...]) -> Path | None:
 
     if plot is None:
         return None
-    plot = Path(expand_user(str(plot), "--plot"))
+    plot = _plot_format(Path(expand_user(str(plot), "--plot")))
     check_spares_inputs(inputs, [Written("--plot", str(plot))])
+    return plot
+
+
+def _plot_format(plot: Path) -> Path:
+    """``plot`` as matplotlib will write it: with ``.png`` added where it has no suffix (as savefig
+    does), so the path printed is the file written. Raises ConfigError before any model time when
+    matplotlib is missing or cannot write the suffix."""
+    from pipeline.engine.stats import pyplot
+    from pipeline.errors import ConfigError
+
+    pyplot()  # ConfigError without matplotlib
+    from matplotlib.figure import Figure
+
+    if not plot.suffix:
+        return plot.with_name(plot.name + ".png")
+    formats = Figure().canvas.get_supported_filetypes()
+    if plot.suffix[1:].lower() not in formats:
+        raise ConfigError(f"--plot {str(plot)!r}: matplotlib cannot write {plot.suffix!r} files; "
+                          f"use one of {', '.join('.' + f for f in sorted(formats))} (e.g. --plot "
+                          f"{plot.with_suffix('.png')})")
     return plot
 
 
