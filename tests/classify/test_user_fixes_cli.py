@@ -51,3 +51,10 @@ def test_probe_plot_without_a_suffix_prints_the_png_it_writes(runner, tiny_model
     assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert result.output.splitlines()[-1] == f"chart -> {written}"
 
+
+def test_probe_missing_label_column_names_label_col(runner, tiny_model_dir, tmp_path):
+    src = write_csv(tmp_path / "labelled.csv", LABELLED)
+    result = invoke(runner, ["probe", src, "--label-col", "lable", "--model", tiny_model_dir])
+    assert result.exit_code == 2, result.output
+    assert result.output == (f"Error: {src}: column 'lable' not found; columns are ['text', 'label']; "
+                             "pass --label-col with one of them\n")
