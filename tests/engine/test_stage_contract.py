@@ -3,6 +3,7 @@ built from parts, requires/fills checked when a chain is made, filters with Batc
 aggregate that fills only ``vectors``, and no state shared between derived pipelines."""
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -70,7 +71,10 @@ def test_a_stage_placed_before_what_it_reads_is_refused_when_the_chain_is_made(p
     with pytest.raises(ConfigError, match="stage 'early' reads 'docs', which no stage before it fills; put it "
                                           "after 'tokenize'"):
         pipe.insert(pipe["segment"], before="tokenize", name="early")
-    with pytest.raises(ConfigError, match="stage 'encode' reads 'plan'"):
+    with pytest.raises(ConfigError, match=re.escape("stage 'encode' reads 'plan', which no stage before it fills; "
+                                                    "stage 'dedup' fills it: add longbert.Dedup() before 'encode' "
+                                                    "(the order is ['tokenize', 'segment', 'encode', 'aggregate', "
+                                                    "'rows'])")):
         pipe.without("dedup")
     with pytest.raises(ConfigError, match="stage 'aggregate' reads 'encoded'"):
         longbert.Pipeline([pipe["tokenize"], pipe["segment"], pipe["dedup"], pipe["aggregate"]])
