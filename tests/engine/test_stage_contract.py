@@ -193,7 +193,7 @@ def test_resume_with_other_stages_is_refused_naming_them_and_the_file_names_its_
     manifest_stages = json.loads(pq.read_schema(next(out.glob("*.parquet"))).metadata[b"longbert"])["stages"]
     assert manifest_stages[0].startswith("lower=test_stage_contract.") and manifest_stages[1:] == [
         "tokenize", "segment", "dedup", "encode", "aggregate", "rows"]
-    with pytest.raises(ConfigError, match=r"--resume: the pipeline's stages differ from the run that wrote .*"
+    with pytest.raises(ConfigError, match=r"resume=True: the pipeline's stages differ from the run that wrote .*"
                                           r"the built-in stages now"):
         pipe.run(str(src), f"{out}/", block_rows=2, resume=True)
     cleaning.run(str(src), f"{out}/", block_rows=2, resume=True)      # the same stages: resumed
