@@ -90,15 +90,35 @@ def _build(**options: Any) -> PipelineConfig:
 
 
 def _expand_plot(plot: Path | None, inputs: tuple[str, ...]) -> Path | None:
-    """--plot with ``~`` expanded as every path option's (pipeline.options.paths.expand_user), and
-    refused (ConfigError) where it is one of the ``inputs`` (pipeline.output.spare_inputs)."""
+    """--plot with ``~`` expanded as every path option's (pipeline.options.paths.expand_user) and
+    ``.png`` added where it has no suffix (as savefig does); refused (ConfigError) where it is one of
+    the ``inputs`` (pipeline.output.spare_inputs) or a format matplotlib cannot write (_plot_format)."""
     from pipeline.options.paths import expand_user
     from pipeline.output.spare_inputs import Written, check_spares_inputs
 
     if plot is None:
         return None
     plot = Path(expand_user(str(plot), "--plot"))
+    if not plot.suffix:   # savefig adds .png: the path printed is the file written
+        plot = plot.with_name(plot.name + ".png")
     check_spares_inputs(inputs, [Written("--plot", str(plot))])
+    return _plot_format(plot)
+
+
+def _plot_format(plot: Path) -> Path:
+    """``plot``, checked before any model time: ConfigError when matplotlib is missing or cannot
+    write its suffix (naming --plot, the value and the formats it can write)."""
+    from pipeline.engine.stats import pyplot
+    from pipeline.errors import ConfigError
+
+    pyplot()  # ConfigError without matplotlib
+    from matplotlib.figure import Figure
+
+    formats = Figure().canvas.get_supported_filetypes()
+    if plot.suffix[1:].lower() not in formats:
+        raise ConfigError(f"--plot {str(plot)!r}: matplotlib cannot write {plot.suffix!r} files; "
+                          f"use one of {', '.join('.' + f for f in sorted(formats))} (e.g. --plot "
+                          f"{plot.with_suffix('.png')})")
     return plot
 
 

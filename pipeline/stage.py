@@ -103,6 +103,11 @@ class Stage(abc.ABC):
 # The built-in stage that fills each field (for messages).
 MAKERS = {"docs": "tokenize", "windows": "segment", "plan": "dedup", "encoded": "encode", "vectors": "aggregate",
           "table": "rows"}
+# How to add each of them to a list of stages (messages); Pipeline.from_options builds them all.
+MAKER_CALLS = {"tokenize": "longbert.Tokenize(tokenizer)", "segment": "longbert.Segment(strategies, cls_id, sep_id)",
+               "dedup": "longbert.Dedup()", "encode": "longbert.Encode(config, tokenizer, facts)",
+               "aggregate": "longbert.Aggregate(features, columns, slices)",
+               "rows": "longbert.Rows(schemas, kept, columns)"}
 
 
 def describe(stage: Any) -> str:
@@ -125,14 +130,22 @@ def check_chain(steps: Sequence[tuple[str, Any]], given: Iterable[str] = INPUT_F
     Raises:
         ConfigError: naming the first stage placed before a field it reads exists, the field, and the
             stage that fills it. Example: segment before tokenize -> "stage 'segment' reads 'docs',
-            which no stage before it fills; put it after 'tokenize'".
+            which no stage before it fills; put it after 'tokenize'"; no dedup in the list -> "stage
+            'encode' reads 'plan', which no stage before it fills; stage 'dedup' fills it: add
+            longbert.Dedup() before 'encode'".
     """
     have = set(given)
+    names = [n for n, _ in steps]
     for name, stage in steps:
         for field in getattr(stage, "requires", ()):
             if field not in have:
                 maker = MAKERS.get(field)
-                where = f"put it after {maker!r}" if maker else "put it after the stage that fills it"
+                if maker is None:
+                    where = "put it after the stage that fills it"
+                elif maker in names:
+                    where = f"put it after {maker!r}"
+                else:
+                    where = f"stage {maker!r} fills it: add {MAKER_CALLS[maker]} before {name!r}"
                 raise ConfigError(f"stage {name!r} reads {field!r}, which no stage before it fills; {where} "
                                   f"(the order is {[n for n, _ in steps]})")
         have.update(getattr(stage, "fills", None) or (fills or {}).get(name, ()))

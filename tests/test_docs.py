@@ -180,3 +180,10 @@ def test_readme_first_snippet_uses_the_public_api():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     python = [body for lang, body in FENCE.findall(readme) if lang == "python"]
     assert any("longbert.load_features" in b for b in python)
+
+
+def test_readme_says_that_make_tests_time_grows_with_the_load():
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert ("Its time grows with the machine's load: the same suite took about 25 minutes on those 2 cores at a "
+            "load average of 7-15") in text
+    assert "make run # creates .venv" in text and "make test # installs the test dependencies" in text

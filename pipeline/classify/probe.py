@@ -13,7 +13,7 @@ import numpy as np
 
 from ..options.config import PipelineConfig
 from ..options.features_config import STRATEGIES, Feature
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
 from .folds import check_classes, cross_validate_probe, stratified_sample  # noqa: F401 - stratified_sample: re-exported
 from .probe_plot import layers_text
 from .probe_files import windows_per_doc
@@ -58,7 +58,11 @@ def _read_corpus(cfg: PipelineConfig, label_col: str):
         raise ConfigError(f"--label-col {label_col!r} is the text column; pass the column of the labels")
     read_cfg = dataclasses.replace(cfg.read, keep_cols=(label_col,))
     texts, labels, dropped = [], [], 0
-    for spec in scan(read_cfg).blocks:
+    try:
+        specs = scan(read_cfg).blocks
+    except InputError as err:  # the label column is read as a kept column: name the flag the user gave
+        raise InputError(str(err).replace("pass --keep-col with", "pass --label-col with")) from None
+    for spec in specs:
         block = read_block(spec)
         for text, label in zip(block.column("text").to_pylist(), block.column(label_col).to_pylist()):
             if label is None or not str(label).strip():

@@ -330,13 +330,16 @@ class Pipeline:
             The run's pipeline.engine.run.Summary.
 
         Raises:
-            ConfigError / InputError / ModelError (exit 2 in the CLI), RunError (exit 1): as ``extract``.
+            ConfigError / InputError / ModelError (exit 2 in the CLI), RunError (exit 1): as ``extract``,
+            naming this call's arguments (``resume=True``, ``overwrite=True``) where extract names flags.
         """
+        from ..options.python_api import python_names
         paths = (inputs,) if isinstance(inputs, str) else tuple(str(p) for p in inputs)
-        cfg = with_io_options(self.cfg, inputs=paths, output=str(output), overwrite=overwrite, **options)
-        from ..output.api_outputs import check_run_output
-        check_run_output(cfg)   # the CLI's output rules, in the words of these arguments
-        return run(cfg, echo, pipe=self)
+        with python_names():   # messages name this call's arguments (overwrite=True), not extract's flags
+            cfg = with_io_options(self.cfg, inputs=paths, output=str(output), overwrite=overwrite, **options)
+            from ..output.api_outputs import check_run_output
+            check_run_output(cfg)   # the CLI's output rules, in the words of these arguments
+            return run(cfg, echo, pipe=self)
 
 
 @holds_output

@@ -13,7 +13,7 @@ import numpy as np
 from ..batch import Batch
 from ..stage import Stage
 from ..errors import ConfigError
-from ..options.features_config import AGGREGATES
+from ..options.features_config import AGGREGATES, parse_feature
 from ..model.late import chunk_spans, doc_chunks, max_context
 from ..model.pool import aggregate_parts, normalize
 from ..text.segment import covered_tokens
@@ -257,17 +257,39 @@ def _numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 
+def _features_of(features: object) -> tuple:
+    """Aggregate's ``features`` as Feature objects: each a Feature or a ``--feature`` spec
+    (pipeline.options.features_config.parse_feature). Raises ConfigError naming ``features``."""
+    if isinstance(features, (str, dict)) or not isinstance(features, (list, tuple)):
+        raise ConfigError(f"Aggregate: features must be a list or tuple of Feature objects or specs such as "
+                          f"'chunk:mean'; got {type(features).__name__} {features!r}")
+    for f in features:
+        if not isinstance(f, (str, dict)) and not hasattr(f, "strategy"):
+            raise ConfigError(f"Aggregate: features holds {type(f).__name__} {f!r}; give Feature objects or "
+                              "specs such as 'chunk:mean'")
+    return tuple(f if hasattr(f, "strategy") else parse_feature(f) for f in features)
+
+
 class Aggregate(Stage):
     """``encoded`` -> one vector per document and feature: its windows' vectors combined with
     ``aggregates`` (``aggregate_documents``), unit-scaled with ``normalize``.
 
     Args:
-        features: the run's features (strategy, pooling, layers), in column order.
+        features: the run's features in column order: pipeline.options.features_config.Feature
+            objects or specs as ``--feature`` takes them (``"chunk:mean"``, ``"head:cls:-4..-1:concat"``,
+            or a mapping of strategy/pooling/layers/layer_agg).
         columns: per feature (output column name, D); slices: per feature its [a, b) in a window vector.
         aggregates: first | last | mean | max | weighted, several side by side (e.g. ("mean", "max")).
         normalize: scale each vector to unit L2 norm. out_dtype: "float16" turns a vector that
             overflows half precision into a row error.
-        chunk_tokens, n_layers, hidden: late chunking's chunk size, the model's layers and hidden size.
+        chunk_tokens: late chunking's content tokens per chunk.
+        n_layers, hidden: the model's number of layers and hidden size (its config's
+            num_hidden_layers and hidden_size; the default model's are 6 and 384). Read by late
+            features only, which need both; None where there are none.
+
+    Raises:
+        ConfigError: ``features`` is not a sequence of features or specs, a spec is wrong (as
+            ``--feature``'s message), or a late feature without ``n_layers`` and ``hidden``.
 
     Fills ``vectors`` {column: (n_docs, D) float32}, ``valid``, ``errors``, ``out_docs``, ``n_windows``,
     ``truncated`` (and ``tokens`` in TokenAggregate). A replacement aggregate needs to fill only
@@ -279,10 +301,16 @@ class Aggregate(Stage):
 
     def __init__(self, features: tuple, columns: tuple[tuple[str, int], ...], slices: tuple[tuple[int, int], ...],
                  aggregates: tuple[str, ...] = ("mean",), normalize: bool = False, out_dtype: str = "float32",
-                 chunk_tokens: int = 128, n_layers: int = 12, hidden: int = 768):
-        self.features, self.columns, self.slices = tuple(features), tuple(map(tuple, columns)), tuple(map(tuple, slices))
+                 chunk_tokens: int = 128, n_layers: int | None = None, hidden: int | None = None):
+        self.features = _features_of(features)
+        self.columns, self.slices = tuple(map(tuple, columns)), tuple(map(tuple, slices))
         self.aggregates, self.normalize, self.out_dtype = tuple(aggregates), bool(normalize), out_dtype
-        self.chunk_tokens, self.n_layers, self.hidden = int(chunk_tokens), int(n_layers), int(hidden)
+        self.chunk_tokens = int(chunk_tokens)
+        self.n_layers = None if n_layers is None else int(n_layers)
+        self.hidden = None if hidden is None else int(hidden)
+        if (n_layers is None or hidden is None) and any(f.strategy == "late" for f in self.features):
+            raise ConfigError("Aggregate: late features need n_layers and hidden, the model's num_hidden_layers "
+                              f"and hidden_size (got n_layers={n_layers!r}, hidden={hidden!r})")
         # the hidden states late features read, as positive indices (pipeline.model.encode.Encoder.token_layers)
         self.token_layers = tuple(sorted({x if x >= 0 else n_layers + 1 + x for f in self.features
                                           if f.strategy == "late" for x in f.layers}))

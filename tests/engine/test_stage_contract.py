@@ -3,6 +3,7 @@ built from parts, requires/fills checked when a chain is made, filters with Batc
 aggregate that fills only ``vectors``, and no state shared between derived pipelines."""
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -70,7 +71,10 @@ def test_a_stage_placed_before_what_it_reads_is_refused_when_the_chain_is_made(p
     with pytest.raises(ConfigError, match="stage 'early' reads 'docs', which no stage before it fills; put it "
                                           "after 'tokenize'"):
         pipe.insert(pipe["segment"], before="tokenize", name="early")
-    with pytest.raises(ConfigError, match="stage 'encode' reads 'plan'"):
+    with pytest.raises(ConfigError, match=re.escape("stage 'encode' reads 'plan', which no stage before it fills; "
+                                                    "stage 'dedup' fills it: add longbert.Dedup() before 'encode' "
+                                                    "(the order is ['tokenize', 'segment', 'encode', 'aggregate', "
+                                                    "'rows'])")):
         pipe.without("dedup")
     with pytest.raises(ConfigError, match="stage 'aggregate' reads 'encoded'"):
         longbert.Pipeline([pipe["tokenize"], pipe["segment"], pipe["dedup"], pipe["aggregate"]])
@@ -189,7 +193,7 @@ def test_resume_with_other_stages_is_refused_naming_them_and_the_file_names_its_
     manifest_stages = json.loads(pq.read_schema(next(out.glob("*.parquet"))).metadata[b"longbert"])["stages"]
     assert manifest_stages[0].startswith("lower=test_stage_contract.") and manifest_stages[1:] == [
         "tokenize", "segment", "dedup", "encode", "aggregate", "rows"]
-    with pytest.raises(ConfigError, match=r"--resume: the pipeline's stages differ from the run that wrote .*"
+    with pytest.raises(ConfigError, match=r"resume=True: the pipeline's stages differ from the run that wrote .*"
                                           r"the built-in stages now"):
         pipe.run(str(src), f"{out}/", block_rows=2, resume=True)
     cleaning.run(str(src), f"{out}/", block_rows=2, resume=True)      # the same stages: resumed

@@ -141,7 +141,7 @@ def test_a_failed_encode_leaves_nothing_cached_for_the_next_call(tiny_model_dir,
     assert "pipeline" not in vectorizer._LOADED       # the failed call's pipeline is gone; the model stays
     monkeypatch.setattr(vectorizer, "block_from_texts", real)
     np.testing.assert_array_equal(longbert.encode(TEXTS, **kw), expected)
-    with pytest.raises(ConfigError, match=r"^--overlap=16\.5 is not a whole number"):
+    with pytest.raises(ConfigError, match=r"^overlap=16\.5 is not a whole number"):
         longbert.encode(TEXTS, **{**kw, "overlap": 16.5})
     np.testing.assert_array_equal(longbert.encode(TEXTS, **kw), expected)
 
@@ -150,13 +150,13 @@ def test_the_vectorizer_and_pipeline_coerce_as_the_cli():
     assert longbert.LongBertVectorizer(overlap=16.0, batch_size="8").config().segment.overlap == 16
     with pytest.raises(ConfigError) as err:
         longbert.LongBertVectorizer(batch_size=2.5).fit()
-    assert str(err.value) == "--batch-size=2.5 is not a whole number; give an integer, e.g. --batch-size 16"
+    assert str(err.value) == "batch_size=2.5 is not a whole number; give an integer, e.g. batch_size=16"
     with pytest.raises(ConfigError) as err:
         longbert.LongBertVectorizer(normalize="no").fit()
-    assert str(err.value).startswith("--normalize='no' is not true or false")
+    assert str(err.value).startswith("normalize='no' is not true or false")
     with pytest.raises(ConfigError) as err:
         longbert.Pipeline.from_options(model="default", overlap="abc")
-    assert str(err.value) == "--overlap='abc' is not a whole number; give an integer, e.g. --overlap 16"
+    assert str(err.value) == "overlap='abc' is not a whole number; give an integer, e.g. overlap=16"
 
 
 # ------------------------------------------------------------------------------------- the property

@@ -79,7 +79,7 @@ def test_pipeline_run_refuses_an_existing_file_without_overwrite(pipe, corpus, t
 
 
 def test_pipeline_run_checks_the_suffix_and_dir_outputs(pipe, corpus, tmp_path):
-    with pytest.raises(ConfigError, match=r"^--output '.*/o\.csv' is neither a \.parquet file nor a directory"):
+    with pytest.raises(ConfigError, match=r"^output='.*/o\.csv' is neither a \.parquet file nor a directory"):
         pipe.run(corpus, str(tmp_path / "o.csv"), overwrite=True)
     parts = f"{tmp_path / 'parts'}/"
     first = pipe.run(corpus, parts, block_rows=2)

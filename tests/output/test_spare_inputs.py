@@ -106,9 +106,9 @@ def test_pipeline_run_refuses_to_write_over_its_input(tiny_model_dir, tmp_path, 
     pipe = longbert.Pipeline.from_options(model=str(tiny_model_dir))
     with pytest.raises(ConfigError) as err:
         pipe.run(str(b69), str(tmp_path / "data" / ".." / "data" / "B69.parquet"), overwrite=True)
-    assert str(err.value) == (f"--output '{tmp_path}/data/../data/B69.parquet' is the input '{b69}'; longbert never "
+    assert str(err.value) == (f"output='{tmp_path}/data/../data/B69.parquet' is the input '{b69}'; longbert never "
                               "writes over an input, even when told to overwrite: write the features elsewhere, "
-                              f"e.g. -o {tmp_path}/data/B69.features.parquet")
+                              f"e.g. output='{tmp_path}/data/B69.features.parquet'")
     assert b69.read_bytes() == (CASES / "B69.parquet").read_bytes()
 
 
