@@ -199,3 +199,12 @@ def test_encode_refuses_compact_out_dtype():
 def test_help_names_the_choices(runner):
     result = invoke(runner, ["extract", "--help"])
     assert "int8" in result.output and "binary" in result.output and "_scale" in result.output
+
+
+def test_keep_col_named_like_the_scale_column_is_refused(runner, tiny_model_dir, tmp_path):
+    src = write_csv(tmp_path / "in.csv", [{"text": words(5), "features_scale": "x"}])
+    args = ["extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model_dir, "--no-progress",
+            "--keep-col", "features_scale"]
+    result = invoke(runner, [*args, "--out-dtype", "int8"])
+    assert result.exit_code == 2 and "--keep-col 'features_scale' clashes" in result.output
+    assert invoke(runner, [*args, "--out-dtype", "binary"]).exit_code == 0   # no scale column there
