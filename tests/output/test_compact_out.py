@@ -168,6 +168,10 @@ def test_resume_on_a_dir_gives_the_same_bytes(runner, tiny_model_dir, tmp_path, 
     parts = pq.read_table(sorted((tmp_path / "parts").glob("part-*.parquet")))
     for name in single.column_names:
         assert parts.column(name).to_pylist() == single.column(name).to_pylist(), name
+    _, X, _ = load_features(tmp_path / "parts")
+    _, raw, _ = load_features(tmp_path / "parts", raw=True)
+    np.testing.assert_array_equal(X, load_features(tmp_path / "out.parquet")[1])
+    assert raw.dtype == (np.int8 if form == "int8" else np.uint8) and X.shape == (8, 32)
     # another --out-dtype is another run: --resume refuses to mix the forms
     other = "binary" if form == "int8" else "int8"
     result = invoke(runner, [*args[:-2], "--out-dtype", other, "--block-rows", 3, "--resume"])
