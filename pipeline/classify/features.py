@@ -45,15 +45,21 @@ def decoded_matrix(table: pa.Table, column: str, meta: dict[str, Any], raw: bool
 
     float32 / float16: as stored (float16 upcast). int8: q * scale (``COLUMN_scale``), within scale / 2
     of the float32 run. binary: +1 where the bit is set, -1 elsewhere, D = the column's dim in
-    meta["compact"]. ``raw``: the stored array instead ((n, D) int8, (n, ceil(D / 8)) uint8, or floats).
+    meta["compact"]. ``raw``: the stored array instead ((n, D) int8, (n, ceil(D / 8)) uint8, or floats);
+    with int8 it sets ``meta["scale"]``, the (n,) float32 scales.
     """
     stored = stored_matrix(table.column(column))
     form = meta.get("out_dtype")
-    if raw or form not in ("int8", "binary"):
-        return stored if raw else stored.astype(np.float32, copy=False)
+    scale = (table.column(scale_column(column)).to_numpy(zero_copy_only=False).astype(np.float32)  # (n,)
+             if form == "int8" else None)
+    if raw:
+        if scale is not None:
+            meta["scale"] = scale
+        return stored
     if form == "int8":
-        scale = table.column(scale_column(column)).to_numpy(zero_copy_only=False).astype(np.float32)  # (n,)
         return dequantize_int8(stored, scale)
+    if form != "binary":
+        return stored.astype(np.float32, copy=False)
     dims = {c["column"]: c["dim"] for c in meta["compact"]["columns"]}
     return unpack_binary(stored, dims[column])
 
@@ -143,11 +149,10 @@ def load_features(path: str | Path, feature: str | None = None,
             several (``--feature`` given more than once), optional otherwise. Its settings (strategy
             dict, pooling, layers, layer_agg, feature_dim) replace the top-level ones in ``meta``, and
             ``meta["column"]`` names it.
-        raw: return the stored vectors as they are instead of float32: --out-dtype int8 gives X (N, D)
-            int8 and ``meta["scale"]`` (N,) float32 (x = X * scale[:, None]); binary gives X
-            (N, ceil(D / 8)) uint8, the packed signs (numpy ``unpackbits(X, axis=1, count=D)``);
-            float16 stays float16. Without raw, int8 is dequantized (within scale / 2 of the
-            float32 run) and binary decoded to +1 / -1 float32.
+        raw: the stored vectors instead of float32: --out-dtype int8 gives X (N, D) int8 and
+            ``meta["scale"]`` (N,) float32 (x = X * scale[:, None]); binary X (N, ceil(D / 8)) uint8, the
+            packed signs (``np.unpackbits(X, axis=1, count=D)``); float16 stays float16. Without raw,
+            int8 is dequantized (within scale / 2 of float32) and binary decoded to +1 / -1.
 
     Returns:
         (ids, X, meta):
@@ -207,9 +212,7 @@ def load_features(path: str | Path, feature: str | None = None,
                     for c in meta.get("keep_cols", []) if c in kept_table.column_names}
     meta["rows"] = {c: kept_table.column(c).to_numpy() for c in DOCUMENT_COUNTS if c in kept_table.column_names}
     ids = kept_table.column(id_col).to_numpy(zero_copy_only=False)
-    X = decoded_matrix(kept_table, column, meta, raw=raw)    # (N, D) float32; raw: as stored
-    if raw and meta.get("out_dtype") == "int8":
-        meta["scale"] = kept_table.column(scale_column(column)).to_numpy(zero_copy_only=False).astype(np.float32)
+    X = decoded_matrix(kept_table, column, meta, raw=raw)    # (N, D) float32; raw: as stored (int8: meta["scale"])
     assert X.shape[0] == ids.shape[0]
     return ids, X, meta
 
