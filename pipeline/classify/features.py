@@ -11,8 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..compact import dequantize_int8, unpack_binary
 from ..errors import InputError
-from ..output.schema import DOCUMENT_COUNTS, ERROR, FEATURES, SPANS, TOKEN_COLUMNS, WINDOW
+from ..output.schema import DOCUMENT_COUNTS, ERROR, FEATURES, SPANS, TOKEN_COLUMNS, TOKEN_FEATURES, WINDOW, scale_column
 from ..output.write import DONE_MANIFEST, MANIFEST, read_manifest
 
 
@@ -26,9 +27,41 @@ def features_matrix(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     assert pa.types.is_fixed_size_list(arr.type), arr.type
     assert arr.null_count == 0, "filter out null features first"
-    dim = arr.type.list_size
-    flat = arr.flatten()  # (n * D,); flatten, not .values: it honours a slice's offset
-    return flat.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(len(arr), dim)  # (n, D)
+    return stored_matrix(arr).astype(np.float32, copy=False)  # (n, D)
+
+
+def stored_matrix(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A fixed_size_list column without nulls -> (n, k) numpy array of its stored dtype (float32,
+    float16, int8 or uint8), no Python loop over rows."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    assert pa.types.is_fixed_size_list(arr.type), arr.type
+    assert arr.null_count == 0, "filter out null features first"
+    flat = arr.flatten()  # (n * k,); flatten, not .values: it honours a slice's offset
+    return flat.to_numpy(zero_copy_only=False).reshape(len(arr), arr.type.list_size)  # (n, k)
+
+
+def decoded_matrix(table: pa.Table, column: str, meta: dict[str, Any], raw: bool = False) -> np.ndarray:
+    """A feature column of rows without nulls -> (n, D) float32, decoded per meta["out_dtype"].
+
+    float32 / float16: as stored (float16 upcast). int8: q * scale (``COLUMN_scale``), within scale / 2
+    of the float32 run. binary: +1 where the bit is set, -1 elsewhere, D = the column's dim in
+    meta["compact"]. ``raw``: the stored array instead ((n, D) int8, (n, ceil(D / 8)) uint8, or floats);
+    with int8 it sets ``meta["scale"]``, the (n,) float32 scales.
+    """
+    stored = stored_matrix(table.column(column))
+    form = meta.get("out_dtype")
+    scale = (table.column(scale_column(column)).to_numpy(zero_copy_only=False).astype(np.float32)  # (n,)
+             if form == "int8" else None)
+    if raw:
+        if scale is not None:
+            meta["scale"] = scale
+        return stored
+    if form == "int8":
+        return dequantize_int8(stored, scale)
+    if form != "binary":
+        return stored.astype(np.float32, copy=False)
+    dims = {c["column"]: c["dim"] for c in meta["compact"]["columns"]}
+    return unpack_binary(stored, dims[column])
 
 
 def _read_file(path: Path) -> pa.Table:
@@ -43,7 +76,8 @@ def _read_file(path: Path) -> pa.Table:
         raise InputError(f"{path}: not a longbert features file (no 'longbert' schema metadata or no "
                          f"'features' column; columns are {schema.names}); pass the output of `longbert extract`")
     # the token-level columns (--level token) are never loaded
-    return pq.read_table(path, columns=[c for c in schema.names if c not in TOKEN_COLUMNS])
+    skip = {*TOKEN_COLUMNS, scale_column(TOKEN_FEATURES)}
+    return pq.read_table(path, columns=[c for c in schema.names if c not in skip])
 
 
 def _read_directory(path: Path) -> pa.Table:
@@ -101,7 +135,8 @@ def feature_names(path: str | Path) -> list[str]:
     return _feature_columns(json.loads(pq.read_schema(path).metadata[b"longbert"]))
 
 
-def load_features(path: str | Path, feature: str | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+def load_features(path: str | Path, feature: str | None = None,
+                  raw: bool = False) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Load extract's output as a feature matrix for a classifier.
 
     Rows whose ``features`` are null (the row's ``error`` says why, e.g. "empty text") are left out
@@ -114,12 +149,17 @@ def load_features(path: str | Path, feature: str | None = None) -> tuple[np.ndar
             several (``--feature`` given more than once), optional otherwise. Its settings (strategy
             dict, pooling, layers, layer_agg, feature_dim) replace the top-level ones in ``meta``, and
             ``meta["column"]`` names it.
+        raw: the stored vectors instead of float32: --out-dtype int8 gives X (N, D) int8 and
+            ``meta["scale"]`` (N,) float32 (x = X * scale[:, None]); binary X (N, ceil(D / 8)) uint8, the
+            packed signs (``np.unpackbits(X, axis=1, count=D)``); float16 stays float16. Without raw,
+            int8 is dequantized (within scale / 2 of float32) and binary decoded to +1 / -1.
 
     Returns:
         (ids, X, meta):
           - ids: (N,) the ``id`` column of the rows with features (object, str), or the ``row``
             column (int64 row numbers) of a run whose inputs had no id column.
-          - X: (N, D) float32 (float16 storage is upcast), D = meta["feature_dim"].
+          - X: (N, D) float32 (float16 storage is upcast; int8 dequantized; binary +1 / -1),
+            D = meta["feature_dim"] (with ``raw``: the stored array, see raw).
           - meta: the parsed ``longbert`` schema metadata (model, strategy dict with name, pooling,
             layers, keep_cols, ...), plus
               ``meta["kept"]``: {column: (N,) object array of str} for each --keep-col, aligned with X;
@@ -172,7 +212,7 @@ def load_features(path: str | Path, feature: str | None = None) -> tuple[np.ndar
                     for c in meta.get("keep_cols", []) if c in kept_table.column_names}
     meta["rows"] = {c: kept_table.column(c).to_numpy() for c in DOCUMENT_COUNTS if c in kept_table.column_names}
     ids = kept_table.column(id_col).to_numpy(zero_copy_only=False)
-    X = features_matrix(kept_table.column(column))           # (N, D)
+    X = decoded_matrix(kept_table, column, meta, raw=raw)    # (N, D) float32; raw: as stored (int8: meta["scale"])
     assert X.shape[0] == ids.shape[0]
     return ids, X, meta
 

@@ -43,7 +43,8 @@ def _labels(path: str | Path, label_col: str, ids: np.ndarray, meta: dict[str, A
         return ids.astype(str)
     if label_col in meta["kept"]:
         return np.asarray(meta["kept"][label_col], dtype=object)   # a null label stays None (probe_file drops it)
-    if label_col in COMPUTED or label_col in [f["column"] for f in meta.get("features") or []]:
+    scales = [c.get("scale_column") for c in (meta.get("compact") or {}).get("columns", [])]  # --out-dtype int8
+    if label_col in COMPUTED or label_col in [f["column"] for f in meta.get("features") or []] or label_col in scales:
         raise InputError(f"{path}: --label-col {label_col!r} is a column longbert computes, not a label; pass one "
                          f"of {usable}, or extract again with --keep-col LABEL")
     raise InputError(f"{path}: no column {label_col!r} to label with; the columns that can be labels are {usable} "

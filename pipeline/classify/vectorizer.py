@@ -86,6 +86,10 @@ def encode(texts: Sequence[str], *, show_progress_bar: bool | None = None, retur
         if key in options:
             raise ConfigError(f"encode() takes no {key}=; it returns the vectors (use Pipeline.run or "
                               "longbert extract to write files)")
+    if options.get("out_dtype") in ("int8", "binary"):
+        raise ConfigError(f"encode() takes no out_dtype={options['out_dtype']!r}: it returns float32 vectors; "
+                          "quantize them with pipeline.compact.quantize_int8 / pack_binary, or write files with "
+                          f"longbert extract --out-dtype {options['out_dtype']}")
     cfg = config_from_python(cache=cache_options(cache)[0], **options)
     errors: list[str | None] = [None if isinstance(t, str) else f"not a string ({type(t).__name__})" for t in items]
     if preprocess is not None:

@@ -20,7 +20,7 @@ from .features_config import (STRATEGIES, Feature, Pooling, Strategy, check_aggr
 # Each closed set of choices is one tuple, used by click.Choice and by the checks below.
 LEVELS = ("document", "token", "window")
 DTYPES = ("float32", "float16", "bfloat16", "auto")  # auto: bfloat16 where the device has a fast path (pipeline.model.chip)
-OUT_DTYPES = ("float32", "float16")
+OUT_DTYPES = ("float32", "float16", "int8", "binary")  # int8, binary: pipeline.compact (per-vector forms)
 QUANTIZE = ("none", "int8")
 ON_BAD_LINES = ("error", "skip")
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "text")
@@ -268,7 +268,8 @@ class WriteConfig:
     output: str = "out/features.parquet"   # a .parquet file, or a directory (ends in /) of parts
     overwrite: bool = False
     resume: bool = False                   # directory output only: continue after the last part
-    out_dtype: Literal["float32", "float16"] = "float32"
+    out_dtype: Literal["float32", "float16", "int8", "binary"] = "float32"  # int8: q + a float32 scale per vector;
+                                           # binary: signs packed 8 to a byte (pipeline.output.schema)
     strict: bool = False                   # any row error makes the run exit 1
     progress: bool = True
     cache: str | None = None               # --cache DIR: window store (pipeline.cache.store); changes no value

@@ -23,6 +23,7 @@ from .write import fits_float16
 NON_FINITE = "non-finite features (overflow in half precision, also in the float32 recompute)"
 FP16_OVERFLOW = "features overflow float16 (|x| > 65504); use --out-dtype float32"
 FP16_TOKEN_OVERFLOW = "per-token features overflow float16 (|x| > 65504); use --out-dtype float32"
+INT8_NON_FINITE = "features hold a value that is not finite, which --out-dtype int8 cannot store; use --out-dtype float32"
 NO_WINDOW = "no content tokens: the document makes no window"
 
 
@@ -48,7 +49,7 @@ def aggregate_documents(agg: Aggregate, batch: Batch) -> Batch:
     n_windows = np.zeros(n, dtype=np.int32)
     truncated = np.zeros(n, dtype=bool)
     tokens: list[tuple | None] = [None] * n
-    half = agg.out_dtype == "float16"
+    half, int8 = agg.out_dtype == "float16", agg.out_dtype == "int8"
     for doc in docs:
         wins = {s: batch.windows[s][spans[s][doc.row]] for s in strategies}
         rows = {s: index[s][spans[s][doc.row]] for s in strategies}     # (windows of doc,) into enc
@@ -70,6 +71,9 @@ def aggregate_documents(agg: Aggregate, batch: Batch) -> Batch:
         if half and not all(fits_float16(v) for v in vecs):
             errors[doc.row] = FP16_OVERFLOW
             continue
+        if int8 and not all(np.isfinite(v).all() for v in vecs):
+            errors[doc.row] = INT8_NON_FINITE
+            continue
         for col, vec in zip(features, vecs):
             col[doc.row] = vec
         valid[doc.row] = True
@@ -78,6 +82,8 @@ def aggregate_documents(agg: Aggregate, batch: Batch) -> Batch:
             tokens[doc.row] = token_features(doc, wins[s], [enc.tokens[i] for i in rows[s]])
             if half and not fits_float16(tokens[doc.row][3]):
                 errors[doc.row], valid[doc.row], tokens[doc.row] = FP16_TOKEN_OVERFLOW, False, None
+            elif int8 and not np.isfinite(tokens[doc.row][3]).all():
+                errors[doc.row], valid[doc.row], tokens[doc.row] = INT8_NON_FINITE, False, None
     return batch.replace(vectors={name: v for (name, _), v in zip(agg.columns, features)}, valid=valid,
                          errors=errors, out_docs=np.arange(n, dtype=np.int64), n_windows=n_windows,
                          truncated=truncated, tokens=tokens if agg.per_token else None)
@@ -281,7 +287,8 @@ class Aggregate(Stage):
         columns: per feature (output column name, D); slices: per feature its [a, b) in a window vector.
         aggregates: first | last | mean | max | weighted, several side by side (e.g. ("mean", "max")).
         normalize: scale each vector to unit L2 norm. out_dtype: "float16" turns a vector that
-            overflows half precision into a row error.
+            overflows half precision into a row error, "int8" one that is not finite (the rows stage
+            quantizes; "binary" packs the signs there).
         chunk_tokens: late chunking's content tokens per chunk.
         n_layers, hidden: the model's number of layers and hidden size (its config's
             num_hidden_layers and hidden_size; the default model's are 6 and 384). Read by late

@@ -13,11 +13,12 @@ import pyarrow as pa
 from collections.abc import Mapping
 
 from ..batch import Batch
+from ..compact import pack_binary, quantize_int8
 from ..counts import BlockCounts
 from ..stage import Stage
 from ..text.segment import covered_tokens
-from .schema import (ERROR, ID, N_TOKENS, N_UNKNOWN, N_WINDOWS, SPANS, TOKEN_COLUMNS, TRUNCATED, WINDOW,
-                     )
+from .schema import (ERROR, ID, N_TOKENS, N_UNKNOWN, N_WINDOWS, SPANS, TOKEN_COLUMNS, TOKEN_FEATURES, TRUNCATED,
+                     WINDOW, scale_column)
 
 
 def document_table(schema: pa.Schema, kept: tuple[str, ...], columns: list[tuple[str, int]], batch: Batch,
@@ -38,12 +39,13 @@ def document_table(schema: pa.Schema, kept: tuple[str, ...], columns: list[tuple
     cols[N_WINDOWS] = pa.array(batch.n_windows, type=pa.int32())
     cols[TRUNCATED] = pa.array(batch.truncated, type=pa.bool_())
     for name, _ in columns:
-        cols[name] = _fixed_list(batch.vectors[name], batch.valid, schema.field(name).type)
+        cols.update(_vector_columns(schema, name, batch.vectors[name], batch.valid))
     cols[ERROR] = pa.array(batch.errors, type=pa.string())
     if per_token:
         per_doc = [t if t is not None else (None,) * len(TOKEN_COLUMNS) for t in batch.tokens]
-        for k, name in enumerate(TOKEN_COLUMNS):
+        for k, name in enumerate(TOKEN_COLUMNS[:3]):  # token_ids, positions, offsets
             cols[name] = _list_array([t[k] for t in per_doc], schema.field(name).type)
+        cols.update(_token_vector_columns(schema, [t[3] for t in per_doc]))
     return pa.Table.from_pydict(cols, schema=schema)
 
 
@@ -63,9 +65,46 @@ def window_table(schema: pa.Schema, kept: tuple[str, ...], columns: list[tuple[s
                              type=schema.field(SPANS).type)
     cols[N_TOKENS] = pa.array([None if w is None else w.n_content for w in wins], type=pa.int32())
     for name, _ in columns:
-        cols[name] = _fixed_list(batch.vectors[name], batch.valid, schema.field(name).type)
+        cols.update(_vector_columns(schema, name, batch.vectors[name], batch.valid))
     cols[ERROR] = pa.array(batch.errors, type=pa.string())
     return pa.Table.from_pydict(cols, schema=schema)
+
+
+def _vector_columns(schema: pa.Schema, name: str, values: np.ndarray, valid: np.ndarray) -> dict[str, pa.Array]:
+    """One feature column's stored array(s), in the form its schema field declares.
+
+    (n, D) float32 values and (n,) validity -> {name: fixed_size_list<float>[D]} (float32 / float16);
+    with an int8 field {name: fixed_size_list<int8>[D], name_scale: (n,) float32} (quantize_int8, one
+    scale per vector); with a uint8 field {name: fixed_size_list<uint8>[ceil(D / 8)]} (pack_binary).
+    Rows that are not valid are null in every column. Each vector's bytes depend on that vector alone.
+
+    Raises:
+        ValueError: a valid int8 row that is not finite (the aggregate stage makes those row errors).
+    """
+    list_type = schema.field(name).type
+    leaf = list_type.value_type
+    if pa.types.is_int8(leaf):
+        q, scale = quantize_int8(np.where(valid[:, None], values, 0))       # (n, D) int8, (n,) float32
+        return {name: _fixed_list(q, valid, list_type),
+                scale_column(name): pa.array(scale, type=pa.float32(), mask=~valid)}
+    if pa.types.is_uint8(leaf):
+        return {name: _fixed_list(pack_binary(values), valid, list_type)}   # (n, ceil(D / 8)) uint8
+    return {name: _fixed_list(values, valid, list_type)}
+
+
+def _token_vector_columns(schema: pa.Schema, items: list[np.ndarray | None]) -> dict[str, pa.Array]:
+    """--level token: per document an (m, D) float32 array or None -> token_features in its schema form
+    (and token_features_scale list<float32>, one scale per token, with int8)."""
+    list_type = schema.field(TOKEN_FEATURES).type
+    leaf = list_type.value_type.value_type
+    if pa.types.is_int8(leaf):
+        pairs = [quantize_int8(x) if x is not None else (None, None) for x in items]
+        return {TOKEN_FEATURES: _list_array([q for q, _ in pairs], list_type),
+                scale_column(TOKEN_FEATURES): _list_array([s for _, s in pairs],
+                                                          schema.field(scale_column(TOKEN_FEATURES)).type)}
+    if pa.types.is_uint8(leaf):
+        return {TOKEN_FEATURES: _list_array([pack_binary(x) if x is not None else None for x in items], list_type)}
+    return {TOKEN_FEATURES: _list_array(items, list_type)}
 
 
 def _leading(schema: pa.Schema, kept: tuple[str, ...], rows: pa.Table, take: pa.Array | None) -> dict[str, pa.Array]:
@@ -82,7 +121,8 @@ def _leading(schema: pa.Schema, kept: tuple[str, ...], rows: pa.Table, take: pa.
 
 
 def _fixed_list(values: np.ndarray, valid: np.ndarray, list_type: pa.FixedSizeListType) -> pa.Array:
-    """(n, D) float32 and (n,) validity -> fixed_size_list<float>[D] with nulls where not valid."""
+    """(n, D) values and (n,) validity -> fixed_size_list<x>[D] (x: the type's value type) with nulls
+    where not valid."""
     flat = pa.array(values.astype(list_type.value_type.to_pandas_dtype()).reshape(-1), type=list_type.value_type)
     mask = pa.array(~valid) if not valid.all() else None
     return pa.FixedSizeListArray.from_arrays(flat, list_size=list_type.list_size, mask=mask)

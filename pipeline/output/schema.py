@@ -37,6 +37,8 @@ TOKEN_IDS = "token_ids"      # --level token, the four columns below
 POSITIONS = "positions"
 OFFSETS = "offsets"
 TOKEN_FEATURES = "token_features"
+SCALE_SUFFIX = "_scale"      # --out-dtype int8: FEATURE_scale, each vector's float32 scale (x = q * scale)
+COMPACT_FORMS = ("int8", "binary")  # --out-dtype values stored as pipeline.compact's forms
 
 DOCUMENT_COUNTS = (N_TOKENS, N_UNKNOWN, N_WINDOWS, TRUNCATED)   # a row per document: --level document, token
 WINDOW_COUNTS = (WINDOW, SPANS, N_TOKENS)                       # a row per window: --level window
@@ -68,9 +70,34 @@ def passthrough_columns(cfg: PipelineConfig) -> list[str]:
     return [*cfg.read.keep_cols, *([SOURCE] if cfg.read.with_source else [])]
 
 
+def scale_column(column: str) -> str:
+    """The int8 scale column of a feature column: ``features`` -> ``features_scale``."""
+    return column + SCALE_SUFFIX
+
+
+def vector_fields(name: str, dim: int, out_dtype: str) -> list[pa.Field]:
+    """The stored field(s) of one feature column of D = ``dim`` values per --out-dtype.
+
+    float32 / float16: [name fixed_size_list<float32|float16>[D]]; int8: [name fixed_size_list<int8>[D],
+    name_scale float32]; binary: [name fixed_size_list<uint8>[ceil(D / 8)]] (pipeline.compact).
+    """
+    if out_dtype == "int8":
+        return [pa.field(name, pa.list_(pa.int8(), dim)), pa.field(scale_column(name), pa.float32())]
+    if out_dtype == "binary":
+        return [pa.field(name, pa.list_(pa.uint8(), -(-dim // 8)))]
+    return [pa.field(name, pa.list_(pa.float16() if out_dtype == "float16" else pa.float32(), dim))]
+
+
+def token_vector_fields(token_dim: int, out_dtype: str) -> list[pa.Field]:
+    """The per-token feature field(s): token_features list<fixed_size_list<...>[...]> as vector_fields,
+    and with int8 ``token_features_scale`` list<float32> (one scale per token, aligned with its list)."""
+    stored = vector_fields(TOKEN_FEATURES, token_dim, out_dtype)
+    return [pa.field(f.name, pa.list_(f.type)) for f in stored]
+
+
 def output_fields(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: int, token_dim: int) -> list[pa.Field]:
     """The run's columns in order, as ``output_schema`` documents them (no metadata, no checks)."""
-    value = pa.float16() if cfg.write.out_dtype == "float16" else pa.float32()
+    out_dtype = cfg.write.out_dtype
     fields = [pa.field(ROW if pa.types.is_integer(id_type) else ID, id_type)]
     fields += [pa.field(c, pa.string()) for c in passthrough_columns(cfg)]
     if cfg.pool.per_window:  # one row per window (pipeline.output.rows.window_table)
@@ -79,15 +106,14 @@ def output_fields(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: i
     else:
         fields += [pa.field(N_TOKENS, pa.int32()), pa.field(N_UNKNOWN, pa.int32()),
                    pa.field(N_WINDOWS, pa.int32()), pa.field(TRUNCATED, pa.bool_())]
-    if cfg.multi_feature:
-        fields += [pa.field(name, pa.list_(value, d)) for name, d in feature_columns(cfg, hidden)]
-    else:
-        fields += [pa.field(FEATURES, pa.list_(value, dim))]
+    columns = feature_columns(cfg, hidden) if cfg.multi_feature else [(FEATURES, dim)]
+    for name, d in columns:
+        fields += vector_fields(name, d, out_dtype)
     fields += [pa.field(ERROR, pa.string())]
     if cfg.pool.per_token:
         fields += [pa.field(TOKEN_IDS, pa.list_(pa.int32())), pa.field(POSITIONS, pa.list_(pa.int32())),
                    pa.field(OFFSETS, pa.list_(pa.list_(pa.int32(), 2))),
-                   pa.field(TOKEN_FEATURES, pa.list_(pa.list_(value, token_dim)))]
+                   *token_vector_fields(token_dim, out_dtype)]
     return fields
 
 
@@ -134,7 +160,11 @@ def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, 
     features fixed_size_list<float32|float16>[dim] (with several --feature: one such column per
     feature, named as Feature.name, instead), error string; with --level token also token_ids
     list<int32>, positions list<int32>, offsets list<fixed_size_list<int32>[2]>, token_features
-    list<fixed_size_list<float>[token_dim]>. With --level window one row per window instead: id or row,
+    list<fixed_size_list<float>[token_dim]>. --out-dtype int8 stores each feature column as
+    fixed_size_list<int8>[dim] with a float32 ``COLUMN_scale`` column right after it (token_features:
+    list<fixed_size_list<int8>[token_dim]> and token_features_scale list<float32>, one scale per token);
+    --out-dtype binary as fixed_size_list<uint8>[ceil(dim / 8)] (pipeline.compact; the metadata's
+    ``compact`` entry says how to decode). With --level window one row per window instead: id or row,
     the --keep-col (and source) columns, window int32 (0-based within the document), spans
     list<fixed_size_list<int32>[2]> ([start, end) content-token positions), n_tokens int32 (content
     tokens of the window), the feature column(s), error. Metadata key ``longbert``: run_metadata as JSON.
@@ -199,6 +229,8 @@ def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: in
         meta["window_dim"] = dim // cfg.pool.parts
     meta["features"] = features_metadata(cfg, model.hidden_size)
     meta["folder_settings"] = settings_metadata(cfg, model)   # a sentence-transformers folder's; None: not one
+    if cfg.write.out_dtype in COMPACT_FORMS:
+        meta["compact"] = compact_metadata(cfg, model.hidden_size, dim, token_dim)
     if cfg.multi_feature:  # no one strategy/pooling describes the file: see meta["features"]
         meta.update(strategy=None, pooling=None, layers=None, layer_agg=None, feature_dim=None)
     return meta
@@ -238,3 +270,25 @@ def aggregate_metadata(cfg: PipelineConfig) -> str | list[str] | None:
     if cfg.pool.per_window:
         return None
     return cfg.pool.aggregate if len(cfg.pool.aggregates) == 1 else list(cfg.pool.aggregates)
+
+
+def compact_metadata(cfg: PipelineConfig, hidden: int, dim: int, token_dim: int) -> dict:
+    """The metadata's ``compact`` entry of an --out-dtype int8 or binary run: how to decode each column.
+
+    int8: {"form": "int8", "dequantize": "x = q * scale", "scale_column": "features_scale" (the first
+    column's), "columns": [{"column", "scale_column", "dim"}, ...]}; binary: {"form": "binary",
+    "dim": D (the first column's), "bitorder": "big", "decode": "x = 2*bit - 1", "columns":
+    [{"column", "dim", "bytes"}, ...]}. --level token adds token_features to "columns" (its scale column
+    is list<float32>, one scale per token).
+    """
+    form = cfg.write.out_dtype
+    columns = feature_columns(cfg, hidden) if cfg.multi_feature else [(FEATURES, dim)]
+    if cfg.pool.per_token:
+        columns = [*columns, (TOKEN_FEATURES, token_dim)]
+    if form == "int8":
+        entries = [{"column": c, "scale_column": scale_column(c), "dim": d} for c, d in columns]
+        return {"form": "int8", "dequantize": "x = q * scale", "scale_column": entries[0]["scale_column"],
+                "levels": 127, "columns": entries}
+    entries = [{"column": c, "dim": d, "bytes": -(-d // 8)} for c, d in columns]
+    return {"form": "binary", "dim": entries[0]["dim"], "bitorder": "big", "decode": "x = 2*bit - 1",
+            "bit": "1 where x > 0", "columns": entries}

@@ -413,3 +413,24 @@ def test_probe_plot_has_title_and_values_on_bars(tmp_path):
     assert ax.get_title() == "Linear probe: 2-fold stratified CV, 2 classes, 20 rows"
     expected = [f"{r['accuracy_mean']:.3f}" for r in results] + [f"{r['f1_macro_mean']:.3f}" for r in results]
     assert [t.get_text() for t in ax.texts] == expected
+
+
+@pytest.mark.parametrize("form", ["int8", "binary"])
+def test_probe_reads_compact_outputs_as_load_features_decodes_them(tmp_path, runner, tiny_model_dir, form):
+    rows = [{"text": words(5 + i, i), "label": "ab"[i % 2]} for i in range(12)]
+    src = write_csv(tmp_path / "in.csv", rows)
+    out = tmp_path / f"{form}.parquet"
+    result = invoke(runner, ["extract", src, "-o", out, "--model", tiny_model_dir, "--no-progress",
+                             "--max-length", ML, "--keep-col", "label", "--out-dtype", form])
+    assert result.exit_code == 0, result.output
+    (r,) = probe_files([out], label_col="label", folds=3, seed=0)
+    assert r["dimension"] == 32 and r["rows"] == 12              # decoded: D values, not ceil(D / 8) bytes
+    table = pq.read_table(out)
+    stored = np.stack(table.column("features").to_numpy(zero_copy_only=False))
+    X = (stored.astype(np.float32) * table.column("features_scale").to_numpy()[:, None] if form == "int8"
+         else np.unpackbits(stored.astype(np.uint8), axis=1, count=32).astype(np.float32) * 2 - 1)
+    acc, _ = manual_cv(X, np.array([row["label"] for row in rows], dtype=object), 3, 0)
+    np.testing.assert_allclose(r["accuracy"], acc)
+    if form == "int8":
+        with pytest.raises(InputError, match="'features_scale' is a column longbert computes"):
+            probe_files([out], label_col="features_scale")

@@ -344,3 +344,29 @@ def test_ray_workers_share_the_store_and_summary_equals_local(ray_address, tiny_
     assert stored == int(local[0].split(" windows encoded")[0].split()[-1])   # the cold local run's distinct windows
     for i in range(2):
         assert_same_output(read_output(tmp_path / "local0.parquet"), read_output(tmp_path / f"ray{i}"))
+
+
+def test_ray_int8_token_output_equals_local(ray_address, tiny_model_dir, tricky_csv, tmp_path, runner):
+    """--out-dtype int8 at --level token: Ray's parts hold the local run's q (each vector quantized
+    alone: at most one level apart where the float32 vectors differ in the last bits) and scales."""
+    path, _ = tricky_csv
+    common = [path, "--model", tiny_model_dir, "--no-progress", "--strategy", "chunk", "--level", "token",
+              "--out-dtype", "int8", "--block-rows", "4"]
+    local = invoke(runner, ["extract", *common, "-o", tmp_path / "local.parquet"])
+    assert local.exit_code == 0, local.output
+    ray_run = invoke(runner, ["extract", *common, "--engine", "ray", "-o", f"{tmp_path}/ray/"])
+    assert ray_run.exit_code == 0, ray_run.output
+    ours, theirs = read_output(tmp_path / "local.parquet"), read_output(tmp_path / "ray")
+    assert theirs.schema.equals(ours.schema, check_metadata=True)
+    assert theirs.schema.field("token_features").type == pa.list_(pa.list_(pa.int8(), 32))
+    for name in ours.column_names:
+        a, b = ours.column(name).to_pylist(), theirs.column(name).to_pylist()
+        if name in ("features", "token_features", "features_scale", "token_features_scale"):
+            assert [x is None for x in a] == [x is None for x in b], name
+            for x, y in zip(a, b):
+                if x is not None:
+                    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+                    tol = 1 if name in ("features", "token_features") else 1e-5 * np.abs(x).max()
+                    assert np.abs(x - y).max() <= tol, name
+        else:
+            assert a == b, name

@@ -1,0 +1,214 @@
+"""--out-dtype int8 and binary: the stored columns equal numpy's quantization / packbits of the float32
+run's vectors, at document, window and token level; the metadata says how to decode; load_features
+decodes (and raw=True returns the stored arrays); --resume on a DIR/ gives the same bytes."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import invoke, words, write_csv
+
+from pipeline.classify.features import load_features
+from pipeline.errors import ConfigError
+from pipeline.output.write import PartsSink, read_manifest
+
+ML = 16
+LENGTHS = [29, 3, 0, 14, 40, 7]   # several windows, one, an empty document (a null row), long
+
+
+def run(runner, model_dir, tmp_path, *extra, out="out.parquet", lengths=LENGTHS):
+    src = write_csv(tmp_path / "in.csv", [{"id": f"d{i}", "text": words(n, i)} for i, n in enumerate(lengths)])
+    result = invoke(runner, ["extract", src, "-o", f"{tmp_path}/{out}", "--model", model_dir, "--no-progress",
+                             "--overwrite", "--max-length", ML,
+                             *(() if "--feature" in extra else ("--strategy", "chunk")), *extra])
+    assert result.exit_code == 0, result.output
+    return tmp_path / out
+
+
+def int8_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """numpy's symmetric absmax quantization, written out here: scale = max|x| / 127, q = rint(x / scale)."""
+    scale = np.abs(x).max(axis=1) / 127.0
+    q = np.clip(np.rint(x / np.where(scale > 0, scale, 1)[:, None]), -127, 127).astype(np.int8)
+    return q, scale.astype(np.float32)
+
+
+def fixed(column) -> np.ndarray:
+    """A fixed_size_list column of non-null rows -> (n, k) numpy in its stored dtype."""
+    arr = column.combine_chunks()
+    return arr.flatten().to_numpy(zero_copy_only=False).reshape(len(arr), arr.type.list_size)
+
+
+@pytest.mark.parametrize("level", ["document", "window"])
+def test_int8_equals_the_quantized_float32_run(runner, tiny_model_dir, tmp_path, level):
+    ref = pq.read_table(run(runner, tiny_model_dir, tmp_path, "--level", level, out="f32.parquet"))
+    out = run(runner, tiny_model_dir, tmp_path, "--level", level, "--out-dtype", "int8", out="i8.parquet")
+    table = pq.read_table(out)
+    assert table.schema.field("features").type == pa.list_(pa.int8(), 32)
+    assert table.schema.field("features_scale").type == pa.float32()
+    names = table.column_names
+    assert names.index("features_scale") == names.index("features") + 1
+    assert [n for n in names if n != "features_scale"] == ref.column_names   # only a column added
+    valid = ref.column("features").is_valid().to_numpy(zero_copy_only=False)
+    assert not valid.all() and valid.any()                                   # the empty document's null row
+    assert table.column("features").is_valid().to_numpy(zero_copy_only=False).tolist() == valid.tolist()
+    assert table.column("features_scale").is_valid().to_numpy(zero_copy_only=False).tolist() == valid.tolist()
+    x = fixed(ref.column("features").filter(valid))                          # (n, 32) float32
+    q, scale = int8_reference(x)
+    np.testing.assert_array_equal(fixed(table.column("features").filter(valid)), q)
+    np.testing.assert_allclose(table.column("features_scale").filter(valid).to_numpy(), scale, rtol=1e-6)
+    assert np.abs(q).max(axis=1).tolist() == [127] * len(q)
+
+    meta = json.loads(table.schema.metadata[b"longbert"])
+    assert meta["out_dtype"] == "int8"
+    assert meta["compact"]["form"] == "int8" and meta["compact"]["scale_column"] == "features_scale"
+    assert meta["compact"]["dequantize"] == "x = q * scale"
+    assert "compact" not in json.loads(ref.schema.metadata[b"longbert"])     # float32 files stay as they were
+
+    ids, X, lmeta = load_features(out)
+    ref_ids, ref_X, _ = load_features(tmp_path / "f32.parquet")
+    assert ids.tolist() == ref_ids.tolist() and X.dtype == np.float32 and X.shape == ref_X.shape
+    assert (np.abs(X - ref_X) <= scale[:, None] / 2 + 1e-7).all()
+    assert not np.array_equal(X, ref_X)
+    _, raw, rmeta = load_features(out, raw=True)
+    assert raw.dtype == np.int8
+    np.testing.assert_array_equal(raw, q)
+    np.testing.assert_allclose(rmeta["scale"], scale, rtol=1e-6)
+
+
+@pytest.mark.parametrize("level", ["document", "window"])
+def test_binary_equals_packbits_of_the_float32_run(runner, tiny_model_dir, tmp_path, level):
+    ref = pq.read_table(run(runner, tiny_model_dir, tmp_path, "--level", level, out="f32.parquet"))
+    out = run(runner, tiny_model_dir, tmp_path, "--level", level, "--out-dtype", "binary", out="bin.parquet")
+    table = pq.read_table(out)
+    assert table.schema.field("features").type == pa.list_(pa.uint8(), 4)
+    assert table.column_names == ref.column_names
+    valid = ref.column("features").is_valid().to_numpy(zero_copy_only=False)
+    x = fixed(ref.column("features").filter(valid))
+    bits = fixed(table.column("features").filter(valid))
+    np.testing.assert_array_equal(bits, np.packbits(x > 0, axis=1))
+    meta = json.loads(table.schema.metadata[b"longbert"])
+    assert meta["out_dtype"] == "binary"
+    assert {k: meta["compact"][k] for k in ("form", "dim", "bitorder", "decode")} == \
+        {"form": "binary", "dim": 32, "bitorder": "big", "decode": "x = 2*bit - 1"}
+    _, X, _ = load_features(out)
+    np.testing.assert_array_equal(X, np.where(x > 0, 1.0, -1.0).astype(np.float32))
+    _, raw, _ = load_features(out, raw=True)
+    assert raw.dtype == np.uint8
+    np.testing.assert_array_equal(raw, bits)
+
+
+def token_lists(table: pa.Table, column: str) -> list[np.ndarray | None]:
+    """token_features-like list<fixed_size_list<x>[k]> -> per row an (m, k) array (None: null row)."""
+    out = []
+    for row in table.column(column).to_pylist():
+        out.append(None if row is None else np.array(row))
+    return out
+
+
+def test_token_level_int8_and_binary(runner, tiny_model_dir, tmp_path):
+    ref = pq.read_table(run(runner, tiny_model_dir, tmp_path, "--level", "token", out="f32.parquet"))
+    i8 = pq.read_table(run(runner, tiny_model_dir, tmp_path, "--level", "token", "--out-dtype", "int8",
+                           out="i8.parquet"))
+    bn = pq.read_table(run(runner, tiny_model_dir, tmp_path, "--level", "token", "--out-dtype", "binary",
+                           out="bin.parquet"))
+    assert i8.schema.field("token_features").type == pa.list_(pa.list_(pa.int8(), 32))
+    assert i8.schema.field("token_features_scale").type == pa.list_(pa.float32())
+    assert bn.schema.field("token_features").type == pa.list_(pa.list_(pa.uint8(), 4))
+    assert [n for n in i8.column_names if not n.endswith("_scale")] == ref.column_names
+    meta = json.loads(i8.schema.metadata[b"longbert"])
+    assert {"column": "token_features", "scale_column": "token_features_scale", "dim": 32} in meta["compact"]["columns"]
+    scales = i8.column("token_features_scale").to_pylist()
+    seen = 0
+    for x, q, s, b in zip(token_lists(ref, "token_features"), token_lists(i8, "token_features"), scales,
+                          token_lists(bn, "token_features")):
+        if x is None:
+            assert q is None and s is None and b is None
+            continue
+        seen += 1
+        rq, rs = int8_reference(x.astype(np.float32))
+        np.testing.assert_array_equal(q, rq)
+        np.testing.assert_allclose(s, rs, rtol=1e-6)
+        assert len(s) == len(x)
+        assert (np.abs(q * np.array(s, np.float32)[:, None] - x) <= rs[:, None] / 2 + 1e-7).all()
+        np.testing.assert_array_equal(b, np.packbits(x > 0, axis=1))
+    assert seen == 5
+    # the document vectors of a token run are compact too, and load_features skips the token columns
+    _, X, _ = load_features(tmp_path / "i8.parquet")
+    _, ref_X, _ = load_features(tmp_path / "f32.parquet")
+    assert X.shape == ref_X.shape and np.abs(X - ref_X).max() < np.abs(ref_X).max() / 127
+
+
+@pytest.mark.parametrize("form", ["int8", "binary"])
+def test_resume_on_a_dir_gives_the_same_bytes(runner, tiny_model_dir, tmp_path, monkeypatch, form):
+    lengths = [29, 0, 40, 3, 15, 50, 1, 33, 0, 20]
+    extra = ("--out-dtype", form, "--block-rows", 3)
+    single = pq.read_table(run(runner, tiny_model_dir, tmp_path, *extra, lengths=lengths))
+    write = PartsSink.write
+    calls = []
+
+    def fail_third(self, spec, table):
+        calls.append(spec.index)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        write(self, spec, table)
+
+    monkeypatch.setattr(PartsSink, "write", fail_third)
+    src = tmp_path / "in.csv"
+    args = ["extract", src, "-o", f"{tmp_path}/parts/", "--model", tiny_model_dir, "--no-progress",
+            "--max-length", ML, "--strategy", "chunk", *extra]
+    result = invoke(runner, args)
+    assert result.exit_code == 1 and "kept for --resume" in result.output
+    assert [p["block"] for p in read_manifest(tmp_path / "parts")["parts"]] == [0, 1]
+    monkeypatch.setattr(PartsSink, "write", write)
+    result = invoke(runner, [*args, "--resume"])
+    assert result.exit_code == 0 and "resuming" in result.output, result.output
+    parts = pq.read_table(sorted((tmp_path / "parts").glob("part-*.parquet")))
+    for name in single.column_names:
+        assert parts.column(name).to_pylist() == single.column(name).to_pylist(), name
+    _, X, _ = load_features(tmp_path / "parts")
+    _, raw, _ = load_features(tmp_path / "parts", raw=True)
+    np.testing.assert_array_equal(X, load_features(tmp_path / "out.parquet")[1])
+    assert raw.dtype == (np.int8 if form == "int8" else np.uint8) and X.shape == (8, 32)
+    # another --out-dtype is another run: --resume refuses to mix the forms
+    other = "binary" if form == "int8" else "int8"
+    result = invoke(runner, [*args[:-2], "--out-dtype", other, "--block-rows", 3, "--resume"])
+    assert result.exit_code == 2 and f"--out-dtype: {form!r} then, {other!r} now" in result.output
+
+
+def test_several_features_get_a_scale_column_each(runner, tiny_model_dir, tmp_path):
+    out = run(runner, tiny_model_dir, tmp_path, "--feature", "chunk:mean", "--feature", "chunk:cls",
+              "--out-dtype", "int8")
+    table = pq.read_table(out)
+    meta = json.loads(table.schema.metadata[b"longbert"])
+    columns = [c["column"] for c in meta["features"]]
+    assert len(columns) == 2
+    for c in columns:
+        assert table.schema.field(c).type == pa.list_(pa.int8(), 32)
+        assert table.schema.field(c + "_scale").type == pa.float32()
+    assert [e["scale_column"] for e in meta["compact"]["columns"]] == [c + "_scale" for c in columns]
+    _, X, m = load_features(out, feature=columns[1], raw=True)
+    assert X.dtype == np.int8 and m["scale"].shape == (len(X),)
+
+
+def test_encode_refuses_compact_out_dtype():
+    import longbert
+
+    with pytest.raises(ConfigError, match="out_dtype='int8'"):
+        longbert.encode(["a text"], out_dtype="int8")
+
+
+def test_help_names_the_choices(runner):
+    result = invoke(runner, ["extract", "--help"])
+    assert "int8" in result.output and "binary" in result.output and "_scale" in result.output
+
+
+def test_keep_col_named_like_the_scale_column_is_refused(runner, tiny_model_dir, tmp_path):
+    src = write_csv(tmp_path / "in.csv", [{"text": words(5), "features_scale": "x"}])
+    args = ["extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model_dir, "--no-progress",
+            "--keep-col", "features_scale"]
+    result = invoke(runner, [*args, "--out-dtype", "int8"])
+    assert result.exit_code == 2 and "--keep-col 'features_scale' clashes" in result.output
+    assert invoke(runner, [*args, "--out-dtype", "binary"]).exit_code == 0   # no scale column there
