@@ -167,7 +167,7 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
             if cfg.ray.engine == "ray":
                 from pipeline.engine.ray_engine import run
             else:
-                from pipeline.engine.compose import run
+                from pipeline.engine.local import run
         summary = run(cfg, echo=lambda m: click.echo(m, err=True))
     except PipelineError as err:
         _fail(err)

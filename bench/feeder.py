@@ -7,7 +7,7 @@ written to a temporary parquet file. Each contender runs in its own subprocess (
 its own:
 
 - raw tokenizer: ``tokenizer(texts, add_special_tokens=False)`` on all texts in one call, texts in memory;
-- feeder: ``pipeline.engine.compose.run`` (parquet scan to parquet written) with the model replaced, inside this
+- feeder: ``pipeline.engine.local.run`` (parquet scan to parquet written) with the model replaced, inside this
   benchmark only, by a stub whose call returns zeros of the right shape (an expanded view: no memory
   written), so batching, padding, pooling, aggregation and writing run for real.
 
@@ -155,12 +155,12 @@ def timed_pipeline(clock: Clock, cfg, stub: bool = True):
     with ``stub``, the model's forward pass replaced by ZeroModel. Reading and writing are not stages: the
     run's read_block, scan and the file sink are timed where the local engine calls them. bench/gpu_bench.py
     uses it without the stub (``clock.encode``: the encode stage, its encoder hooked there)."""
-    import pipeline.engine.compose as compose
+    import pipeline.engine.local as local
     import pipeline.engine.run as run
     import pipeline.output.write as write
     from pipeline.engine.compose import Pipeline
 
-    for owner, name, stage in ((run, "scan", "scan"), (compose, "read_block", "read"), (write.FileSink, "write", "write"),
+    for owner, name, stage in ((run, "scan", "scan"), (local, "read_block", "read"), (write.FileSink, "write", "write"),
                                (write.FileSink, "commit", "write")):
         clock.wrap(owner, name, stage)
     pipe = Pipeline.from_config(cfg)
@@ -186,8 +186,8 @@ def stage_split(clock: Clock) -> tuple[dict[str, float], dict[str, float]]:
 
 
 def work_feeder(args) -> dict:
-    """pipeline.engine.compose.run on the corpus with the model stubbed; stage seconds from the timed stages."""
-    import pipeline.engine.compose as compose
+    """pipeline.engine.local.run on the corpus with the model stubbed; stage seconds from the timed stages."""
+    import pipeline.engine.local as local
     import pipeline.engine.run as run
     from pipeline.options.config import PipelineConfig
 
@@ -200,7 +200,7 @@ def work_feeder(args) -> dict:
     import transformers.models.bert.modeling_bert  # noqa: F401 - imported before the clock, as run_bench does
     c0, t0 = cpu_seconds(), time.perf_counter()
     pipe = timed_pipeline(clock, cfg)
-    summary = compose.run(cfg, pipe=pipe)
+    summary = local.run(cfg, pipe=pipe)
     seconds, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     stages, stage_cpu = stage_split(clock)
     return {"seconds": seconds, "cpu": cpu, "tokens": summary.tokens, "stages": stages, "stage_cpu": stage_cpu,

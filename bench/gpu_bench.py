@@ -6,7 +6,7 @@ Steps, each timed after a warm-up:
 1. bf16 matrix rate: ``torch.matmul`` of two 8192 x 8192 bfloat16 matrices, 20 times between CUDA events;
    2 * 8192^3 FLOP each.
 2. Corpus: examples/labelled.csv (real man pages and docs, 64% over 512 tokens) repeated ``--repeat`` times.
-3. For each model, ``pipeline.engine.compose.run`` with ``--device cuda --dtype bfloat16 --strategy chunk --max-length
+3. For each model, ``pipeline.engine.local.run`` with ``--device cuda --dtype bfloat16 --strategy chunk --max-length
    512``, at the default batch limits (32 windows, 16,384 padded tokens) and at larger ones
    (``--batch-size 256 --max-batch-tokens 131072``). Reported: window tokens/s (real tokens the model sees,
    [CLS] and [SEP] included, padding not), model TFLOP/s from the FLOP count below, its fraction of the
@@ -124,13 +124,13 @@ def base_model_dir(folder: Path, layers: int) -> Path:
 
 
 def work_embed(args) -> dict:
-    """pipeline.engine.compose.run on ``args.csv``; forward calls bracketed by CUDA events; stage split; vectors saved."""
+    """pipeline.engine.local.run on ``args.csv``; forward calls bracketed by CUDA events; stage split; vectors saved."""
     import numpy as np
     import pyarrow.parquet as pq
     import torch
 
     import feeder
-    import pipeline.engine.compose as compose
+    import pipeline.engine.local as local
     from pipeline.options.config import PipelineConfig
 
     clock = feeder.Clock()
@@ -164,7 +164,7 @@ def work_embed(args) -> dict:
 
     encoder.model.register_forward_pre_hook(before, with_kwargs=True)
     encoder.model.register_forward_hook(after, with_kwargs=True)
-    summary = compose.run(cfg, pipe=pipe)
+    summary = local.run(cfg, pipe=pipe)
     seconds = time.perf_counter() - t0
     if args.device.startswith("cuda"):
         torch.cuda.synchronize()

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's pipeline, not an installed one
 
 import pipeline.read as read_module
-import pipeline.engine.compose as run_module   # the local engine
+import pipeline.engine.local as run_module   # the local engine
 from pipeline.options.config import PipelineConfig
 from pipeline.read import scan
 from pipeline.read.recheck import check_stamps, verify_inputs

@@ -231,7 +231,7 @@ def _ours_config(csv_path: str, out: str, strategy: str, quantize: str, engine: 
 
 def work_ours(args: argparse.Namespace) -> Result:
     """``longbert extract`` end to end, in process: CSV read (scan + hash) to parquet written, model
-    load included (pipeline.engine.compose.run)."""
+    load included (pipeline.engine.local.run)."""
     import numpy as np
     import pyarrow.parquet as pq
 
@@ -239,7 +239,7 @@ def work_ours(args: argparse.Namespace) -> Result:
     if args.engine == "ray":  # a local Ray started by the run, one worker: the timed region includes it
         from pipeline.engine.ray_engine import run
     else:
-        from pipeline.engine.compose import run
+        from pipeline.engine.local import run
 
     # Instrumentation only: time spent in Encoder._forward (batch padding + forward + pooling + copy out).
     forward_s = [0.0]
@@ -735,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
         "- ratio to ours (head): the contender's documents/s over longbert head's documents/s.\n"
         "- timed region: ceiling = the forward passes only (windows tokenized, segmented and padded "
         "beforehand, batched as longbert does: per block of 256 documents, longest first, 32 windows); "
-        "longbert = `pipeline.engine.compose.run`, CSV scan to parquet written, model load included; "
+        "longbert = `pipeline.engine.local.run`, CSV scan to parquet written, model load included; "
         "sentence-transformers and transformers pipeline = model load + encoding texts already in memory. "
         "Every worker imports torch and transformers before its clock starts.\n"
         "- CPU s: user + system CPU seconds of the contender's process over the timed region (all threads); "

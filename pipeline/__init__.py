@@ -16,7 +16,7 @@ __all__ = ["PipelineConfig", "PipelineError", "ConfigError", "InputError", "Mode
 def __getattr__(name: str):
     # Lazy: `import pipeline` stays light (no torch) for `longbert --help` and config checks.
     if name == "run":
-        from .engine.compose import run
+        from .engine.local import run
         return run
     if name == "load_features":
         from .classify.features import load_features

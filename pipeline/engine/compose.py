@@ -1,7 +1,7 @@
 """``Pipeline``: stages in order, built from parts or from options, composable (insert, replace,
-without), with ``map``, the one loop that runs stages over blocks, and ``run``, the local engine.
+without), with ``map``, the one loop that runs stages over blocks.
 
-``longbert extract`` is ``run(cfg)``, the same loop as ``Pipeline.run``. The design follows
+``longbert extract`` is pipeline.engine.local.run(cfg), the same loop as ``Pipeline.run``. The design follows
 scikit-learn's ``Pipeline`` (a list of steps, each rebuilt from ``get_params``), spaCy's
 ``add_pipe(before=/after=)`` with each component's ``requires``, and sentence-transformers' module
 list (each module built alone from its own arguments).
@@ -9,27 +9,20 @@ list (each module built alone from its own arguments).
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from ..batch import Batch
-from ..counts import BlockCounts
-from ..options.config import DEFAULT_MODEL, PipelineConfig
-from ..errors import ConfigError, RunError
-from ..output.lock import holds_output
-from ..model.facts import model_label
-from ..read import read_block, verify_inputs
+from ..options.config import PipelineConfig
+from ..errors import ConfigError
 from ..stage import INPUT_FIELDS, check_chain, describe, stage_label
 from ..cache.encode_stage import Encode
-from ..output.write import check_resume
 from .block import release_free_heap
-from .feed import feed_workers, ordered_map
+from .feed import ordered_map
 from .params import StepsByName, pipeline_params, set_step_params, step_item, with_io_options
 from .resolved import Resolved
-from .run import BatchProgress, Summary, fail_on_row_error, open_run, run_fingerprint, scan_inputs, writing
 
 StageFn = Callable[[Batch], Batch]
 BUILT_IN_NAMES = ("tokenize", "segment", "dedup", "encode", "aggregate", "rows")
@@ -339,64 +332,8 @@ class Pipeline:
             cfg = with_io_options(self.cfg, inputs=paths, output=str(output), overwrite=overwrite, **options)
             from ..output.api_outputs import check_run_output
             check_run_output(cfg)   # the CLI's output rules, in the words of these arguments
+            from .local import run   # the local engine runs this pipeline's stages
             return run(cfg, echo, pipe=self)
-
-
-@holds_output
-def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=None) -> Summary:
-    """Run the whole job on the local engine: inputs in, parquet out.
-
-    Args:
-        cfg: the validated config (cli.py builds it; Pipeline.run passes its own).
-        echo: where to print notes (e.g. a resumed run); None prints nothing.
-        pipe: the Pipeline to run (inserted or replaced stages included); None: the
-            built-in stages for ``cfg``, resolved against the model once, after the inputs are scanned.
-
-    Returns:
-        The Summary of the run.
-
-    Raises:
-        ConfigError / InputError / ModelError (exit 2): before anything is written.
-        RunError (exit 1): part-way; the output path then holds no file that looks complete.
-    """
-    started = time.perf_counter()
-    cfg, plan = scan_inputs(cfg)
-    pipe = Pipeline.from_config(cfg) if pipe is None else pipe.for_run(cfg)
-    cfg = pipe.cfg
-    check_resume(cfg, run_fingerprint(cfg, plan, pipe.resolution().schema(plan.id_type)))
-    if echo and cfg.write.progress:
-        name = cfg.model.model
-        echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
-    encode = pipe.encode_stage()
-    if encode is not None:
-        encode.load()
-        if pipe.resolution().facts.sha256 is None and encode.facts.sha256 is not None:
-            pipe = pipe.with_facts(encode.facts)   # a hub model hashed once its files came: the file's metadata
-            encode = pipe.encode_stage()
-            encode.load()
-    sink, summary, todo, bar = open_run(cfg, pipe.resolution().schema(plan.id_type), plan, echo)
-    progress = BatchProgress(bar)
-    if encode is not None:
-        encode.encoder.on_batch = progress.batch
-
-    def started_block(batch: Batch) -> None:
-        progress.start_block(len(batch), sum(len(w.input_ids) for w in batch.unique))
-
-    with writing(sink, cfg, bar):
-        outs = pipe.map(todo, read=lambda spec: Batch(rows=read_block(spec)), workers=feed_workers(),
-                        on_prepared=started_block)
-        for spec, out in zip(todo, outs):
-            if out.table is None:
-                raise RunError(f"no stage made the output table (stages: {', '.join(pipe.names)}); keep 'rows'")
-            summary.add(out.counts or BlockCounts())
-            if cfg.write.strict:
-                fail_on_row_error(out.table, spec)
-            sink.write(spec, out.table)
-            progress.end_block()
-        verify_inputs(plan.files)  # the inputs are still what the scan hashed (RunError, exit 1)
-        summary.n_bytes = sink.commit()
-    summary.seconds = time.perf_counter() - started
-    return summary
 
 
 def _as_batch(batch: Batch | pa.Table) -> Batch:

@@ -1,5 +1,5 @@
 """What both engines do around the stages: scan the inputs into a plan of blocks, open the sink, count, report
-(pipeline.engine.compose.run is the local engine, pipeline.engine.ray_engine.run the Ray one).
+(pipeline.engine.local.run is the local engine, pipeline.engine.ray_engine.run the Ray one).
 
 The next blocks are read, tokenized and segmented in worker threads (pipeline.engine.feed, one per torch CPU
 thread) while the model runs on the current one (the fast tokenizer and pandas' parser release the

@@ -1,5 +1,5 @@
 """One writer per output: the output location check and the lock a run holds on its output path from
-its start to its end (both engines: ``holds_output`` wraps pipeline.engine.compose.run and pipeline.engine.ray_engine.run).
+its start to its end (both engines: ``holds_output`` wraps pipeline.engine.local.run and pipeline.engine.ray_engine.run).
 
 The lock is ``fcntl.flock`` on a hidden file beside the output (``.NAME.longbert-lock``), which holds
 the holder's process id, host and start time as JSON. The kernel drops a flock when its process dies,
