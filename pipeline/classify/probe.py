@@ -14,7 +14,7 @@ import numpy as np
 from ..options.config import PipelineConfig
 from ..options.features_config import STRATEGIES, Feature
 from ..errors import ConfigError
-from .folds import check_classes, cross_validate_probe, stratified_sample  # noqa: F401 - stratified_sample: re-exported
+from .folds import LEXICAL_NAME, check_classes, cross_validate_lexical, cross_validate_probe, stratified_sample  # noqa: F401 - stratified_sample: re-exported
 from .probe_plot import layers_text
 from .probe_files import windows_per_doc
 from ..output.schema import ERROR, N_TOKENS
@@ -183,7 +183,10 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
         feature (the column name extract gives it), spec, strategy, pooling, layers, layer_agg,
         aggregate, windows_per_doc (the feature's own windows per document, run alone), dimension and
         the cross_validate_probe keys; "best", "cheapest" (results entries: the cheapest in windows per
-        document, then dimension, among those within one sd of the best's mean); "documents",
+        document, then dimension, among those within one sd of the best's mean); "lexical" (the TF-IDF
+        baseline on the same documents and folds: folds.cross_validate_lexical's keys, feature, kind
+        "lexical", windows_per_doc 0); each BERT result also has kind "bert" and seconds (its
+        cross-validation alone; the one extraction pass is extract_seconds); "documents",
         "dropped_labels", "left_out", "classes", "majority", "windows_encoded", "windows_requested",
         "extract_seconds", "probe_seconds", "label_col", "tokens", "unknown_tokens" (the sample's)}. With
         ``echo`` and cfg.write.progress: extract's "loading model" line and a document progress bar on stderr.
@@ -228,16 +231,19 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     from joblib import Parallel, delayed
     scores = Parallel(n_jobs=_probe_jobs(len(variants)))(
         delayed(cross_validate_probe)(X, y, folds, seed) for _, _, X in variants)
-    results = [{"feature": variant_name(f, agg), "spec": f.spec, "strategy": f.strategy, "pooling": f.pooling,
+    results = [{"feature": variant_name(f, agg), "kind": "bert", "spec": f.spec, "strategy": f.strategy, "pooling": f.pooling,
                 "layers": list(f.layers), "layer_agg": f.layer_agg, "aggregate": agg, "dimension": int(X.shape[1]),
                 "windows_per_doc": windows_per_doc(strategy_metadata(resolved.cfg, f.strategy), tokens),
                 "extract_options": f.extract_options(), **score} for (f, agg, X), score in zip(variants, scores)]
     probe_seconds = time.perf_counter() - t1
+    kept = [t for t, good in zip(texts, ok) if good]   # the same documents, labels and folds as the BERT rows
+    lexical = {"feature": LEXICAL_NAME, "kind": "lexical", "windows_per_doc": 0.0,
+               **cross_validate_lexical(kept, y, folds, seed)}
     results.sort(key=lambda r: -r["accuracy_mean"])  # stable: ties keep the feature order
     best = results[0]
     near = [r for r in results if r["accuracy_mean"] >= best["accuracy_mean"] - best["accuracy_std"]]
     cheapest = min(near, key=lambda r: (r["windows_per_doc"], r["dimension"], -r["accuracy_mean"]))
-    return {"results": results, "best": best, "cheapest": cheapest, "documents": len(texts),
+    return {"results": results, "best": best, "cheapest": cheapest, "lexical": lexical, "documents": len(texts),
             "dropped_labels": dropped, "left_out": int((~ok).sum()), "classes": len(classes),
             "majority": float(counts.max() / counts.sum()), "folds": folds,
             "windows_encoded": totals.windows, "windows_requested": totals.windows_requested,
@@ -299,6 +305,11 @@ def format_corpus_probe(report: dict[str, Any], cfg: PipelineConfig) -> str:
         rows.append((str(i), r["feature"], layers_text(r), r.get("aggregate", "mean"), f"{r['windows_per_doc']:.2f}",
                      str(r["dimension"]), f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
                      f"{r['f1_macro_mean']:.3f} ± {r['f1_macro_std']:.3f}"))
+    lex = report.get("lexical")
+    if lex is not None:
+        rows.append(("-", lex["feature"], "", "", "0", str(lex["dimension"]),
+                     f"{lex['accuracy_mean']:.3f} ± {lex['accuracy_std']:.3f}",
+                     f"{lex['f1_macro_mean']:.3f} ± {lex['f1_macro_std']:.3f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) if i in (1, 2, 3) else cell.rjust(w)
                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
@@ -317,7 +328,49 @@ def format_corpus_probe(report: dict[str, Any], cfg: PipelineConfig) -> str:
     lines.append(f"best: {best['feature']} {best['accuracy_mean']:.3f} ± {best['accuracy_std']:.3f}; cheapest within "
                  f"one sd of it: {cheap['feature']} ({cheap['windows_per_doc']:.2f} windows/doc, "
                  f"accuracy {cheap['accuracy_mean']:.3f} ± {cheap['accuracy_std']:.3f})")
-    lines.append("  " + extract_command(cfg, cheap, cfg.read.inputs, report.get("label_col")))
-    if report.get("label_col") is not None:
-        lines.append(f"  longbert probe features.parquet --label-col {shlex.quote(report['label_col'])}")
+    if lex is None or lex["accuracy_mean"] <= best["accuracy_mean"]:
+        lines.append("  " + extract_command(cfg, cheap, cfg.read.inputs, report.get("label_col")))
+        if report.get("label_col") is not None:
+            lines.append(f"  longbert probe features.parquet --label-col {shlex.quote(report['label_col'])}")
+    if lex is not None:
+        lines.append(lexical_summary(lex, best))
     return "\n".join(lines)
+
+
+def lexical_summary(lex: dict[str, Any], best: dict[str, Any]) -> str:
+    """The summary's line on the lexical baseline against the best BERT feature: plainly that the
+    baseline beats every BERT feature when its mean accuracy is above the best's, with the
+    scikit-learn line that makes it (pipeline.classify.folds.lexical_model)."""
+    score = f"{lex['accuracy_mean']:.3f} ± {lex['accuracy_std']:.3f} (macro-F1 {lex['f1_macro_mean']:.3f})"
+    if lex["accuracy_mean"] > best["accuracy_mean"]:
+        return (f"lexical baseline {lex['feature']} {score} beats every BERT feature (best {best['feature']} "
+                f"{best['accuracy_mean']:.3f}), with no model and no windows; recommended:\n"
+                f"  from pipeline.classify.folds import lexical_model; "
+                f"model = lexical_model({lex['folds']}, 0).fit(texts, labels)")
+    return (f"lexical baseline {lex['feature']} {score}: the best BERT feature {best['feature']} is "
+            f"{best['accuracy_mean'] - lex['accuracy_mean']:+.3f} accuracy above it")
+
+
+CSV_COLUMNS = ("feature", "kind", "accuracy", "accuracy_sd", "macro_f1", "macro_f1_sd", "windows_per_doc", "dim",
+               "seconds")
+
+
+def ranking_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One CSV_COLUMNS dict per row of probe_corpus's report, ranked by accuracy (best first; ties
+    keep BERT features before the baseline): the BERT features and the lexical baseline."""
+    rows = list(report["results"]) + ([report["lexical"]] if report.get("lexical") is not None else [])
+    rows = sorted(rows, key=lambda r: -r["accuracy_mean"])
+    return [{"feature": r["feature"], "kind": r.get("kind", "bert"), "accuracy": r["accuracy_mean"],
+             "accuracy_sd": r["accuracy_std"], "macro_f1": r["f1_macro_mean"], "macro_f1_sd": r["f1_macro_std"],
+             "windows_per_doc": r["windows_per_doc"], "dim": r["dimension"], "seconds": r.get("seconds", "")}
+            for r in rows]
+
+
+def write_ranking_csv(report: dict[str, Any], path) -> None:
+    """probe_corpus's ranking as CSV at ``path``: the header CSV_COLUMNS, one row per ranking_rows entry."""
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(ranking_rows(report))
