@@ -55,8 +55,10 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
 
     Args:
         text_C: the lexical model's C; None (default) chooses it from pipeline.classify.folds.LEXICAL_CS
-            by an inner StratifiedKFold search within each training set it is fitted on (as the probe's
-            lexical baseline, pipeline.classify.folds.lexical_model).
+            once per fit, by the probe baseline's inner StratifiedKFold search
+            (pipeline.classify.folds.lexical_model) on fit's rows, and uses it for the inner and the
+            final lexical models (one search, not one per inner fold: cheaper, and still blind to
+            any row outside fit's).
         bert_C: C of the BERT vectors' LogisticRegression (1.0, as the probe's BERT rows).
         meta_C: C of the second-level LogisticRegression on the base models' probabilities.
         inner_folds: k of the inner StratifiedKFold that gives the out-of-fold probabilities (lowered to
@@ -69,7 +71,7 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
 
     Attributes after fit: classes_ (the sorted labels), text_model_, bert_model_ (the base models
     refitted on all of fit's rows), meta_model_ (the second level, on 2 x n_classes probabilities:
-    the lexical model's, then the BERT model's), inner_folds_ (the k used).
+    the lexical model's, then the BERT model's), inner_folds_ (the k used), text_C_ (the lexical C used).
     """
 
     def __init__(self, text_C: float | None = None, bert_C: float = 1.0, meta_C: float = 1.0, inner_folds: int = 5,
@@ -80,19 +82,13 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         self.inner_folds = inner_folds
         self.seed = seed
 
-    def _text_model(self, y: np.ndarray):
+    def _text_model(self, C: float):
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
         from sklearn.pipeline import Pipeline
 
-        from .folds import lexical_model
-
-        if self.text_C is None:   # its own inner search over C, on the rows it is fitted on
-            smallest = int(np.unique(y.astype(str), return_counts=True)[1].min())
-            k = max(2, min(self.inner_folds, smallest - -(-smallest // self.inner_folds)))
-            return lexical_model(k, self.seed)
         return Pipeline([("tfidf", TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)),
-                         ("lr", LogisticRegression(C=self.text_C, max_iter=2000))])
+                         ("lr", LogisticRegression(C=C, max_iter=2000))])
 
     def _bert_model(self):
         from sklearn.linear_model import LogisticRegression
@@ -118,16 +114,25 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         cv = StratifiedKFold(n_splits=self.inner_folds_, shuffle=True, random_state=self.seed)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # ConvergenceWarning on tiny folds
+            if self.text_C is None:           # C searched once on fit's rows, then used by every inner model
+                from .folds import lexical_model
+
+                smallest = int(np.unique(y.astype(str), return_counts=True)[1].min())
+                k = max(2, min(self.inner_folds, smallest - -(-smallest // self.inner_folds)))
+                search = lexical_model(k, self.seed).fit(texts, y)
+                self.text_C_ = float(search.best_params_["lr__C"])
+            else:
+                self.text_C_ = float(self.text_C)
             splits = list(cv.split(V, y))
             text_p = np.zeros((len(y), len(self.classes_)))
             bert_p = np.zeros((len(y), len(self.classes_)))
             for tr, te in splits:   # out-of-fold probabilities: each row from models that never saw it
-                tm = self._text_model(y[tr]).fit(texts[tr], y[tr])
+                tm = self._text_model(self.text_C_).fit(texts[tr], y[tr])
                 bm = self._bert_model().fit(V[tr], y[tr])
                 text_p[np.ix_(te, np.searchsorted(self.classes_, tm.classes_))] = tm.predict_proba(texts[te])
                 bert_p[np.ix_(te, np.searchsorted(self.classes_, bm.classes_))] = bm.predict_proba(V[te])
             self.meta_model_ = LogisticRegression(C=self.meta_C, max_iter=2000).fit(np.hstack([text_p, bert_p]), y)
-            self.text_model_ = self._text_model(y).fit(texts, y)
+            self.text_model_ = self._text_model(self.text_C_).fit(texts, y)
             self.bert_model_ = self._bert_model().fit(V, y)
         return self
 

@@ -95,3 +95,43 @@ def test_bad_inputs_are_refused():
         HybridClassifier().fit(V, y)
     with pytest.raises(ValueError, match="a class has 1 training row"):
         HybridClassifier().fit(hybrid_inputs(texts[:3], V[:3]), np.array(["a", "a", "b"]))
+
+
+def test_default_text_C_is_the_baseline_search_on_fit_rows():
+    from pipeline.classify.folds import lexical_model
+
+    texts, V, y = data()
+    model = HybridClassifier(inner_folds=3).fit(hybrid_inputs(texts, V), y)
+    search = lexical_model(3, 0).fit(np.asarray(texts, dtype=object), y)   # smallest class 15: k stays 3
+    assert model.text_C_ == search.best_params_["lr__C"]
+    fixed = HybridClassifier(text_C=model.text_C_, inner_folds=3).fit(hybrid_inputs(texts, V), y)
+    np.testing.assert_allclose(model.predict_proba(hybrid_inputs(texts, V)), fixed.predict_proba(hybrid_inputs(texts, V)))
+
+
+def test_probe_compact_rows_equal_the_probe_of_hand_quantized_vectors():
+    from pipeline.classify.folds import cross_validate_probe
+    from pipeline.classify.probe import compact_rows
+
+    _, V, y = data(40)
+    V = V * np.linspace(0.1, 3.0, V.shape[1], dtype=np.float32)
+    best = {"feature": "f_head_cls", "windows_per_doc": 1.0, "accuracy_mean": 0.8}
+    int8, binary = compact_rows(best, V, y, 4, 1)
+    scale = np.abs(V).max(axis=1, keepdims=True) / 127
+    by_hand = np.round(V / scale) * scale
+    assert int8["accuracy"] == cross_validate_probe(by_hand.astype(np.float32), y, 4, 1)["accuracy"]
+    assert binary["accuracy"] == cross_validate_probe(np.where(V > 0, 1.0, -1.0).astype(np.float32), y, 4, 1)["accuracy"]
+    assert (int8["bytes_per_vector"], binary["bytes_per_vector"], int8["float32_bytes"]) == (6 + 4, 1, 24)
+    assert int8["feature"] == "f_head_cls:int8" and binary["kind"] == "compact" and int8["dimension"] == 6
+    assert int8["accuracy_kept"] == pytest.approx(int8["accuracy_mean"] / 0.8)
+
+
+def test_probe_hybrid_rows_are_the_hybrid_cross_validation_of_each_feature():
+    from pipeline.classify.probe import hybrid_rows
+
+    texts, V, y = data()
+    top = [({"feature": "f_a", "windows_per_doc": 2.0}, V), ({"feature": "f_b", "windows_per_doc": 1.0}, V[:, :3])]
+    rows = hybrid_rows(top, texts, y, 3, 0, lexical_dim=100)
+    assert [r["feature"] for r in rows] == ["hybrid:f_a", "hybrid:f_b"]
+    assert [r["dimension"] for r in rows] == [106, 103] and [r["windows_per_doc"] for r in rows] == [2.0, 1.0]
+    for r, (_, X) in zip(rows, top):
+        assert r["accuracy"] == cross_validate_hybrid(texts, X, y, 3, 0)["accuracy"]

@@ -105,7 +105,14 @@ def test_probe_out_csv_has_the_columns_and_the_baseline_row(runner, tiny_model_d
         reader = csv.DictReader(fh)
         assert tuple(reader.fieldnames) == CSV_COLUMNS
         rows = list(reader)
-    assert {r["kind"] for r in rows} == {"bert", "lexical"}
+    assert {r["kind"] for r in rows} == {"bert", "lexical", "hybrid", "compact"}
+    bert = sorted([r for r in rows if r["kind"] == "bert"], key=lambda r: -float(r["accuracy"]))   # stable
+    assert sorted(r["feature"] for r in rows if r["kind"] == "hybrid") == sorted(f"hybrid:{r['feature']}"
+                                                                                 for r in bert[:3])
+    compact = {r["feature"]: r for r in rows if r["kind"] == "compact"}
+    assert set(compact) == {f"{bert[0]['feature']}:int8", f"{bert[0]['feature']}:binary"}
+    assert {r["dim"] for r in compact.values()} == {bert[0]["dim"]}
+    assert f"compact int8: {bert[0]['feature']}:int8 keeps" in result.output
     lexical = [r for r in rows if r["kind"] == "lexical"]
     assert len(lexical) == 1 and lexical[0]["feature"] == LEXICAL_NAME
     acc, f1 = by_hand(texts, y, 2, 0)                   # every document is in the sample (16 < 500)
