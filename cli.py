@@ -249,9 +249,12 @@ def _is_features_output(path: str) -> bool:
               help="Write a chart to this PNG: accuracy and macro-F1 per file, or, for a corpus, accuracy "
                    "against windows per document.")
 @click.option("--sample", type=int, default=None, help="Corpus: documents in the stratified sample.  [default: 500]")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Corpus: write the ranking to this CSV (feature, kind, accuracy, accuracy_sd, macro_f1, "
+                   "macro_f1_sd, windows_per_doc, dim, seconds).")
 @option_groups(*PROBE_GROUPS)
 def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: Path | None,
-          sample: int | None, **options: Any) -> None:
+          sample: int | None, out: Path | None = None, **options: Any) -> None:
     """Logistic-regression probe: accuracy and macro-F1 (mean ± sd over stratified folds).
 
     INPUTS are either extract's outputs (.parquet files with longbert metadata or DIR/s; each feature
@@ -278,7 +281,7 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
         if any(corpus) and not all(corpus):
             raise ConfigError("probe takes either a corpus (CSV, TSV, JSON Lines, parquet table...) or extract's "
                               "outputs (parquet with longbert metadata, DIR/), not both; run it once for each")
-        given = [f"--{k.replace('_', '-')}" for k, v in {"sample": sample, **options}.items() if v not in (None, ())]
+        given = [f"--{k.replace('_', '-')}" for k, v in {"sample": sample, "out": out, **options}.items() if v not in (None, ())]
         if not all(corpus):
             if given:
                 verb = "applies" if len(given) == 1 else "apply"
@@ -300,6 +303,10 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
         report = probe_corpus(cfg, label_col=label_col, sample=500 if sample is None else sample, folds=folds,
                               seed=seed, echo=lambda m: click.echo(m, err=True))
         click.echo(format_corpus_probe(report, cfg))
+        if out is not None:
+            from pipeline.classify.probe import write_ranking_csv
+            write_ranking_csv(report, out)
+            click.echo(f"ranking -> {out}")
         if plot is not None:
             plot_corpus_probe(report, plot)
             click.echo(f"chart -> {plot}")

@@ -1,7 +1,7 @@
 """longbert: the public Python API of the long-document BERT feature pipeline.
 
 Called by users: ``import longbert`` then ``longbert.encode(texts)``, ``longbert.load_features(path)``,
-``longbert.LongBertVectorizer(...)``, ``longbert.PipelineConfig`` and the errors (``longbert.ConfigError``
+``longbert.LongBertVectorizer(...)``, ``longbert.HybridClassifier(...)``, ``longbert.PipelineConfig`` and the errors (``longbert.ConfigError``
 ...). The stages live in the package ``pipeline/`` beside this file; this module finds that package
 by its location, not by the name ``pipeline``, so a user's own ``pipeline.py`` (or ``pipeline/``) in
 the working directory neither breaks ``import longbert`` nor is replaced by ours:
@@ -26,13 +26,14 @@ from typing import Any
 _STAGES_DIR = Path(__file__).resolve().parent / "pipeline"
 _PRIVATE_NAME = "_longbert_pipeline"
 
-__all__ = ["encode", "load_features", "LongBertVectorizer", "PipelineConfig", "PipelineError", "ConfigError",
+__all__ = ["encode", "load_features", "LongBertVectorizer", "HybridClassifier", "hybrid_inputs", "PipelineConfig", "PipelineError", "ConfigError",
            "InputError", "ModelError", "RunError", "TextError", "TextsTypeError", "stages", "Batch", "Pipeline", "read", "pool",
            "aggregate", "save_features", "Stage", "Tokenize", "Segment", "Dedup", "Encode", "Aggregate", "TokenAggregate",
            "WindowAggregate", "Rows", "TokenRows", "WindowRows"]
 
 # public name -> (module of the stages package, attribute): loaded on first use
 _LAZY = {"encode": ("classify.vectorizer", "encode"), "LongBertVectorizer": ("classify.vectorizer", "LongBertVectorizer"),
+         "HybridClassifier": ("classify.hybrid", "HybridClassifier"), "hybrid_inputs": ("classify.hybrid", "hybrid_inputs"),
          "TextError": ("errors", "TextError"), "TextsTypeError": ("errors", "TextsTypeError"),
          "load_features": ("classify.features", "load_features"), "Batch": ("batch", "Batch"),
          "Pipeline": ("engine.compose", "Pipeline"), "read": ("api", "read"), "pool": ("api", "pool"),

@@ -50,12 +50,16 @@ def check_classes(y: np.ndarray, folds: int, source: str, label_col: str,
 
 def cross_validate_probe(X: np.ndarray, y: np.ndarray, folds: int, seed: int) -> dict[str, Any]:
     """Accuracy and macro-F1 per fold of StandardScaler + LogisticRegression(max_iter=2000) under
-    StratifiedKFold(folds, shuffle=True, random_state=seed); X (N, D) float32, y (N,) str."""
+    StratifiedKFold(folds, shuffle=True, random_state=seed); X (N, D) float32, y (N,) str. "seconds": the
+    wall time of the cross-validation (the extraction is not in it)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold, cross_validate
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
+    import time
+
+    t0 = time.perf_counter()
     model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
     cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     with warnings.catch_warnings():
@@ -64,7 +68,7 @@ def cross_validate_probe(X: np.ndarray, y: np.ndarray, folds: int, seed: int) ->
     acc, f1 = scores["test_accuracy"], scores["test_f1_macro"]
     return {"folds": folds, "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),
             "accuracy_std": float(acc.std()), "f1_macro": f1.tolist(), "f1_macro_mean": float(f1.mean()),
-            "f1_macro_std": float(f1.std())}
+            "f1_macro_std": float(f1.std()), "seconds": time.perf_counter() - t0}
 
 
 def stratified_sample(labels: np.ndarray, n: int, seed: int, min_per_class: int = 0) -> np.ndarray:
@@ -97,3 +101,58 @@ def stratified_sample(labels: np.ndarray, n: int, seed: int, min_per_class: int 
     rng = np.random.default_rng(seed)
     picked = [rng.choice(np.flatnonzero(inverse == c), size=int(k), replace=False) for c, k in enumerate(take)]
     return np.sort(np.concatenate(picked))
+
+
+LEXICAL_CS = (0.01, 0.1, 1.0, 10.0, 100.0)   # the C grid of the lexical baseline's inner search
+LEXICAL_NAME = "tfidf_word_1-2gram_lr"       # its row's name in the probe's table and --out CSV
+
+
+def lexical_model(folds: int, seed: int):
+    """The lexical baseline, an unfitted scikit-learn estimator on raw texts: GridSearchCV over C
+    (LEXICAL_CS, by accuracy) of Pipeline(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True,
+    min_df=2), LogisticRegression(max_iter=2000)) with an inner StratifiedKFold(folds, shuffle=True,
+    random_state=seed). Cross-validated on the outer folds it is a nested CV: vocabulary, IDF and C
+    are all chosen inside each outer training fold, never on its test fold. A word n-gram TF-IDF
+    with a linear model is the baseline long-document BERT classifiers are measured against (Park et
+    al. 2022, "Efficient classification of long documents using transformers")."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+    from sklearn.pipeline import Pipeline
+
+    pipe = Pipeline([("tfidf", TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)),
+                     ("lr", LogisticRegression(max_iter=2000))])
+    inner = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    return GridSearchCV(pipe, {"lr__C": list(LEXICAL_CS)}, cv=inner, scoring="accuracy")
+
+
+def cross_validate_lexical(texts: list[str], y: np.ndarray, folds: int, seed: int) -> dict[str, Any]:
+    """cross_validate_probe's keys for the lexical baseline (lexical_model) on the raw texts, under the
+    same outer StratifiedKFold(folds, shuffle=True, random_state=seed) as every BERT feature, plus
+    "dimension" (the mean TF-IDF vocabulary size over the outer training folds) and "seconds".
+
+    Args:
+        texts: N documents (str); y: (N,) labels (str). The inner search splits each outer training
+            fold into ``folds`` parts too (each class keeps >= folds - 1 rows there when it has >= folds).
+    Raises:
+        ValueError: from scikit-learn, e.g. no term left by min_df=2 in a training fold.
+    """
+    import time
+
+    from sklearn.model_selection import StratifiedKFold, cross_validate
+
+    t0 = time.perf_counter()
+    X = np.asarray([("" if t is None else str(t)) for t in texts], dtype=object)
+    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    smallest = int(np.unique(y.astype(str), return_counts=True)[1].min())   # its rows in an outer training fold:
+    inner_folds = max(2, min(folds, smallest - -(-smallest // folds)))       # smallest - ceil(smallest / folds)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scores = cross_validate(lexical_model(inner_folds, seed), X, y, cv=cv, scoring=("accuracy", "f1_macro"),
+                                return_estimator=True)
+    acc, f1 = scores["test_accuracy"], scores["test_f1_macro"]
+    dim = np.mean([len(e.best_estimator_.named_steps["tfidf"].vocabulary_) for e in scores["estimator"]])
+    return {"folds": folds, "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),
+            "accuracy_std": float(acc.std()), "f1_macro": f1.tolist(), "f1_macro_mean": float(f1.mean()),
+            "f1_macro_std": float(f1.std()), "dimension": int(round(dim)), "inner_folds": inner_folds,
+            "seconds": time.perf_counter() - t0}

@@ -14,7 +14,7 @@ import numpy as np
 from ..options.config import PipelineConfig
 from ..options.features_config import STRATEGIES, Feature
 from ..errors import ConfigError, InputError
-from .folds import check_classes, cross_validate_probe, stratified_sample  # noqa: F401 - stratified_sample: re-exported
+from .folds import LEXICAL_NAME, check_classes, cross_validate_lexical, cross_validate_probe, stratified_sample  # noqa: F401 - stratified_sample: re-exported
 from .probe_plot import layers_text
 from .probe_files import windows_per_doc
 from ..output.schema import ERROR, N_TOKENS
@@ -187,7 +187,11 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
         feature (the column name extract gives it), spec, strategy, pooling, layers, layer_agg,
         aggregate, windows_per_doc (the feature's own windows per document, run alone), dimension and
         the cross_validate_probe keys; "best", "cheapest" (results entries: the cheapest in windows per
-        document, then dimension, among those within one sd of the best's mean); "documents",
+        document, then dimension, among those within one sd of the best's mean); "lexical" (the TF-IDF
+        baseline on the same documents and folds: folds.cross_validate_lexical's keys, feature, kind
+        "lexical", windows_per_doc 0); each BERT result also has kind "bert" and seconds (its
+        cross-validation alone; the one extraction pass is extract_seconds); "hybrids" (hybrid_rows of
+        the HYBRID_TOP best BERT features); "compact" (compact_rows of the best); "documents",
         "dropped_labels", "left_out", "classes", "majority", "windows_encoded", "windows_requested",
         "extract_seconds", "probe_seconds", "label_col", "tokens", "unknown_tokens" (the sample's)}. With
         ``echo`` and cfg.write.progress: extract's "loading model" line and a document progress bar on stderr.
@@ -232,21 +236,70 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     from joblib import Parallel, delayed
     scores = Parallel(n_jobs=_probe_jobs(len(variants)))(
         delayed(cross_validate_probe)(X, y, folds, seed) for _, _, X in variants)
-    results = [{"feature": variant_name(f, agg), "spec": f.spec, "strategy": f.strategy, "pooling": f.pooling,
+    results = [{"feature": variant_name(f, agg), "kind": "bert", "index": i, "spec": f.spec, "strategy": f.strategy, "pooling": f.pooling,
                 "layers": list(f.layers), "layer_agg": f.layer_agg, "aggregate": agg, "dimension": int(X.shape[1]),
                 "windows_per_doc": windows_per_doc(strategy_metadata(resolved.cfg, f.strategy), tokens),
-                "extract_options": f.extract_options(), **score} for (f, agg, X), score in zip(variants, scores)]
+                "extract_options": f.extract_options(), **score} for i, ((f, agg, X), score) in enumerate(zip(variants, scores))]
     probe_seconds = time.perf_counter() - t1
+    kept = [t for t, good in zip(texts, ok) if good]   # the same documents, labels and folds as the BERT rows
+    lexical = {"feature": LEXICAL_NAME, "kind": "lexical", "windows_per_doc": 0.0,
+               **cross_validate_lexical(kept, y, folds, seed)}
     results.sort(key=lambda r: -r["accuracy_mean"])  # stable: ties keep the feature order
     best = results[0]
+    top = [(r, variants[r["index"]][2]) for r in results[:HYBRID_TOP]]
+    hybrids = hybrid_rows(top, kept, y, folds, seed, lexical["dimension"])
+    compact = compact_rows(best, top[0][1], y, folds, seed)
     near = [r for r in results if r["accuracy_mean"] >= best["accuracy_mean"] - best["accuracy_std"]]
     cheapest = min(near, key=lambda r: (r["windows_per_doc"], r["dimension"], -r["accuracy_mean"]))
-    return {"results": results, "best": best, "cheapest": cheapest, "documents": len(texts),
+    return {"results": results, "best": best, "cheapest": cheapest, "lexical": lexical, "hybrids": hybrids,
+            "compact": compact, "documents": len(texts),
             "dropped_labels": dropped, "left_out": int((~ok).sum()), "classes": len(classes),
             "majority": float(counts.max() / counts.sum()), "folds": folds,
             "windows_encoded": totals.windows, "windows_requested": totals.windows_requested,
             "extract_seconds": extract_seconds, "probe_seconds": probe_seconds, "label_col": label_col,
             "tokens": int(sum(n_tokens)), "unknown_tokens": totals.unknown}
+
+
+HYBRID_TOP = 3   # the best BERT features each stacked with the lexical model
+
+
+def hybrid_rows(top: list[tuple[dict[str, Any], np.ndarray]], texts: list[str], y: np.ndarray, folds: int, seed: int,
+                lexical_dim: int) -> list[dict[str, Any]]:
+    """One row per (BERT result, its (N, D) sample vectors) of ``top``: HybridClassifier (stacking,
+    pipeline.classify.hybrid) of the lexical model and that feature, cross-validated on the probe's
+    outer folds (cross_validate_hybrid). Keys: feature ("hybrid:" + the BERT feature's name), kind
+    "hybrid", base (the BERT result), windows_per_doc (the BERT feature's), dimension (D + the lexical
+    baseline's vocabulary size), and cross_validate_hybrid's."""
+    from joblib import Parallel, delayed
+
+    from .hybrid import cross_validate_hybrid
+
+    scores = Parallel(n_jobs=_probe_jobs(len(top)))(
+        delayed(cross_validate_hybrid)(texts, X, y, folds, seed) for _, X in top)
+    return [{"feature": f"hybrid:{r['feature']}", "kind": "hybrid", "base": r, "windows_per_doc": r["windows_per_doc"],
+             "dimension": int(X.shape[1]) + lexical_dim, **score} for (r, X), score in zip(top, scores)]
+
+
+def compact_rows(best: dict[str, Any], X: np.ndarray, y: np.ndarray, folds: int, seed: int) -> list[dict[str, Any]]:
+    """The best BERT feature's accuracy kept when its (N, D) vectors X are stored compact: int8
+    (pipeline.compact.quantize_int8 then dequantize_int8) and binary (pack_binary then unpack_binary),
+    each probed as the BERT rows (cross_validate_probe, the same folds). Keys: feature (the best's name
+    + ":int8" / ":binary"), kind "compact", form, bytes_per_vector (pipeline.compact.bytes_per_vector;
+    float32_bytes the float32 form's), windows_per_doc, dimension (D), accuracy_kept (accuracy_mean /
+    the best's), and cross_validate_probe's."""
+    from ..compact import bytes_per_vector, dequantize_int8, pack_binary, quantize_int8, unpack_binary
+
+    d = int(X.shape[1])
+    forms = {"int8": dequantize_int8(*quantize_int8(X)), "binary": unpack_binary(pack_binary(X), d)}
+    out = []
+    for form, V in forms.items():
+        score = cross_validate_probe(V, y, folds, seed)
+        out.append({"feature": f"{best['feature']}:{form}", "kind": "compact", "form": form,
+                    "bytes_per_vector": bytes_per_vector(d, form), "float32_bytes": bytes_per_vector(d, "float32"),
+                    "windows_per_doc": best["windows_per_doc"], "dimension": d,
+                    "accuracy_kept": score["accuracy_mean"] / best["accuracy_mean"] if best["accuracy_mean"] else 0.0,
+                    **score})
+    return out
 
 
 def _probe_jobs(n_features: int) -> int:
@@ -303,6 +356,16 @@ def format_corpus_probe(report: dict[str, Any], cfg: PipelineConfig) -> str:
         rows.append((str(i), r["feature"], layers_text(r), r.get("aggregate", "mean"), f"{r['windows_per_doc']:.2f}",
                      str(r["dimension"]), f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
                      f"{r['f1_macro_mean']:.3f} ± {r['f1_macro_std']:.3f}"))
+    lex = report.get("lexical")
+    if lex is not None:
+        rows.append(("-", lex["feature"], "", "", "0", str(lex["dimension"]),
+                     f"{lex['accuracy_mean']:.3f} ± {lex['accuracy_std']:.3f}",
+                     f"{lex['f1_macro_mean']:.3f} ± {lex['f1_macro_std']:.3f}"))
+    for r in report.get("hybrids", ()) + report.get("compact", []):
+        rows.append(("-", r["feature"], layers_text(r.get("base", r)) if "layers" in r.get("base", r) else "",
+                     "", f"{r['windows_per_doc']:.2f}", str(r["dimension"]),
+                     f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
+                     f"{r['f1_macro_mean']:.3f} ± {r['f1_macro_std']:.3f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) if i in (1, 2, 3) else cell.rjust(w)
                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
@@ -321,7 +384,75 @@ def format_corpus_probe(report: dict[str, Any], cfg: PipelineConfig) -> str:
     lines.append(f"best: {best['feature']} {best['accuracy_mean']:.3f} ± {best['accuracy_std']:.3f}; cheapest within "
                  f"one sd of it: {cheap['feature']} ({cheap['windows_per_doc']:.2f} windows/doc, "
                  f"accuracy {cheap['accuracy_mean']:.3f} ± {cheap['accuracy_std']:.3f})")
-    lines.append("  " + extract_command(cfg, cheap, cfg.read.inputs, report.get("label_col")))
-    if report.get("label_col") is not None:
-        lines.append(f"  longbert probe features.parquet --label-col {shlex.quote(report['label_col'])}")
+    if lex is None or lex["accuracy_mean"] <= best["accuracy_mean"]:
+        lines.append("  " + extract_command(cfg, cheap, cfg.read.inputs, report.get("label_col")))
+        if report.get("label_col") is not None:
+            lines.append(f"  longbert probe features.parquet --label-col {shlex.quote(report['label_col'])}")
+    if lex is not None:
+        lines.append(lexical_summary(lex, best))
+    lines += hybrid_summary(report.get("hybrids", []), best, lex, cfg, report.get("label_col"))
+    for c in report.get("compact", []):
+        lines.append(f"compact {c['form']}: {c['feature']} keeps {c['accuracy_kept']:.1%} of the best's accuracy "
+                     f"({c['accuracy_mean']:.3f} ± {c['accuracy_std']:.3f}) in {c['bytes_per_vector']} bytes per "
+                     f"vector against {c['float32_bytes']} as float32")
     return "\n".join(lines)
+
+
+def lexical_summary(lex: dict[str, Any], best: dict[str, Any]) -> str:
+    """The summary's line on the lexical baseline against the best BERT feature: plainly that the
+    baseline beats every BERT feature when its mean accuracy is above the best's, with the
+    scikit-learn line that makes it (pipeline.classify.folds.lexical_model)."""
+    score = f"{lex['accuracy_mean']:.3f} ± {lex['accuracy_std']:.3f} (macro-F1 {lex['f1_macro_mean']:.3f})"
+    if lex["accuracy_mean"] > best["accuracy_mean"]:
+        return (f"lexical baseline {lex['feature']} {score} beats every BERT feature (best {best['feature']} "
+                f"{best['accuracy_mean']:.3f}), with no model and no windows; recommended:\n"
+                f"  from pipeline.classify.folds import lexical_model; "
+                f"model = lexical_model({lex['folds']}, 0).fit(texts, labels)")
+    return (f"lexical baseline {lex['feature']} {score}: the best BERT feature {best['feature']} is "
+            f"{best['accuracy_mean'] - lex['accuracy_mean']:+.3f} accuracy above it")
+
+
+CSV_COLUMNS = ("feature", "kind", "accuracy", "accuracy_sd", "macro_f1", "macro_f1_sd", "windows_per_doc", "dim",
+               "seconds")
+
+
+def ranking_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One CSV_COLUMNS dict per row of probe_corpus's report, ranked by accuracy (best first; ties
+    keep the order bert, lexical, hybrid, compact): the BERT features, the lexical baseline, the
+    hybrids and the compact forms of the best."""
+    rows = list(report["results"]) + ([report["lexical"]] if report.get("lexical") is not None else []) + \
+        list(report.get("hybrids", ())) + list(report.get("compact", ()))
+    rows = sorted(rows, key=lambda r: -r["accuracy_mean"])
+    return [{"feature": r["feature"], "kind": r.get("kind", "bert"), "accuracy": r["accuracy_mean"],
+             "accuracy_sd": r["accuracy_std"], "macro_f1": r["f1_macro_mean"], "macro_f1_sd": r["f1_macro_std"],
+             "windows_per_doc": r["windows_per_doc"], "dim": r["dimension"], "seconds": r.get("seconds", "")}
+            for r in rows]
+
+
+def write_ranking_csv(report: dict[str, Any], path) -> None:
+    """probe_corpus's ranking as CSV at ``path``: the header CSV_COLUMNS, one row per ranking_rows entry."""
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(ranking_rows(report))
+
+
+def hybrid_summary(hybrids: list[dict[str, Any]], best: dict[str, Any], lex: dict[str, Any] | None,
+                   cfg: PipelineConfig, label_col: str | None = None) -> list[str]:
+    """The summary's lines on the best hybrid: its score against the best BERT feature and the lexical
+    baseline; when it beats both, the extract command of its BERT feature and the Python line that
+    fits it (texts and labels: the corpus rows of load_features' ids)."""
+    if not hybrids:
+        return []
+    h = max(hybrids, key=lambda r: r["accuracy_mean"])
+    rivals = max(best["accuracy_mean"], lex["accuracy_mean"] if lex is not None else 0.0)
+    verdict = "beats" if h["accuracy_mean"] > rivals else "does not beat"
+    lines = [f"best hybrid: {h['feature']} {h['accuracy_mean']:.3f} ± {h['accuracy_std']:.3f} {verdict} the best BERT "
+             f"feature and the lexical baseline alone"]
+    if verdict == "beats":
+        lines += ["  " + extract_command(cfg, h["base"], cfg.read.inputs, label_col),
+                  "  ids, X, meta = longbert.load_features(\"features.parquet\"); "
+                  "model = longbert.HybridClassifier().fit(longbert.hybrid_inputs(texts, X), labels)"]
+    return lines

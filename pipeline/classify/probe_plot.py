@@ -13,6 +13,7 @@ COLOURS = {"cls": "#4c72b0", "mean": "#dd8452", "max": "#55a868", "pooler": "#c4
 FILLS = {"mean": "full", "mean,max": "left", "first,last,mean,max": "none"}
 TOP = 10            # the corpus chart names this many features; the others are drawn faint
 FAINT = 0.22        # their alpha
+LEXICAL_COLOUR = "#8172b3"   # the lexical baseline's line
 CHAR_INCH = 0.075   # width of one character of a size-8 label, for the figure width
 
 
@@ -94,7 +95,8 @@ def plot_corpus_probe(report: dict[str, Any], path: str | Path):
     (y) by strategy (x, with its windows per document in the tick label; within a strategy the
     points sit side by side by layers, pooling and aggregation), the TOP best in full colour and the
     rest faint. Strategy is the marker, pooling the colour, aggregation the fill; the legend sits
-    right of the panels, over no data; the best and the cheapest near it are named below. PNG at
+    right of the panels, over no data; the best and the cheapest near it are named below. The
+    report's lexical baseline (when it has one) is a dashed line across both panels at its accuracy. PNG at
     ``path``; returns the figure.
 
     Raises:
@@ -109,7 +111,8 @@ def plot_corpus_probe(report: dict[str, Any], path: str | Path):
     left_w = 1.2 + CHAR_INCH * max(len(n) for n in names)
     fig, (ax_top, ax_all) = plt.subplots(1, 2, figsize=(left_w + 2.4 + 5.6 + 2.6, 4.8), dpi=120,
                                          gridspec_kw={"width_ratios": [2.4, 5.6]})
-    lo, hi = _y_range(results)
+    lex = report.get("lexical")
+    lo, hi = _y_range(results + ([lex] if lex is not None else []))
     for i, r in enumerate(top):
         _point(ax_top, r, r["accuracy_mean"], i, 1.0, horizontal=True)
     ax_top.set_yticks(range(len(top)), names, fontsize=7)
@@ -136,8 +139,15 @@ def plot_corpus_probe(report: dict[str, Any], path: str | Path):
     if lo <= report["majority"] <= hi:          # else named in the legend
         ax_all.axhline(report["majority"], color="grey", linestyle=":", linewidth=1)
         ax_top.axvline(report["majority"], color="grey", linestyle=":", linewidth=1)
+    handles = _legend(results, report["majority"], lo <= report["majority"] <= hi)
+    if lex is not None:                         # the lexical baseline: a line across both panels
+        ax_all.axhline(lex["accuracy_mean"], color=LEXICAL_COLOUR, linestyle="--", linewidth=1.2)
+        ax_top.axvline(lex["accuracy_mean"], color=LEXICAL_COLOUR, linestyle="--", linewidth=1.2)
+        from matplotlib.lines import Line2D
+        handles.append(Line2D([], [], color=LEXICAL_COLOUR, linestyle="--",
+                              label=f"TF-IDF baseline {lex['accuracy_mean']:.3f}"))
     right = 1 - 2.6 / fig.get_figwidth()        # the last 2.6 inches hold the legend, beside the panels
-    fig.legend(handles=_legend(results, report["majority"], lo <= report["majority"] <= hi), loc="center left",
+    fig.legend(handles=handles, loc="center left",
                bbox_to_anchor=(right + 0.01, 0.5), fontsize=7, frameon=False)
     best, cheap = report["best"], report["cheapest"]
     fig.suptitle(f"Linear probe, {report['documents']} documents, {report['classes']} classes", fontsize=10)
