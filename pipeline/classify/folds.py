@@ -107,6 +107,26 @@ LEXICAL_CS = (0.01, 0.1, 1.0, 10.0, 100.0)   # the C grid of the lexical baselin
 LEXICAL_NAME = "tfidf_word_1-2gram_lr"       # its row's name in the probe's table and --out CSV
 
 
+_MEMORY: list = []
+
+
+def _tfidf_memory():
+    """A joblib.Memory in a temporary folder (removed at exit) for the lexical pipeline: the grid's C values
+    share each split's fitted TF-IDF (scikit-learn's Pipeline(memory=)), so TF-IDF is fitted once per split,
+    not once per C; the results are the same."""
+    if not _MEMORY:
+        import atexit
+        import shutil
+        import tempfile
+
+        from joblib import Memory
+
+        folder = tempfile.mkdtemp(prefix="longbert-tfidf-")
+        atexit.register(shutil.rmtree, folder, True)
+        _MEMORY.append(Memory(location=folder, verbose=0))
+    return _MEMORY[0]
+
+
 def lexical_model(folds: int, seed: int):
     """The lexical baseline, an unfitted scikit-learn estimator on raw texts: GridSearchCV over C
     (LEXICAL_CS, by accuracy) of Pipeline(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True,
@@ -121,7 +141,7 @@ def lexical_model(folds: int, seed: int):
     from sklearn.pipeline import Pipeline
 
     pipe = Pipeline([("tfidf", TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)),
-                     ("lr", LogisticRegression(max_iter=2000))])
+                     ("lr", LogisticRegression(max_iter=2000))], memory=_tfidf_memory())
     inner = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     return GridSearchCV(pipe, {"lr__C": list(LEXICAL_CS)}, cv=inner, scoring="accuracy")
 

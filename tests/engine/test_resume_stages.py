@@ -64,7 +64,7 @@ def test_a_pipeline_with_its_own_segment_cannot_resume_a_dir_begun_with_the_opti
     out = tmp_path / "parts"
     _interrupted(pipe, src, out, monkeypatch)
     eight = pipe.replace("segment", _segment8(pipe))
-    with pytest.raises(ConfigError, match=r"--resume: the pipeline's stages differ from the run that wrote"):
+    with pytest.raises(ConfigError, match=r"resume=True: the pipeline's stages differ from the run that wrote"):
         eight.run(str(src), f"{out}/", block_rows=2, resume=True)
     same = pipe.replace("segment", sklearn_base.clone(pipe["segment"]))   # an equal Segment, another object
     same.run(str(src), f"{out}/", block_rows=2, resume=True)
