@@ -197,7 +197,7 @@ def _outcome(build):
 @pytest.fixture
 def channels(tmp_path, monkeypatch, runner):
     """(python, yaml, cli): three ways to build the config of one option value; each gives an _outcome."""
-    import pipeline.engine.compose as compose
+    import pipeline.engine.local as local_engine
     import pipeline.engine.ray_engine as ray_engine
 
     monkeypatch.delenv("LONGBERT_CACHE", raising=False)
@@ -210,7 +210,7 @@ def channels(tmp_path, monkeypatch, runner):
     def capture(cfg, echo=None):
         built.append(cfg)
         return Done()
-    monkeypatch.setattr(compose, "run", capture)
+    monkeypatch.setattr(local_engine, "run", capture)
     monkeypatch.setattr(ray_engine, "run", capture)
 
     def python(key, value):
