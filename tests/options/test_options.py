@@ -28,7 +28,7 @@ def test_the_three_commands_compose_the_same_option_groups():
     assert set(extract) <= set(stats)
     # probe: every input and window option, the model and the batch options, plus its own
     assert INPUT_AND_WINDOW <= set(probe)
-    assert set(probe) - set(extract) == {"label_col", "folds", "seed", "plot", "sample"}
+    assert set(probe) - set(extract) == {"label_col", "folds", "seed", "plot", "sample", "out"}
     assert set(probe) & set(extract) == {"inputs"} | INPUT_AND_WINDOW | {
         "model", "device", "dtype", "quantize", "threads", "allow_pickle", "folder_settings", "batch_size",
         "max_batch_tokens", "progress", "cache"}
