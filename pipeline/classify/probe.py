@@ -6,7 +6,6 @@ every feature, so strategies, poolings and layers are compared on equal terms.
 """
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 import numpy as np
@@ -15,11 +14,10 @@ from ..options.config import PipelineConfig
 from ..options.features_config import STRATEGIES, Feature
 from ..errors import ConfigError, InputError
 from .folds import LEXICAL_NAME, check_classes, cross_validate_lexical, cross_validate_probe, stratified_sample  # noqa: F401 - stratified_sample: re-exported
-from .probe_plot import layers_text
-from .probe_ranking import CSV_COLUMNS, hybrid_summary, lexical_summary, ranking_rows, write_ranking_csv  # noqa: F401 - re-exported
+# the report, re-exported: the CLI and tests import them from here
+from .probe_ranking import CSV_COLUMNS, extract_command, format_corpus_probe, lexical_summary, write_ranking_csv  # noqa: F401
 from .probe_files import windows_per_doc
 from ..output.schema import ERROR, N_TOKENS
-from ..text.tokenize import UNKNOWN_WARN_SHARE, unknown_warning
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -226,30 +224,15 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     y = labels[ok]
     classes, counts = check_classes(y, folds, ", ".join(cfg.read.inputs), label_col, corpus)
     tokens = np.asarray(n_tokens)[ok]
-    from ..output.schema import strategy_metadata
-
-    t1 = time.perf_counter()  # each feature's mean, and for chunk and sliding mean,max and first,last,mean,max
-    variants = probe_variants(features, [columns[name][ok] for name, _ in resolved.columns],
-                              lambda f: f.dim(resolved.facts.hidden_size))
+    t1 = time.perf_counter()
+    results, variants = _bert_rows(features, resolved, [columns[name][ok] for name, _ in resolved.columns], tokens,
+                                   y, folds, seed)
     del columns
-    # one feature per process (joblib's default loky backend): the fits are single-threaded, so the
-    # cores share the features; the scores are those of cross_validate_probe run one by one.
-    from joblib import Parallel, delayed
-    scores = Parallel(n_jobs=_probe_jobs(len(variants)))(
-        delayed(cross_validate_probe)(X, y, folds, seed) for _, _, X in variants)
-    results = [{"feature": variant_name(f, agg), "kind": "bert", "index": i, "spec": f.spec, "strategy": f.strategy, "pooling": f.pooling,
-                "layers": list(f.layers), "layer_agg": f.layer_agg, "aggregate": agg, "dimension": int(X.shape[1]),
-                "windows_per_doc": windows_per_doc(strategy_metadata(resolved.cfg, f.strategy), tokens),
-                "extract_options": f.extract_options(), **score} for i, ((f, agg, X), score) in enumerate(zip(variants, scores))]
     probe_seconds = time.perf_counter() - t1
     kept = [t for t, good in zip(texts, ok) if good]   # the same documents, labels and folds as the BERT rows
-    lexical = {"feature": LEXICAL_NAME, "kind": "lexical", "windows_per_doc": 0.0,
-               **cross_validate_lexical(kept, y, folds, seed)}
     results.sort(key=lambda r: -r["accuracy_mean"])  # stable: ties keep the feature order
     best = results[0]
-    top = [(r, variants[r["index"]][2]) for r in results[:HYBRID_TOP]]
-    hybrids = hybrid_rows(top, kept, y, folds, seed, lexical["dimension"])
-    compact = compact_rows(best, top[0][1], y, folds, seed)
+    lexical, hybrids, compact = _baseline_rows(results, variants, kept, y, folds, seed)
     near = [r for r in results if r["accuracy_mean"] >= best["accuracy_mean"] - best["accuracy_std"]]
     cheapest = min(near, key=lambda r: (r["windows_per_doc"], r["dimension"], -r["accuracy_mean"]))
     return {"results": results, "best": best, "cheapest": cheapest, "lexical": lexical, "hybrids": hybrids,
@@ -262,6 +245,39 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
 
 
 HYBRID_TOP = 3   # the best BERT features each stacked with the lexical model
+
+
+def _bert_rows(features, resolved, matrices: list[np.ndarray], tokens: np.ndarray, y: np.ndarray, folds: int,
+               seed: int) -> tuple[list[dict[str, Any]], list]:
+    """probe_corpus's BERT rows (kind "bert", in feature order, "index" into the variants) and the variants
+    (probe_variants: each feature's mean; chunk and sliding also mean,max and first,last,mean,max)."""
+    from joblib import Parallel, delayed
+
+    from ..output.schema import strategy_metadata
+
+    variants = probe_variants(features, matrices, lambda f: f.dim(resolved.facts.hidden_size))
+    # one feature per process (joblib's default loky backend): the fits are single-threaded, so the
+    # cores share the features; the scores are those of cross_validate_probe run one by one.
+    scores = Parallel(n_jobs=_probe_jobs(len(variants)))(
+        delayed(cross_validate_probe)(X, y, folds, seed) for _, _, X in variants)
+    results = [{"feature": variant_name(f, agg), "kind": "bert", "index": i, "spec": f.spec, "strategy": f.strategy,
+                "pooling": f.pooling, "layers": list(f.layers), "layer_agg": f.layer_agg, "aggregate": agg,
+                "dimension": int(X.shape[1]),
+                "windows_per_doc": windows_per_doc(strategy_metadata(resolved.cfg, f.strategy), tokens),
+                "extract_options": f.extract_options(), **score}
+               for i, ((f, agg, X), score) in enumerate(zip(variants, scores))]
+    return results, variants
+
+
+def _baseline_rows(ranked: list[dict[str, Any]], variants: list, texts: list[str], y: np.ndarray, folds: int,
+                   seed: int) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the lexical row, the hybrid rows of the HYBRID_TOP best BERT features, the compact rows of the best)
+    on the same documents and folds; ``ranked``: the BERT rows, best first."""
+    lexical = {"feature": LEXICAL_NAME, "kind": "lexical", "windows_per_doc": 0.0,
+               **cross_validate_lexical(texts, y, folds, seed)}
+    top = [(r, variants[r["index"]][2]) for r in ranked[:HYBRID_TOP]]
+    return (lexical, hybrid_rows(top, texts, y, folds, seed, lexical["dimension"]),
+            compact_rows(ranked[0], top[0][1], y, folds, seed))
 
 
 def hybrid_rows(top: list[tuple[dict[str, Any], np.ndarray]], texts: list[str], y: np.ndarray, folds: int, seed: int,
@@ -311,89 +327,3 @@ def _probe_jobs(n_features: int) -> int:
     return max(1, min(cpus, n_features))
 
 
-def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[str, ...],
-                    label_col: str | None = None) -> str:
-    """The ``longbert extract`` command line that makes one probed feature (with its --aggregate) on the
-    whole corpus, keeping the label column (``--keep-col label_col``) so its output can be probed."""
-    from ..options.config import DEFAULT_MODEL
-
-    parts = ["longbert extract", *(shlex.quote(str(i)) for i in inputs)]
-    if cfg.read.format is not None:
-        parts.append(f"--format {cfg.read.format}")
-    if cfg.read.text_col != "text":
-        parts.append(f"--text-col {shlex.quote(cfg.read.text_col)}")
-    if cfg.model.model != DEFAULT_MODEL:
-        parts.append(f"--model {shlex.quote(cfg.model.model)}")
-    if cfg.write.cache is not None:  # the probe's windows are in this store: extract reuses them
-        parts.append(f"--cache {shlex.quote(str(cfg.write.cache))}")
-    seg = cfg.segment
-    if seg.max_length is not None:
-        parts.append(f"--max-length {seg.max_length}")
-    if feature["strategy"] == "head_tail" and (seg.head_tokens is not None or seg.tail_tokens is not None):
-        parts += [f"--head-tokens {seg.head_tokens}"] if seg.head_tokens is not None else []
-        parts += [f"--tail-tokens {seg.tail_tokens}"] if seg.tail_tokens is not None else []
-    if feature["strategy"] == "sliding" and seg.overlap != 128:
-        parts.append(f"--overlap {seg.overlap}")
-    if feature["strategy"] == "late":
-        parts += [f"--overlap {seg.late_overlap}"] * (seg.late_overlap != 256) + \
-            [f"--chunk-tokens {seg.chunk_tokens}"] * (seg.chunk_tokens != 128)
-    if seg.max_tokens_per_doc is not None:
-        parts.append(f"--max-tokens-per-doc {seg.max_tokens_per_doc}")
-    if label_col is not None:   # so that `longbert probe features.parquet --label-col LABEL` works
-        parts.append(f"--keep-col {shlex.quote(label_col)}")
-    aggregate = feature.get("aggregate", "mean")
-    if aggregate != "mean":
-        parts.append(f"--aggregate {aggregate}")
-    parts += [feature["extract_options"], "-o features.parquet"]
-    return " ".join(parts)
-
-
-def format_corpus_probe(report: dict[str, Any], cfg: PipelineConfig) -> str:
-    """The ranked table of probe_corpus, the cost of the pass, and the cheapest feature near the best
-    with the extract command that makes it."""
-    head = ("rank", "feature", "layers", "aggregate", "windows/doc", "dim", "accuracy", "macro-F1")
-    rows = [head]
-    for i, r in enumerate(report["results"], 1):
-        rows.append((str(i), r["feature"], layers_text(r), r.get("aggregate", "mean"), f"{r['windows_per_doc']:.2f}",
-                     str(r["dimension"]), f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
-                     f"{r['f1_macro_mean']:.3f} ± {r['f1_macro_std']:.3f}"))
-    lex = report.get("lexical")
-    if lex is not None:
-        rows.append(("-", lex["feature"], "", "", "0", str(lex["dimension"]),
-                     f"{lex['accuracy_mean']:.3f} ± {lex['accuracy_std']:.3f}",
-                     f"{lex['f1_macro_mean']:.3f} ± {lex['f1_macro_std']:.3f}"))
-    for r in report.get("hybrids", ()) + report.get("compact", []):
-        rows.append(("-", r["feature"], layers_text(r.get("base", r)) if "layers" in r.get("base", r) else "",
-                     "", f"{r['windows_per_doc']:.2f}", str(r["dimension"]),
-                     f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
-                     f"{r['f1_macro_mean']:.3f} ± {r['f1_macro_std']:.3f}"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) if i in (1, 2, 3) else cell.rjust(w)
-                       for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
-    best, cheap = report["best"], report["cheapest"]
-    saved = report["windows_requested"] - report["windows_encoded"]
-    lines.append(f"{report['documents']} documents (stratified sample), {len(report['results'])} features from one "
-                 f"pass: {report['windows_encoded']} windows encoded for {report['windows_requested']} asked "
-                 f"({saved} shared), {report['extract_seconds']:.1f} s; probes {report['probe_seconds']:.1f} s")
-    lines.append(f"{report['folds']}-fold stratified CV, StandardScaler + LogisticRegression; {report['classes']} "
-                 f"classes, majority-class accuracy {report['majority']:.3f}")
-    if report.get("tokens") and report.get("unknown_tokens", 0) / report["tokens"] >= UNKNOWN_WARN_SHARE:
-        lines.append(unknown_warning(report["unknown_tokens"], report["tokens"]))   # as extract's summary
-    if report["left_out"] or report["dropped_labels"]:
-        lines.append(f"left out: {report['left_out']} documents without features, {report['dropped_labels']} rows "
-                     "with an empty label")
-    lines.append(f"best: {best['feature']} {best['accuracy_mean']:.3f} ± {best['accuracy_std']:.3f}; cheapest within "
-                 f"one sd of it: {cheap['feature']} ({cheap['windows_per_doc']:.2f} windows/doc, "
-                 f"accuracy {cheap['accuracy_mean']:.3f} ± {cheap['accuracy_std']:.3f})")
-    if lex is None or lex["accuracy_mean"] <= best["accuracy_mean"]:
-        lines.append("  " + extract_command(cfg, cheap, cfg.read.inputs, report.get("label_col")))
-        if report.get("label_col") is not None:
-            lines.append(f"  longbert probe features.parquet --label-col {shlex.quote(report['label_col'])}")
-    if lex is not None:
-        lines.append(lexical_summary(lex, best))
-    lines += hybrid_summary(report.get("hybrids", []), best, lex, cfg, report.get("label_col"))
-    for c in report.get("compact", []):
-        lines.append(f"compact {c['form']}: {c['feature']} keeps {c['accuracy_kept']:.1%} of the best's accuracy "
-                     f"({c['accuracy_mean']:.3f} ± {c['accuracy_std']:.3f}) in {c['bytes_per_vector']} bytes per "
-                     f"vector against {c['float32_bytes']} as float32")
-    return "\n".join(lines)

@@ -1,8 +1,12 @@
-"""probe's ranking as words and as a table: the lexical baseline's and the hybrids' summary lines, and
-the ``--out`` CSV (one row per feature of any kind)."""
+"""probe's ranking as words and as a table: the printed ranking and its summary (the extract command of a
+feature, the lexical baseline's and the hybrids' lines), and the ``--out`` CSV (one row per feature of any kind)."""
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Any
+
+from ..text.tokenize import UNKNOWN_WARN_SHARE, unknown_warning
+from .probe_plot import layers_text
 
 if TYPE_CHECKING:
     from ..options.config import PipelineConfig
@@ -62,9 +66,95 @@ def hybrid_summary(hybrids: list[dict[str, Any]], best: dict[str, Any], lex: dic
     lines = [f"best hybrid: {h['feature']} {h['accuracy_mean']:.3f} ± {h['accuracy_std']:.3f} {verdict} the best BERT "
              f"feature and the lexical baseline alone"]
     if verdict == "beats":
-        from .probe import extract_command   # probe imports this module
-
         lines += ["  " + extract_command(cfg, h["base"], cfg.read.inputs, label_col),
                   "  ids, X, meta = longbert.load_features(\"features.parquet\"); "
                   "model = longbert.HybridClassifier().fit(longbert.hybrid_inputs(texts, X), labels)"]
     return lines
+
+
+def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[str, ...],
+                    label_col: str | None = None) -> str:
+    """The ``longbert extract`` command line that makes one probed feature (with its --aggregate) on the
+    whole corpus, keeping the label column (``--keep-col label_col``) so its output can be probed."""
+    from ..options.config import DEFAULT_MODEL
+
+    parts = ["longbert extract", *(shlex.quote(str(i)) for i in inputs)]
+    if cfg.read.format is not None:
+        parts.append(f"--format {cfg.read.format}")
+    if cfg.read.text_col != "text":
+        parts.append(f"--text-col {shlex.quote(cfg.read.text_col)}")
+    if cfg.model.model != DEFAULT_MODEL:
+        parts.append(f"--model {shlex.quote(cfg.model.model)}")
+    if cfg.write.cache is not None:  # the probe's windows are in this store: extract reuses them
+        parts.append(f"--cache {shlex.quote(str(cfg.write.cache))}")
+    seg = cfg.segment
+    if seg.max_length is not None:
+        parts.append(f"--max-length {seg.max_length}")
+    if feature["strategy"] == "head_tail" and (seg.head_tokens is not None or seg.tail_tokens is not None):
+        parts += [f"--head-tokens {seg.head_tokens}"] if seg.head_tokens is not None else []
+        parts += [f"--tail-tokens {seg.tail_tokens}"] if seg.tail_tokens is not None else []
+    if feature["strategy"] == "sliding" and seg.overlap != 128:
+        parts.append(f"--overlap {seg.overlap}")
+    if feature["strategy"] == "late":
+        parts += [f"--overlap {seg.late_overlap}"] * (seg.late_overlap != 256) + \
+            [f"--chunk-tokens {seg.chunk_tokens}"] * (seg.chunk_tokens != 128)
+    if seg.max_tokens_per_doc is not None:
+        parts.append(f"--max-tokens-per-doc {seg.max_tokens_per_doc}")
+    if label_col is not None:   # so that `longbert probe features.parquet --label-col LABEL` works
+        parts.append(f"--keep-col {shlex.quote(label_col)}")
+    aggregate = feature.get("aggregate", "mean")
+    if aggregate != "mean":
+        parts.append(f"--aggregate {aggregate}")
+    parts += [feature["extract_options"], "-o features.parquet"]
+    return " ".join(parts)
+
+
+def format_corpus_probe(report: dict[str, Any], cfg: PipelineConfig) -> str:
+    """The ranked table of probe_corpus, the cost of the pass, and the cheapest feature near the best
+    with the extract command that makes it."""
+    head = ("rank", "feature", "layers", "aggregate", "windows/doc", "dim", "accuracy", "macro-F1")
+    rows = [head]
+    for i, r in enumerate(report["results"], 1):
+        rows.append((str(i), r["feature"], layers_text(r), r.get("aggregate", "mean"), f"{r['windows_per_doc']:.2f}",
+                     str(r["dimension"]), f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
+                     f"{r['f1_macro_mean']:.3f} ± {r['f1_macro_std']:.3f}"))
+    lex = report.get("lexical")
+    if lex is not None:
+        rows.append(("-", lex["feature"], "", "", "0", str(lex["dimension"]),
+                     f"{lex['accuracy_mean']:.3f} ± {lex['accuracy_std']:.3f}",
+                     f"{lex['f1_macro_mean']:.3f} ± {lex['f1_macro_std']:.3f}"))
+    for r in report.get("hybrids", ()) + report.get("compact", []):
+        rows.append(("-", r["feature"], layers_text(r.get("base", r)) if "layers" in r.get("base", r) else "",
+                     "", f"{r['windows_per_doc']:.2f}", str(r["dimension"]),
+                     f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
+                     f"{r['f1_macro_mean']:.3f} ± {r['f1_macro_std']:.3f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(w) if i in (1, 2, 3) else cell.rjust(w)
+                       for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+    best, cheap = report["best"], report["cheapest"]
+    saved = report["windows_requested"] - report["windows_encoded"]
+    lines.append(f"{report['documents']} documents (stratified sample), {len(report['results'])} features from one "
+                 f"pass: {report['windows_encoded']} windows encoded for {report['windows_requested']} asked "
+                 f"({saved} shared), {report['extract_seconds']:.1f} s; probes {report['probe_seconds']:.1f} s")
+    lines.append(f"{report['folds']}-fold stratified CV, StandardScaler + LogisticRegression; {report['classes']} "
+                 f"classes, majority-class accuracy {report['majority']:.3f}")
+    if report.get("tokens") and report.get("unknown_tokens", 0) / report["tokens"] >= UNKNOWN_WARN_SHARE:
+        lines.append(unknown_warning(report["unknown_tokens"], report["tokens"]))   # as extract's summary
+    if report["left_out"] or report["dropped_labels"]:
+        lines.append(f"left out: {report['left_out']} documents without features, {report['dropped_labels']} rows "
+                     "with an empty label")
+    lines.append(f"best: {best['feature']} {best['accuracy_mean']:.3f} ± {best['accuracy_std']:.3f}; cheapest within "
+                 f"one sd of it: {cheap['feature']} ({cheap['windows_per_doc']:.2f} windows/doc, "
+                 f"accuracy {cheap['accuracy_mean']:.3f} ± {cheap['accuracy_std']:.3f})")
+    if lex is None or lex["accuracy_mean"] <= best["accuracy_mean"]:
+        lines.append("  " + extract_command(cfg, cheap, cfg.read.inputs, report.get("label_col")))
+        if report.get("label_col") is not None:
+            lines.append(f"  longbert probe features.parquet --label-col {shlex.quote(report['label_col'])}")
+    if lex is not None:
+        lines.append(lexical_summary(lex, best))
+    lines += hybrid_summary(report.get("hybrids", []), best, lex, cfg, report.get("label_col"))
+    for c in report.get("compact", []):
+        lines.append(f"compact {c['form']}: {c['feature']} keeps {c['accuracy_kept']:.1%} of the best's accuracy "
+                     f"({c['accuracy_mean']:.3f} ± {c['accuracy_std']:.3f}) in {c['bytes_per_vector']} bytes per "
+                     f"vector against {c['float32_bytes']} as float32")
+    return "\n".join(lines)
