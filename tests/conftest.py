@@ -149,3 +149,20 @@ def pipe(tiny_model_dir):
     """The built-in stages on the tiny BERT: chunk windows of 14 content tokens (STAGE_ML)."""
     import longbert
     return longbert.Pipeline.from_options(model=str(tiny_model_dir), strategy="chunk", max_length=STAGE_ML)
+
+
+def disk_full_at_part(monkeypatch, n: int):
+    """Make the n-th DIR/ part write of this test fail as a full disk does (OSError ENOSPC), after the
+    parts before it were written; returns the real PartsSink.write, to put back for a --resume run."""
+    from pipeline.output.write import PartsSink
+
+    write, calls = PartsSink.write, []
+
+    def failing(self, spec, table):
+        calls.append(spec.index)
+        if len(calls) == n:
+            raise OSError(28, "No space left on device")
+        write(self, spec, table)
+
+    monkeypatch.setattr(PartsSink, "write", failing)
+    return write

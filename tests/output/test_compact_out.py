@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import invoke, words, write_csv
+from conftest import disk_full_at_part, invoke, words, write_csv
 
 from pipeline.classify.features import load_features
 from pipeline.errors import ConfigError
@@ -146,16 +146,7 @@ def test_resume_on_a_dir_gives_the_same_bytes(runner, tiny_model_dir, tmp_path, 
     lengths = [29, 0, 40, 3, 15, 50, 1, 33, 0, 20]
     extra = ("--out-dtype", form, "--block-rows", 3)
     single = pq.read_table(run(runner, tiny_model_dir, tmp_path, *extra, lengths=lengths))
-    write = PartsSink.write
-    calls = []
-
-    def fail_third(self, spec, table):
-        calls.append(spec.index)
-        if len(calls) == 3:
-            raise OSError(28, "No space left on device")
-        write(self, spec, table)
-
-    monkeypatch.setattr(PartsSink, "write", fail_third)
+    write = disk_full_at_part(monkeypatch, 3)
     src = tmp_path / "in.csv"
     args = ["extract", src, "-o", f"{tmp_path}/parts/", "--model", tiny_model_dir, "--no-progress",
             "--max-length", ML, "--strategy", "chunk", *extra]

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import invoke, words, write_csv
+from conftest import disk_full_at_part, invoke, words, write_csv
 from transformers import AutoModel, AutoTokenizer
 
 from pipeline.errors import InputError
@@ -134,16 +134,7 @@ def test_dir_and_resume_equal_a_single_run(runner, tiny_model_dir, tmp_path, mon
     assert result.exit_code == 0, result.output
     reference = pq.read_table(single)
 
-    write = PartsSink.write
-    calls = []
-
-    def fail_third(self, spec, table):
-        calls.append(spec.index)
-        if len(calls) == 3:
-            raise OSError(28, "No space left on device")
-        write(self, spec, table)
-
-    monkeypatch.setattr(PartsSink, "write", fail_third)
+    write = disk_full_at_part(monkeypatch, 3)
     result, parts = run(runner, tiny_model_dir, tmp_path, rows, *extra, out="parts/")
     assert result.exit_code == 1 and "kept for --resume" in result.output
     kept = read_manifest(parts)["parts"]
