@@ -259,8 +259,10 @@ class WindowStore:
             RunError: the database failed (the counts stay counted in memory).
         """
         with self._lock:
-            if not self._counts or os.getpid() != self._pid:
-                self._counts = {} if os.getpid() != self._pid else self._counts  # a fork's copy is the parent's
+            if os.getpid() != self._pid:
+                self._counts = {}   # a forked child's copy holds the parent's counts, which the parent writes
+                return
+            if not self._counts:
                 return
             rows = [(a, b, c, model_id) for model_id, (a, b, c) in self._counts.items()]
             self._write(lambda conn: conn.executemany(
