@@ -167,6 +167,8 @@ def stop_early(model, pools: tuple[PoolConfig, ...]):
         model: a loaded encoder whose config has num_hidden_layers = L.
         pools: the run's pools; pooling "pooler" counts as reading layer L.
 
+    When no pool asks for the pooler, the pooler is dropped from the view too, even when every layer runs.
+
     Returns:
         (model or its truncated view, pools), the pools unchanged when the whole model runs.
     """
@@ -175,21 +177,33 @@ def stop_early(model, pools: tuple[PoolConfig, ...]):
     for p in pools:
         for layer in (n_layers,) if p.pooling == "pooler" else p.layers:
             deepest = max(deepest, layer if layer >= 0 else n_layers + 1 + layer)
+    _share_output_hooks(model)   # before any view is made, so that every view shares them
+    whole = model if any(p.pooling == "pooler" for p in pools) else _without_pooler(model)
     path = _layer_list(model, n_layers)
     if path is None:
-        return model, pools
-    _share_output_hooks(model)
+        return whole, pools
     # A model that changes the last layer's output after its layer list (ModernBERT's final norm) hands
     # that change to the view's last kept layer; one layer more keeps the wanted one intact.
     for depth in (max(deepest, 1), max(deepest, 1) + 1):
         if depth >= n_layers:
-            return model, pools
+            return whole, pools
         view = _truncated_view(model, path, depth)
         if _same_hidden_state(model, view, deepest):
             positive = tuple(dataclasses.replace(p, layers=tuple(x if x >= 0 else n_layers + 1 + x for x in p.layers))
                              for p in pools)
             return view, positive
-    return model, pools
+    return whole, pools
+
+
+def _without_pooler(model):
+    """The model itself, or, when it has a pooler (BERT's dense + tanh on [CLS]), a shallow view without
+    it: no pool asks for the pooler's output, so its matrix product per batch is wasted. The full model
+    keeps its pooler for another run that asks for it."""
+    if getattr(model, "pooler", None) is None:
+        return model
+    view = _shallow(model)
+    view.pooler = None
+    return view
 
 
 def _share_output_hooks(model) -> None:

@@ -221,7 +221,7 @@ def test_early_layer_stop_equals_the_full_pass(runner, tiny_model_dir, tiny_bert
     cfg = PipelineConfig.from_options(model=str(tiny_model_dir), max_length=ML, pooling="mean", layers=layers)
     encoder = Pipeline.from_config(cfg)["encode"].encoder
     assert len(encoder.model.encoder.layer) == depth
-    assert (encoder.model.pooler is None) == (depth < 2)
+    assert encoder.model.pooler is None and encoder.full_model.pooler is not None  # nobody pools with it
     df = read_features(run_extract(runner, tiny_model_dir, tmp_path, [text], "--pooling", "mean",
                                    f"--layers={layers}")[0])
     ids = torch.tensor([[tok.cls_token_id, *tok(text, add_special_tokens=False)["input_ids"], tok.sep_token_id]])
@@ -383,3 +383,34 @@ def test_option_warnings_look_at_every_feature_strategy():
     cfg = PipelineConfig.from_options(features=("head:cls", "sliding:mean"), overlap=64, head_tokens=64)
     assert option_warnings(cfg, {"overlap", "head_tokens"}, False, 512) == [
         "--head-tokens 64 has no effect: it applies only to --strategy head_tail (this run: head, sliding)"]
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "albert", "mpnet"])
+def test_whole_model_view_drops_the_pooler_nobody_reads(tmp_path, family):
+    """Every layer runs (mean of the last layer), yet no pool reads the pooler: the view has none, its last
+    hidden state equals the full model's, and the full model keeps its pooler. Asked for, the pooler stays
+    and its output equals the full model's."""
+    from families import build_family
+    from transformers import AutoModel
+
+    from pipeline.options.config import PoolConfig
+    from pipeline.model.load import stop_early
+
+    model = AutoModel.from_pretrained(build_family(family, tmp_path / family), attn_implementation="eager").eval()
+    assert model.pooler is not None
+    view, _ = stop_early(model, (PoolConfig(pooling="mean", layers=(-1,)),))
+    kept, _ = stop_early(model, (PoolConfig(pooling="pooler"),))
+    assert view.pooler is None and model.pooler is not None and kept.pooler is model.pooler
+    torch.manual_seed(2)
+    ids = torch.randint(5, 40, (2, 12))
+    mask = torch.ones_like(ids)
+    mask[0, 7:] = 0
+    with torch.no_grad():
+        full = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        short = view(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        pooled = kept(input_ids=ids, attention_mask=mask).pooler_output
+    assert short.pooler_output is None and len(short.hidden_states) == len(full.hidden_states)
+    torch.testing.assert_close(short.last_hidden_state, full.last_hidden_state, atol=0, rtol=0)
+    for mine, theirs in zip(short.hidden_states, full.hidden_states):   # every layer, once each
+        torch.testing.assert_close(mine, theirs, atol=0, rtol=0)
+    torch.testing.assert_close(pooled, full.pooler_output, atol=0, rtol=0)
