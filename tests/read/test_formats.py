@@ -326,3 +326,42 @@ def test_directory_output_opens_in_other_readers(runner, tiny_model_dir, tmp_pat
     for pattern in ("**", "*.parquet"):
         with pytest.raises(duckdb.Error):
             duckdb.sql(f"select count(*) from read_parquet('{out}/{pattern}')").fetchall()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet", "text"])
+@pytest.mark.parametrize("block_rows, sizes", [(100, [16, 32, 64, 18]), (40, [16, 32, 40, 40, 2]), (10, [10] * 13)])
+def test_first_blocks_ramp_up_to_block_rows(tmp_path, fmt, block_rows, sizes):
+    """The plan's blocks hold 16, 32, 64... rows up to --block-rows (130 rows here), so that the model starts on
+    a small first block; every row is read once, in order, whatever the format (parquet: row groups of 7)."""
+    rows = [{"id": f"d{i:03d}", "text": f"text {i}"} for i in range(130)]
+    if fmt == "csv":
+        src = tmp_path / "in.csv"
+        pd.DataFrame(rows).to_csv(src, index=False)
+    elif fmt == "jsonl":
+        src = tmp_path / "in.jsonl"
+        src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif fmt == "parquet":
+        src = tmp_path / "in.parquet"
+        pq.write_table(pa.Table.from_pylist(rows), src, row_group_size=7)
+    else:
+        src = tmp_path / "docs"
+        src.mkdir()
+        for r in rows:
+            (src / f"{r['id']}.txt").write_text(r["text"])
+    cfg = PipelineConfig.from_options(inputs=(str(src),), block_rows=block_rows,
+                                      **({} if fmt == "text" else {"id_col": "id"}))
+    plan = scan(cfg.read)
+    assert [b.n_rows for b in plan.blocks] == sizes
+    assert [b.first_row for b in plan.blocks] == [sum(sizes[:k]) for k in range(len(sizes))]
+    texts = [t for b in plan.blocks for t in read_block(BlockSpec.from_json(b.to_json())).column("text").to_pylist()]
+    assert texts == [r["text"] for r in rows]
+
+
+def test_the_ramp_goes_on_across_inputs(tmp_path):
+    """Block numbers count across all inputs: a second file's first block is the plan's block 2 (64 rows at most)."""
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    pd.DataFrame({"text": [f"a{i}" for i in range(40)]}).to_csv(a, index=False)
+    pd.DataFrame({"text": [f"b{i}" for i in range(100)]}).to_csv(b, index=False)
+    plan = scan(PipelineConfig.from_options(inputs=(str(a), str(b)), block_rows=256).read)
+    assert [(Path(s.path).name, s.n_rows) for s in plan.blocks] == [("a.csv", 16), ("a.csv", 24), ("b.csv", 64),
+                                                                     ("b.csv", 36)]
