@@ -7,6 +7,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from ..errors import ConfigError
+
 
 @runtime_checkable
 class Store(Protocol):
@@ -55,6 +57,21 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Write what is pending (the counters) and release the store's resources; called at a run's end."""
+
+
+METHODS = ("register", "get_many", "put_many", "get_tokens", "put_tokens", "stats", "clear", "close")
+
+
+def check_store(store: object) -> None:
+    """Refuse an object that lacks a Store method, before a run uses it.
+
+    Raises:
+        ConfigError: naming the methods missing, e.g. "store=DictStore lacks get_tokens, put_tokens".
+    """
+    missing = [m for m in METHODS if not callable(getattr(store, m, None))]
+    if missing:
+        raise ConfigError(f"store={type(store).__name__} lacks {', '.join(missing)}; a window store needs "
+                          f"{', '.join(METHODS)} (longbert.stages.cache.store_api.Store)")
 
 
 def lookup(store: Store, pool: str, ids_list: list, dim: int) -> tuple[np.ndarray, np.ndarray]:

@@ -32,7 +32,7 @@ from ..errors import ConfigError
 from ..options.features_config import compact_layers
 from ..model.pool import pool_offsets, window_pools
 from ..model.int8 import quantize_label
-from .store_api import Store, lookup
+from .store_api import Store, check_store, lookup
 from .store_keys import positive_layers, token_layer_key, vector_key
 from ..types import ModelFacts, Window
 
@@ -67,9 +67,11 @@ class WindowCache:
                 instead of cfg.write.cache.
 
         Raises:
-            ConfigError: the model's weights were not hashed (no local config.json and weight
-                files), or as WindowStore.open (not a writable folder, not a store).
+            ConfigError: ``store`` lacks a Store method; the model's weights were not hashed (no local
+                config.json and weight files), or as WindowStore.open (not a writable folder, not a store).
         """
+        if store is not None:
+            check_store(store)
         if store is None and not cfg.write.cache:  # "" counts as not given, as default_cache has it
             return None
         if not facts.sha256:

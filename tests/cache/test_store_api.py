@@ -96,6 +96,16 @@ def test_both_stores_implement_the_protocol():
     assert not isinstance(object(), Store)
 
 
+def test_an_object_without_the_token_methods_is_refused_naming_them(tiny_model_dir):
+    class Pooled(DictStore):
+        get_tokens = put_tokens = None
+
+    pipe = longbert.Pipeline.from_config(config_from_python(model=str(tiny_model_dir), max_length=ML), store=Pooled())
+    with pytest.raises(longbert.ConfigError) as err:
+        pipe(longbert.Batch.from_texts(TEXTS))
+    assert str(err.value).startswith("store=Pooled lacks get_tokens, put_tokens; a window store needs register, ")
+
+
 @pytest.mark.parametrize("feature, pools", [
     (("chunk:mean",), 1),                  # one pooled vector per window
     (("chunk:mean", "chunk:cls"), 2),      # two pooled vectors per window, one pool key each
