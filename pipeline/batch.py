@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import InputError
+from .plan import WindowPlan, plan_windows
 from .text.texts import as_texts
 from .types import TokenizedDoc, Window
 
@@ -30,7 +31,7 @@ class Batch:
         windows: ``segment``: strategy -> that strategy's windows (pipeline.types.Window: document row,
             spans of content-token positions, input ids with the model's specials), grouped by document
             in row order.
-        plan: ``dedup``: pipeline.text.dedup.WindowPlan: the unique windows and, per strategy, the index of
+        plan: ``dedup``: pipeline.plan.WindowPlan: the unique windows and, per strategy, the index of
             each requested window into them.
         encoded: ``encode``: pipeline.model.encode.Encoded of ``unique``: vectors (n_unique, D) float32 (every
             pooling of the run side by side), ``finite``, and per-window token vectors at --level token.
@@ -55,7 +56,7 @@ class Batch:
     rows: pa.Table
     docs: list[TokenizedDoc] | None = None
     windows: dict[str, list[Window]] | None = None
-    plan: Any = None                       # pipeline.text.dedup.WindowPlan (not imported: keeps this module light)
+    plan: WindowPlan | None = None         # ``dedup``'s: the unique windows, and each strategy's index into them
     encoded: Any = None                    # pipeline.model.encode.Encoded (imports torch)
     cached: int = 0
     vectors: dict[str, np.ndarray] | None = None
@@ -182,8 +183,6 @@ class Batch:
 
 def _take_plan(batch: Batch, windows: dict[str, list[Window]], kept: dict[str, np.ndarray]) -> dict[str, Any]:
     """The plan of the kept windows (made again) and, after encode, the encoded rows it points at."""
-    from .text.dedup import plan_windows
-
     plan = plan_windows(list(windows.values()))
     fields: dict[str, Any] = {"plan": plan}
     if batch.encoded is not None:

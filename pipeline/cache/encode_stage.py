@@ -98,8 +98,8 @@ class Encode(Stage):
             batch size, token budget and --cache). tokenizer: the model's tokenizer (its pad id).
         facts: the model's facts (pipeline.model.facts.model_facts): the store's keys use its sha256.
         model: an already loaded model for config.model, or a ``Weights`` to share; None: loaded here.
-        store: an open pipeline.cache.store.WindowStore (the vectorizer's in-memory one); None: the
-            store of config.write.cache, or none.
+        store: an open window store, any pipeline.cache.store_api.Store (the vectorizer's in-memory
+            one, or another implementation); None: the SQLite store of config.write.cache, or none.
         with_tokens: also keep each window's per-token vectors (per-token output).
 
     Raises:

@@ -31,7 +31,9 @@ import numpy as np
 from ..errors import RunError
 from .store_file import (BUSY_TIMEOUT_S, CHECKPOINT_WAIT_MS, DB_NAME, NotAStore, StoreDamaged, check_folder, checkpoint,
                          connect, open_error, run_error)
-from .store_keys import checksum, verifies, window_key
+from .store_api import lookup
+from .store_keys import checksum, verifies, window_keys
+from .token_store import TokenRows
 
 __all__ = ["BUSY_TIMEOUT_S", "DB_NAME", "NotAStore", "StoreDamaged", "WindowStore", "close_stores"]
 
@@ -39,8 +41,9 @@ _CHUNK = 500                   # keys per SELECT ... IN (...): below SQLite's 99
 _ORPHANS: list[sqlite3.Connection] = []  # connections inherited through fork: never used, never closed
 
 
-class WindowStore:
-    """Window vectors by (pool key, token ids), in ``DIR/windows.sqlite3`` or in memory.
+class WindowStore(TokenRows):
+    """Window vectors by (pool key, token ids), in ``DIR/windows.sqlite3`` or in memory: the embedded
+    pipeline.cache.store_api.Store (``get_tokens``/``put_tokens`` from token_store.TokenRows).
 
     Use ``WindowStore.open(path)``; a store is a context manager, picklable (it reopens by path, so
     a pickled in-memory store arrives empty), thread-safe, and reconnects after a fork.
@@ -217,7 +220,7 @@ class WindowStore:
             ValueError: ``pool`` is not registered. RunError: the database failed (damaged, locked, I/O).
         """
         model_id, dim = self._model(pool)
-        keys = [window_key(pool, ids) for ids in ids_list]
+        keys = window_keys(pool, ids_list)
         rows = self.read_rows(keys)
         out: list[np.ndarray | None] = []
         rejected = 0
@@ -282,19 +285,9 @@ class WindowStore:
                 "INSERT OR REPLACE INTO windows (key, model, dim, checksum, vector) VALUES (?, ?, ?, ?, ?)", rows))
 
     def lookup(self, pool: str, ids_list: list) -> tuple[np.ndarray, np.ndarray]:
-        """``get_many`` as arrays: (n, dim) float32 vectors (zeros where missing) and the missing positions.
-
-        Example: vecs, missing = store.lookup(key, ids); vecs[missing] = encode(missing windows);
-        store.put_many(key, [ids[i] for i in missing], vecs[missing]).
-        """
-        _, dim = self._model(pool)
-        found = self.get_many(pool, ids_list)
-        vectors = np.zeros((len(found), dim), dtype=np.float32)                   # (n, dim)
-        for i, vec in enumerate(found):
-            if vec is not None:
-                vectors[i] = vec
-        missing = np.array([i for i, v in enumerate(found) if v is None], dtype=np.int64)
-        return vectors, missing
+        """``get_many`` as arrays: (n, dim) float32 vectors (zeros where missing) and the missing positions
+        (pipeline.cache.store_api.lookup). Raises: as ``get_many``."""
+        return lookup(self, pool, ids_list, self._model(pool)[1])
 
     def put_many(self, pool: str, ids_list: list, vectors: np.ndarray) -> int:
         """Store one vector per window, all in ONE transaction (call it once per block).
@@ -319,8 +312,8 @@ class WindowStore:
             raise ValueError(f"vectors must be float ({len(ids_list)}, {dim}), got {vecs.dtype} {vecs.shape}")
         vecs = np.ascontiguousarray(vecs, dtype="<f4")                           # (n, dim) float32 LE
         rows = []
-        for ids, vec in zip(ids_list, vecs):
-            key, data = window_key(pool, ids), vec.tobytes()
+        for key, vec in zip(window_keys(pool, ids_list), vecs):
+            data = vec.tobytes()
             rows.append((key, model_id, dim, checksum(key, data), data))
         self.write_rows(rows)
         return len(rows)

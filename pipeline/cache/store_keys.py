@@ -1,11 +1,15 @@
-"""The window store's keys (pipeline.cache.store): which weights, computed how, pooled how, and the window's exact
-token ids; and the checksum that ties a stored vector to its key. Pure functions, no database.
+"""The window store's keys, built here and nowhere else: which weights, computed how, pooled how
+(``vector_key``, ``token_layer_key``), and the window's exact token ids (``window_key``); and the checksum
+that ties a stored vector to its key. Pure functions, no database; called by pipeline.cache.window_cache
+and the stores (pipeline.cache.store, token_store).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import zlib
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -35,6 +39,46 @@ def pool_key(model_sha256: str, dtype: str, quantize: str, pooling_key: str) -> 
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def positive_layers(layers: Sequence[int], n_layers: int) -> list[int]:
+    """Hidden-state indices made positive: -1 of a 6-layer model is 6 (0 is the embeddings).
+    Example: (-2, 0), 6 -> [5, 0]."""
+    return [x if x >= 0 else n_layers + 1 + x for x in layers]
+
+
+def pooling_key(pooling: str, layers: Sequence[int], layer_agg: str, n_layers: int) -> str:
+    """The part of a pool key that says how a window becomes its vector: pooling, layers, layer_agg.
+
+    Layers are made positive, so the same hidden state gets one key whichever way it was named; with
+    one layer, layer_agg changes nothing and is left out.
+    Example: "mean", (-2,), "mean", 6 layers -> '["mean", [5], null]'.
+    """
+    chosen = positive_layers(layers, n_layers)
+    return json.dumps([pooling, chosen, layer_agg if len(chosen) > 1 else None])
+
+
+def vector_key(model_sha256: str, dtype: str, quantize: str, pooling: str, layers: Sequence[int],
+               layer_agg: str, n_layers: int) -> str:
+    """The pool key of one pooled window vector of a run (``pool_key`` of its ``pooling_key``).
+
+    Args:
+        model_sha256, dtype, quantize: as ``pool_key`` (quantize already the label, e.g. "int8-w63").
+        pooling, layers, layer_agg: the vector's pooling (PoolConfig's fields). n_layers: the model's layers.
+
+    Returns:
+        64 hex characters. Raises ValueError: as ``pool_key`` (no sha256).
+    """
+    return pool_key(model_sha256, dtype, quantize, pooling_key(pooling, layers, layer_agg, n_layers))
+
+
+def token_layer_key(model_sha256: str, dtype: str, quantize: str, layer: int) -> str:
+    """The pool key of one hidden layer's per-token vectors (what a late feature reads), ``layer`` >= 0.
+
+    Returns:
+        64 hex characters: ``pool_key`` of '["tokens", layer]'. Raises ValueError: as ``pool_key``.
+    """
+    return pool_key(model_sha256, dtype, quantize, json.dumps(["tokens", int(layer)]))
+
+
 def _ids_bytes(ids) -> bytes | memoryview:
     arr = np.asarray(ids)
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
@@ -51,6 +95,11 @@ def window_key(pool: str, ids) -> bytes:
     h = hashlib.sha256(pool.encode())
     h.update(_ids_bytes(ids))
     return h.digest()
+
+
+def window_keys(pool: str, ids_list: list) -> list[bytes]:
+    """``window_key`` of each window, in order."""
+    return [window_key(pool, ids) for ids in ids_list]
 
 
 def checksum(key: bytes, vector: bytes) -> int:

@@ -1,5 +1,5 @@
-"""Per-token vectors of a window in the window store (``--cache``): what a late chunk needs.
-An entry is keyed like a pooled
+"""Per-token vectors of a window in the SQLite window store (``--cache``): what a late chunk needs; the
+``get_tokens``/``put_tokens`` of pipeline.cache.store.WindowStore (``TokenRows``). An entry is keyed like a pooled
 window vector (pipeline.cache.store_keys.window_key: a pool key and the window's exact token ids) and lives in
 the same table, so ``longbert cache`` counts and clears it with the rest; its pool key names one
 hidden layer's token vectors (``["tokens", layer]``), registered with dim = hidden. The entry holds the
@@ -12,46 +12,49 @@ from __future__ import annotations
 
 import numpy as np
 
-from .store import WindowStore
-from .store_keys import checksum, verifies, window_key
+from .store_keys import checksum, verifies, window_keys
 
 
-def get_tokens(store: WindowStore, pool: str, ids_list: list) -> list[np.ndarray | None]:
-    """Each window's stored (len(ids) - 2, hidden) float32 token vectors, or None (absent, or not verifying).
+class TokenRows:
+    """The token-vector methods of the SQLite store, on its row methods (``registration``, ``read_rows``,
+    ``count_lookups``, ``write_rows``): a mix-in of pipeline.cache.store.WindowStore."""
 
-    Args:
-        store: an open store. pool: a pool key registered with dim = hidden (WindowStore.register).
-        ids_list: each window's token ids ([CLS] ... [SEP], 1-D integer arrays).
+    def get_tokens(self, pool: str, ids_list: list) -> list[np.ndarray | None]:
+        """Each window's stored (len(ids) - 2, hidden) float32 token vectors, or None (absent, or not verifying).
 
-    Raises:
-        ValueError: ``pool`` not registered. RunError: the database failed (pipeline.cache.store).
-    """
-    model_id, hidden = store.registration(pool)
-    keys = [window_key(pool, ids) for ids in ids_list]
-    rows = store.read_rows(keys)
-    out: list[np.ndarray | None] = []
-    rejected = 0
-    for key, ids in zip(keys, ids_list):
-        row, n = rows.get(key), (len(ids) - 2) * hidden
-        if row is not None and not verifies(key, row, n):
-            rejected, row = rejected + 1, None
-        out.append(None if row is None else np.frombuffer(row[2], dtype="<f4").astype(np.float32).reshape(-1, hidden))
-    store.count_lookups(model_id, len(keys), sum(v is not None for v in out), rejected)
-    return out
+        Args:
+            pool: a pool key registered with dim = hidden (WindowStore.register).
+            ids_list: each window's token ids ([CLS] ... [SEP], 1-D integer arrays).
 
+        Raises:
+            ValueError: ``pool`` not registered. RunError: the database failed (pipeline.cache.store).
+        """
+        model_id, hidden = self.registration(pool)
+        keys = window_keys(pool, ids_list)
+        rows = self.read_rows(keys)
+        out: list[np.ndarray | None] = []
+        rejected = 0
+        for key, ids in zip(keys, ids_list):
+            row, n = rows.get(key), (len(ids) - 2) * hidden
+            if row is not None and not verifies(key, row, n):
+                rejected, row = rejected + 1, None
+            out.append(None if row is None else
+                       np.frombuffer(row[2], dtype="<f4").astype(np.float32).reshape(-1, hidden))  # (n_content, hidden)
+        self.count_lookups(model_id, len(keys), sum(v is not None for v in out), rejected)
+        return out
 
-def put_tokens(store: WindowStore, pool: str, ids_list: list, tokens: list[np.ndarray]) -> int:
-    """Store each window's (len(ids) - 2, hidden) token vectors, all in one transaction.
+    def put_tokens(self, pool: str, ids_list: list, tokens: list[np.ndarray]) -> int:
+        """Store each window's (len(ids) - 2, hidden) token vectors, all in one transaction.
 
-    Returns:
-        The number of entries written. Raises ValueError: a shape that is not (len(ids) - 2, hidden).
-    """
-    model_id, hidden = store.registration(pool)
-    rows = []
-    for ids, mat in zip(ids_list, tokens):
-        if mat.shape != (len(ids) - 2, hidden):
-            raise ValueError(f"token vectors must be ({len(ids) - 2}, {hidden}), got {mat.shape}")
-        key, data = window_key(pool, ids), np.ascontiguousarray(mat, dtype="<f4").tobytes()
-        rows.append((key, model_id, mat.size, checksum(key, data), data))
-    store.write_rows(rows)
-    return len(rows)
+        Returns:
+            The number of entries written. Raises ValueError: a shape that is not (len(ids) - 2, hidden).
+        """
+        model_id, hidden = self.registration(pool)
+        rows = []
+        for key, ids, mat in zip(window_keys(pool, ids_list), ids_list, tokens):
+            if mat.shape != (len(ids) - 2, hidden):
+                raise ValueError(f"token vectors must be ({len(ids) - 2}, {hidden}), got {mat.shape}")
+            data = np.ascontiguousarray(mat, dtype="<f4").tobytes()
+            rows.append((key, model_id, mat.size, checksum(key, data), data))
+        self.write_rows(rows)
+        return len(rows)

@@ -2,8 +2,10 @@
 store, only the missing ones are encoded, and those are added.
 
 Used by the encode stage (pipeline.cache.encode_stage.Encode, after de-duplication) on every engine, so extract
-(local and Ray), probe, ``LongBertVectorizer`` and ``longbert.encode`` share one behaviour; the
-store itself is pipeline.cache.store.
+(local and Ray), probe, ``LongBertVectorizer`` and ``longbert.encode`` share one behaviour. It calls
+only the methods of pipeline.cache.store_api.Store, so any store that has them plugs in; the
+embedded default, opened for ``--cache DIR``, is pipeline.cache.store.WindowStore (SQLite). The keys
+are built in pipeline.cache.store_keys.
 
 Keys: one pool key per pooled window vector of the run (``pool.window_pools``: pooling, layers,
 layer_agg), not per concatenation, so a probe of many poolings fills entries that a later
@@ -13,14 +15,13 @@ vector (aggregation, --normalize, strategy, output dtype) is not in the key: it 
 stored window vectors, so another --aggregate or --normalize finds every window.
 
 ``late`` features: each window's per-token vectors of each layer they read are stored too
-(pipeline.cache.token_store), so a run with another --chunk-tokens finds every window.
+(``Store.get_tokens``/``put_tokens``), so a run with another --chunk-tokens finds every window.
 
 ``--level token``: per-token vectors are not stored. A token-level run encodes every window (it
 needs the token states) and adds the pooled window vectors to the store for later document runs.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,22 +31,10 @@ from ..model.encode import Encoded, Encoder
 from ..errors import ConfigError
 from ..options.features_config import compact_layers
 from ..model.pool import pool_offsets, window_pools
-from .store import WindowStore
 from ..model.int8 import quantize_label
-from .store_keys import pool_key
-from .token_store import get_tokens, put_tokens
+from .store_api import Store, check_store, lookup
+from .store_keys import positive_layers, token_layer_key, vector_key
 from ..types import ModelFacts, Window
-
-
-def pooling_key(pool: PoolConfig, n_layers: int) -> str:
-    """The part of a pool key that says how a window becomes its vector: pooling, layers, layer_agg.
-
-    Layers are made positive (-1 of a 6-layer model is 6), so the same hidden state gets one key
-    whichever way it was named; with one layer, layer_agg changes nothing and is left out.
-    Example: mean, (-2,), "mean", 6 layers -> '["mean", [5], null]'.
-    """
-    layers = [x if x >= 0 else n_layers + 1 + x for x in pool.layers]
-    return json.dumps([pool.pooling, layers, pool.layer_agg if len(layers) > 1 else None])
 
 
 def pool_label(facts: ModelFacts, cfg: PipelineConfig, pool: PoolConfig) -> str:
@@ -60,7 +49,7 @@ class WindowCache:
     """A run's view of a window store: the registered pool key of each pooled window vector and
     where that vector lies in the encoder's concatenated window vector (pool.pool_offsets)."""
 
-    store: WindowStore
+    store: Store                       # any pipeline.cache.store_api.Store; --cache DIR: the SQLite WindowStore
     keys: list[str]                    # pool key per pool, in the encoder's pool order
     slices: list[tuple[int, int]]      # [start, end) of each pool's vector in the concatenation
     dim: int                           # length of the concatenated window vector
@@ -68,41 +57,45 @@ class WindowCache:
     read: tuple[bool, ...] = ()        # per pool: a feature other than late reads it (); () = every pool
 
     @classmethod
-    def open(cls, cfg: PipelineConfig, facts: ModelFacts, store: WindowStore | None = None) -> WindowCache | None:
+    def open(cls, cfg: PipelineConfig, facts: ModelFacts, store: Store | None = None) -> WindowCache | None:
         """The cache of a run: ``store`` if given, else the store in ``cfg.write.cache``; None when neither.
 
         Args:
             cfg: the run's config (max_length resolved); facts: its model's facts, sha256 filled
                 once the weights are local (the encode stage hashes a hub model after its load).
-            store: an open store (the vectorizer's in-memory one), used instead of cfg.write.cache.
+            store: an open Store (the vectorizer's in-memory one, or another implementation), used
+                instead of cfg.write.cache.
 
         Raises:
-            ConfigError: the model's weights were not hashed (no local config.json and weight
-                files), or as WindowStore.open (not a writable folder, not a store).
+            ConfigError: ``store`` lacks a Store method; the model's weights were not hashed (no local
+                config.json and weight files), or as WindowStore.open (not a writable folder, not a store).
         """
+        if store is not None:
+            check_store(store)
         if store is None and not cfg.write.cache:  # "" counts as not given, as default_cache has it
             return None
         if not facts.sha256:
             raise ConfigError(f"--cache needs the model's sha256, but {cfg.model.model!r} has no local config.json "
                               "and weight files to hash; download the model into a folder (e.g. huggingface-cli "
                               f"download {cfg.model.model} --local-dir DIR) and pass --model DIR, or drop --cache")
-        store = store if store is not None else WindowStore.open(cfg.write.cache)
+        if store is None:
+            from .store import WindowStore   # the embedded default, in the --cache folder
+
+            store = WindowStore.open(cfg.write.cache)
         pools = window_pools(cfg)
         slices = pool_offsets(pools, facts.hidden_size)
+        n_layers, hidden, quant = facts.num_hidden_layers, facts.hidden_size, quantize_label(cfg.model.quantize)
         keys = []
         for pool, (a, b) in zip(pools, slices):
-            key = pool_key(facts.sha256, cfg.model.dtype, quantize_label(cfg.model.quantize),
-                           pooling_key(pool, facts.num_hidden_layers))
+            key = vector_key(facts.sha256, cfg.model.dtype, quant, pool.pooling, pool.layers, pool.layer_agg, n_layers)
             store.register(key, b - a, pool_label(facts, cfg, pool))
             keys.append(key)
-        n_layers, hidden = facts.num_hidden_layers, facts.hidden_size
         token_keys = []
-        for layer in sorted({x if x >= 0 else n_layers + 1 + x for f in cfg.feature_list() if f.strategy == "late"
-                             for x in f.layers}):
-            key = pool_key(facts.sha256, cfg.model.dtype, quantize_label(cfg.model.quantize),
-                           json.dumps(["tokens", layer]))
-            quant = " int8" if cfg.model.quantize != "none" else ""
-            store.register(key, hidden, f"{facts.name} {cfg.model.dtype}{quant} token vectors layer {layer}")
+        for layer in sorted({x for f in cfg.feature_list() if f.strategy == "late"
+                             for x in positive_layers(f.layers, n_layers)}):
+            key = token_layer_key(facts.sha256, cfg.model.dtype, quant, layer)
+            int8 = " int8" if cfg.model.quantize != "none" else ""
+            store.register(key, hidden, f"{facts.name} {cfg.model.dtype}{int8} token vectors layer {layer}")
             token_keys.append(key)
         read = tuple(any(f.strategy != "late" and f.pool_key == p.pool_key for f in cfg.feature_list()) for p in pools)
         return cls(store, keys, slices, slices[-1][1], tuple(token_keys), read)
@@ -118,7 +111,7 @@ class WindowCache:
         for k, (key, (a, b)) in enumerate(zip(self.keys, self.slices)):
             if self.read and not self.read[k]:
                 continue
-            found, miss = self.store.lookup(key, ids)
+            found, miss = lookup(self.store, key, ids, b - a)
             vectors[:, a:b] = found
             missing.update(miss.tolist())
         return vectors, sorted(missing)
@@ -136,7 +129,7 @@ class WindowCache:
         """Per window the stored token vectors of every token layer side by side ((n_content, k*h)
         float32) where ``asked`` and found in each layer, else None; and the asked positions missing."""
         where = np.flatnonzero(asked)
-        found = [get_tokens(self.store, key, [windows[i].input_ids for i in where]) for key in self.token_keys]
+        found = [self.store.get_tokens(key, [windows[i].input_ids for i in where]) for key in self.token_keys]
         layers: list = [None] * len(windows)
         missing = []
         for j, i in enumerate(where):
@@ -154,8 +147,8 @@ class WindowCache:
             return
         hidden = layers[keep[0]].shape[1] // len(self.token_keys)
         for k, key in enumerate(self.token_keys):
-            put_tokens(self.store, key, [windows[i].input_ids for i in keep],
-                       [layers[i][:, k * hidden:(k + 1) * hidden] for i in keep])
+            self.store.put_tokens(key, [windows[i].input_ids for i in keep],
+                                  [layers[i][:, k * hidden:(k + 1) * hidden] for i in keep])
 
 
 def encode_unique(encoder: Encoder, cache: WindowCache | None, windows: list[Window],

@@ -24,7 +24,7 @@ from ..text.texts import as_texts, preprocessed, raise_on_errors, text_list
 from ..read import block_from_texts
 from ..text.tokenize import EMPTY_TEXT
 from ..options.python_api import config_from_python
-from .loaded import _LOADED, MEMORY, cache_options, cached_pipeline, forgotten_on_failure, memory_store  # noqa: F401
+from .loaded import MEMORY, cache_options, cached_pipeline, forgotten_on_failure, memory_store  # noqa: F401
 
 _BLOCK_ROWS = 256  # texts per block: as extract's default --block-rows
 # extract's reading and writing options, which encode (texts in, vectors out) has no use for

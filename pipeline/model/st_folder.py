@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .checkpoint import read_json
 from ..errors import ModelError
-from ..options.config import DECLARABLE, DEFAULT_MODEL, PipelineConfig
+from ..options.defaults import DECLARABLE, DEFAULT_MODEL
 from ..types import FolderSettings, ModelFacts
+
+if TYPE_CHECKING:  # the config's keep-column check reaches this module through pipeline.output.schema
+    from ..options.config import PipelineConfig
 
 APPLIED = ("cls", "mean", "max")   # Pooling modes longbert applies as its --pooling of the same name
 # Pooling/config.json's older form: one flag per mode (sentence-transformers < 3), in its concatenation order

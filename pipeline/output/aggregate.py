@@ -239,11 +239,11 @@ def aggregate_rows(window_vectors, doc_index: Sequence[int] | np.ndarray, weight
     bad = [h for h in hows if h not in AGGREGATES]
     if bad or not hows:
         raise ConfigError(f"how={how!r}; choose from {AGGREGATES} or a list of them")
-    vectors = _numpy(window_vectors).astype(np.float32)
+    vectors = as_numpy(window_vectors).astype(np.float32)
     if vectors.ndim != 2:
         raise ConfigError(f"window_vectors has shape {vectors.shape}; expected (n_windows, D)")
     index = np.asarray(doc_index, dtype=np.int64)
-    w = np.ones(len(index)) if weights is None else np.asarray(_numpy(weights), dtype=np.float64)
+    w = np.ones(len(index)) if weights is None else np.asarray(as_numpy(weights), dtype=np.float64)
     if not len(index) == len(w) == vectors.shape[0]:
         raise ConfigError(f"{vectors.shape[0]} window vectors, {len(index)} document indices and {len(w)} "
                           "weights; give one of each per window")
@@ -255,8 +255,11 @@ def aggregate_rows(window_vectors, doc_index: Sequence[int] | np.ndarray, weight
     return np.stack(out).astype(np.float32) if out else np.zeros((0, vectors.shape[1] * len(hows)), np.float32)
 
 
-def _numpy(x) -> np.ndarray:
-    """A numpy array, or a torch tensor (detached, on the CPU, float32 if it was half precision)."""
+def as_numpy(x) -> np.ndarray:
+    """``x`` as a numpy array: a torch tensor detached and moved to the CPU (a float16/bfloat16 one as
+    float32, whose values it holds exactly), anything else through ``np.asarray``; shape and, otherwise,
+    dtype kept. Used by ``longbert.aggregate`` and ``longbert.save_features``.
+    Example: torch.ones(2, 3, dtype=torch.float16) -> float32 array of shape (2, 3)."""
     if hasattr(x, "detach"):
         x = x.detach().cpu()
         return (x.float() if x.is_floating_point() else x).numpy()

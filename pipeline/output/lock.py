@@ -23,12 +23,8 @@ from pathlib import Path
 from ..options.config import PipelineConfig
 from ..errors import ConfigError
 from .durable import os_cause
+from .spare_inputs import check_run_spares_inputs, lock_path
 from .write import check_output
-
-
-def lock_path(output: Path) -> Path:
-    """The lock file of ``output``: ``.NAME.longbert-lock`` in the same folder (a DIR/ output: beside DIR)."""
-    return output.parent / f".{output.name}.longbert-lock"
 
 
 def describe(holder: dict) -> str:
@@ -135,8 +131,6 @@ def claim_output(cfg: PipelineConfig) -> OutputLock:
         ConfigError (exit 2): as pipeline.output.spare_inputs.check_run_spares_inputs, check_location,
             acquire and pipeline.output.write.check_output.
     """
-    from .spare_inputs import check_run_spares_inputs
-
     check_run_spares_inputs(cfg)
     out = Path(cfg.write.output)
     check_location(out, cfg.write.is_directory)

@@ -1,7 +1,7 @@
 """The output schema and every output column name: the one place they are spelled.
 
 The row builders (pipeline.output.rows), the --keep-col checks (pipeline.options.config), probe's
-label check (pipeline.classify.probe) and load_features (pipeline.classify.features) take the names from here, and
+label check (pipeline.classify.probe_files) and load_features (pipeline.classify.features) take the names from here, and
 ``output_schema`` declares a run's columns from its config before the first row. Nothing here needs
 the model's weights: ``output_columns`` names a run's columns from its options alone.
 """
@@ -192,8 +192,8 @@ def _version(dist: str) -> str | None:
 def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: int) -> dict:
     """The JSON stored under the parquet schema metadata key ``longbert``.
 
-    ``model`` is what the user named (pipeline.model.encode.model_label: never an absolute path of this
-    machine), ``model_sha256`` the hash of its config and weight files (pipeline.model.encode.model_sha256),
+    ``model`` is what the user named (pipeline.model.facts.model_label: never an absolute path of this
+    machine), ``model_sha256`` the hash of its config and weight files (pipeline.model.checkpoint.model_sha256),
     so two outputs can be compared across machines.
     """
     seg = cfg.segment

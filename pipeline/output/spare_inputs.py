@@ -33,13 +33,13 @@ def input_files(patterns: Iterable[str]) -> list[tuple[str, Path]]:
 
     Example: ["docs/", "a.csv"] with docs/x.txt -> [("docs/x.txt", /abs/docs/x.txt), ("a.csv", /abs/a.csv)].
     """
-    from ..read.sources import TEXT_SUFFIXES, _glob, walk
+    from ..read.sources import TEXT_SUFFIXES, glob_files, walk
 
     out = []
     for pattern in patterns:
         pattern = str(pattern)
         if any(ch in pattern for ch in "*?["):
-            found = _glob(pattern)[1]
+            found = glob_files(pattern)[1]
         elif os.path.isdir(pattern):   # a folder's documents: its .txt and .md files, as the reader takes them
             found = [f for f in walk(Path(pattern)) if f.suffix.lower() in TEXT_SUFFIXES]
         else:
@@ -111,11 +111,15 @@ def check_spares_inputs(inputs: Iterable[str], targets: Iterable[Written]) -> No
             raise _refusal(target, *clash)
 
 
+def lock_path(output: Path) -> Path:
+    """The lock file of ``output``: ``.NAME.longbert-lock`` in the same folder (a DIR/ output: beside DIR);
+    one of the run's targets (pipeline.output.lock takes it there)."""
+    return output.parent / f".{output.name}.longbert-lock"
+
+
 def run_targets(cfg: PipelineConfig) -> list[Written]:
     """The paths a run of ``cfg`` writes: its output (a file and its lock file, or DIR/ and the lock
     beside it) and the window store's folder (--cache)."""
-    from .lock import lock_path
-
     out = cfg.write.output
     lock = lock_path(Path(out))
     targets = [Written("--output", out, cfg.write.is_directory),

@@ -126,8 +126,11 @@ def _segments_match(pattern: list[str], parts: list[str]) -> bool:
     return fnmatch.fnmatchcase(parts[0], head) and _segments_match(pattern[1:], parts[1:])
 
 
-def _glob(pattern: str) -> tuple[Path, list[Path]]:
-    """(the glob's folder part, the files it matches, sorted, each once: ``walk``'s rules)."""
+def glob_files(pattern: str) -> tuple[Path, list[Path]]:
+    """(the glob's folder part, the files it matches, sorted, each once: ``walk``'s rules): how the
+    reader expands a glob input, also used to find the files a run must not write over
+    (pipeline.output.spare_inputs). Example: "docs/**/*.txt" -> (Path("docs"), [docs/a.txt, docs/b/c.txt]);
+    a folder part that does not exist gives no files."""
     base = _glob_base(pattern)
     rest = list(Path(pattern).parts[len(base.parts):])
     if not base.is_dir():
@@ -153,7 +156,7 @@ def _from_glob(pattern: str, override: str | None) -> list[Source]:
     Raises:
         InputError: no match; matches of no known format (without --format), listed.
     """
-    base, matches = _glob(pattern)
+    base, matches = glob_files(pattern)
     if not matches:
         raise InputError(f"input glob {pattern!r} matches no file; check the pattern and quote it "
                          "so the shell does not expand it")

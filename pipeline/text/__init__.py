@@ -1,3 +1,4 @@
-"""Texts -> windows, no torch: the tokenize stage's work (tokenize), the window rules (segment), the unique
-windows of a block (dedup), the texts the Python API takes (texts), and ``longbert stats`` (stats).
+"""Texts -> windows, no torch: the tokenize stage (tokenize), the window rules and the segment stage
+(segment), the dedup stage (dedup, on pipeline.plan's window plan) and the texts the Python API takes
+(texts). ``longbert stats`` counts windows with segment's rule (pipeline.engine.stats).
 """

@@ -22,7 +22,6 @@ from sklearn.pipeline import make_pipeline
 import longbert
 import pipeline.model.encode as encode_mod
 import pipeline.classify.loaded as loaded_mod
-import pipeline.classify.vectorizer as vectorizer_mod
 from pipeline.options.config import PipelineConfig
 from pipeline.errors import ConfigError
 from pipeline.model.facts import model_facts
@@ -300,9 +299,9 @@ def test_cache_command_without_folder(runner, monkeypatch, tmp_path):
 @pytest.fixture
 def fresh_memory(monkeypatch):
     monkeypatch.setattr(loaded_mod, "_MEMORY_STORE", [])
-    vectorizer_mod._LOADED.clear()
+    loaded_mod._LOADED.clear()
     yield
-    vectorizer_mod._LOADED.clear()
+    loaded_mod._LOADED.clear()
 
 
 def test_cross_val_score_encodes_each_document_once(tiny_model_dir, forward, fresh_memory):
@@ -323,7 +322,7 @@ def test_encode_cache_folder(tiny_model_dir, tmp_path, forward, fresh_memory):
                             cache=str(tmp_path / "store"))
     n = sum(forward)
     assert n == len(unique_windows(tiny_model_dir, TEXTS))
-    vectorizer_mod._LOADED.clear()                  # a new process would load again: the folder stays
+    loaded_mod._LOADED.clear()                  # a new process would load again: the folder stays
     again = longbert.encode(TEXTS, model=str(tiny_model_dir), max_length=ML, strategy="chunk",
                             cache=str(tmp_path / "store"), aggregate="max")
     assert sum(forward) == n

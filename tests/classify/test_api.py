@@ -19,7 +19,7 @@ from sklearn.pipeline import make_pipeline
 
 import longbert
 import pipeline.model.encode as encode_mod
-import pipeline.classify.vectorizer as vectorizer_mod
+import pipeline.classify.loaded as loaded_mod
 
 ROOT = Path(__file__).resolve().parents[2]
 ML = 16          # --max-length: C = 14 content tokens
@@ -38,10 +38,10 @@ def loads(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(encode_mod, "load_model", counting)
-    vectorizer_mod._LOADED.clear()
+    loaded_mod._LOADED.clear()
     threads = torch.get_num_threads()
     yield calls
-    vectorizer_mod._LOADED.clear()
+    loaded_mod._LOADED.clear()
     torch.set_num_threads(threads)  # a threads= option must not leak into later tests
 
 
@@ -108,7 +108,7 @@ def test_vectorizer_clones_and_folds_reuse_one_loaded_model(tiny_model_dir, load
     vec.transform(TEXTS)
     clone(vec).transform(TEXTS)
     assert len(loads) == 2 and loads[1].dtype == "bfloat16"
-    assert set(vectorizer_mod._LOADED) == {"key", "tokenizer", "model", "pipeline"}  # one model held
+    assert set(loaded_mod._LOADED) == {"key", "tokenizer", "model", "pipeline"}  # one model held
 
 
 def test_vectorizer_extract_options_equal_extract(runner, tiny_model_dir, tmp_path, loads):

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import longbert
-from pipeline.classify import vectorizer
+from pipeline.classify import loaded, vectorizer
 from pipeline.errors import ConfigError
 from pipeline.options.config import PipelineConfig
 
@@ -117,18 +117,18 @@ def test_cli_refuses_a_non_integral_option_with_exit_2_before_the_model_loads(ru
 
 @pytest.mark.parametrize("order", [(16.0, 16), (16, 16.0)])
 def test_encode_with_a_float_overlap_equals_the_int_call_in_either_order(tiny_model_dir, order):
-    vectorizer._LOADED.clear()
+    loaded._LOADED.clear()
     out = [longbert.encode(TEXTS, model=str(tiny_model_dir), strategy="sliding", max_length=64, overlap=v)
            for v in order]
     assert out[0].shape == (2, 32) and np.isfinite(out[0]).all()
     np.testing.assert_array_equal(out[0], out[1])
-    cfg = vectorizer._LOADED["pipeline"][0][0]
+    cfg = loaded._LOADED["pipeline"][0][0]
     assert type(cfg.segment.overlap) is int
 
 
 def test_a_failed_encode_leaves_nothing_cached_for_the_next_call(tiny_model_dir, monkeypatch):
     kw = dict(model=str(tiny_model_dir), strategy="sliding", max_length=64, overlap=16)
-    vectorizer._LOADED.clear()
+    loaded._LOADED.clear()
     expected = longbert.encode(TEXTS, **kw)
     assert np.isfinite(expected).all()
     real = vectorizer.block_from_texts
@@ -138,7 +138,7 @@ def test_a_failed_encode_leaves_nothing_cached_for_the_next_call(tiny_model_dir,
     monkeypatch.setattr(vectorizer, "block_from_texts", broken)
     with pytest.raises(RuntimeError, match="the block could not be made"):
         longbert.encode(TEXTS, **kw)
-    assert "pipeline" not in vectorizer._LOADED       # the failed call's pipeline is gone; the model stays
+    assert "pipeline" not in loaded._LOADED       # the failed call's pipeline is gone; the model stays
     monkeypatch.setattr(vectorizer, "block_from_texts", real)
     np.testing.assert_array_equal(longbert.encode(TEXTS, **kw), expected)
     with pytest.raises(ConfigError, match=r"^overlap=16\.5 is not a whole number"):
