@@ -8,7 +8,8 @@ store itself is pipeline.cache.store.
 Keys: one pool key per pooled window vector of the run (``pool.window_pools``: pooling, layers,
 layer_agg), not per concatenation, so a probe of many poolings fills entries that a later
 one-feature extract finds. The model enters as the sha256 of its config and weight files, with the
-compute dtype and the quantization; the window as its exact token ids. Everything after the window
+compute dtype and the quantization; the window as its exact token ids (a prompt's among them), and a
+sentence-transformers folder's prompt, with its include_prompt, in the pooling part (``pooling_key``). Everything after the window
 vector (aggregation, --normalize, strategy, output dtype) is not in the key: it is recomputed from the
 stored window vectors, so another --aggregate or --normalize finds every window.
 
@@ -32,20 +33,27 @@ from ..options.features_config import compact_layers
 from ..model.pool import pool_offsets, window_pools
 from .store import WindowStore
 from ..model.int8 import quantize_label
+from ..model.prompts import prompt_metadata
 from .store_keys import pool_key
 from .token_store import get_tokens, put_tokens
 from ..types import ModelFacts, Window
 
 
-def pooling_key(pool: PoolConfig, n_layers: int) -> str:
-    """The part of a pool key that says how a window becomes its vector: pooling, layers, layer_agg.
+def pooling_key(pool: PoolConfig, n_layers: int, prompt: dict | None = None) -> str:
+    """The part of a pool key that says how a window becomes its vector: pooling, layers, layer_agg, and
+    the prompt the windows begin with.
 
     Layers are made positive (-1 of a 6-layer model is 6), so the same hidden state gets one key
     whichever way it was named; with one layer, layer_agg changes nothing and is left out.
+    ``prompt``: pipeline.model.prompts.prompt_metadata; its text and include_prompt are added (with
+    include_prompt false the same ids pool other positions); None adds nothing (keys as before).
     Example: mean, (-2,), "mean", 6 layers -> '["mean", [5], null]'.
     """
     layers = [x if x >= 0 else n_layers + 1 + x for x in pool.layers]
-    return json.dumps([pool.pooling, layers, pool.layer_agg if len(layers) > 1 else None])
+    key = [pool.pooling, layers, pool.layer_agg if len(layers) > 1 else None]
+    if prompt is not None:
+        key.append({"prompt": prompt["text"], "include_prompt": prompt["include_prompt"]})
+    return json.dumps(key)
 
 
 def pool_label(facts: ModelFacts, cfg: PipelineConfig, pool: PoolConfig) -> str:
@@ -89,10 +97,10 @@ class WindowCache:
         store = store if store is not None else WindowStore.open(cfg.write.cache)
         pools = window_pools(cfg)
         slices = pool_offsets(pools, facts.hidden_size)
-        keys = []
+        keys, prompt = [], prompt_metadata(cfg, facts)
         for pool, (a, b) in zip(pools, slices):
             key = pool_key(facts.sha256, cfg.model.dtype, quantize_label(cfg.model.quantize),
-                           pooling_key(pool, facts.num_hidden_layers))
+                           pooling_key(pool, facts.num_hidden_layers, prompt))
             store.register(key, b - a, pool_label(facts, cfg, pool))
             keys.append(key)
         n_layers, hidden = facts.num_hidden_layers, facts.hidden_size

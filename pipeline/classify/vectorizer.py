@@ -46,8 +46,8 @@ def encode(texts: Sequence[str], *, show_progress_bar: bool | None = None, retur
             as Pipeline.from_options routes them: model, strategy, pooling, layers (a tuple of int or
             "-4,-3,-2,-1"), layer_agg, aggregate, batch_size, max_batch_tokens, max_length,
             head_tokens, tail_tokens, overlap, chunk_tokens, max_tokens_per_doc, device, dtype,
-            quantize, threads, allow_pickle, normalize, feature, level; one not given takes extract's
-            default.
+            quantize, threads, allow_pickle, normalize, feature, level, prompt_name; one not given takes
+            extract's default.
         pooling: cls | pooler | mean | max; None: mean, or what a sentence-transformers folder declares
             (extract's --folder-settings; the bundled model stays mean).
         normalize: scale each document vector to unit L2 norm (after aggregating windows), for
@@ -189,6 +189,8 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         feature: extract's --feature spec(s) in place of strategy/pooling/layers/layer_agg, e.g.
             "chunk:mean:-2"; several give their vectors side by side, in that order.
         level: "document" only (one row per text, as scikit-learn needs); encode() gives the others.
+        prompt_name: a sentence-transformers folder's prompt by name (config_sentence_transformers.json's
+            prompts), put after [CLS] in every window; "none": no prompt; None: the folder's default_prompt_name.
         preprocess: a function applied to each text before tokenizing; it returns str.
         cache: ":memory:" (default): window vectors are kept in the process's in-memory store
             (``memory_store``), so folds, clones and candidates that see a text again do not encode
@@ -206,7 +208,8 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
                  aggregate: str = "mean", batch_size: int = 32, device: str = "auto", quantize: str = "none",
                  max_tokens_per_doc: int | None = None, dtype: str = "float32", threads: int | None = None,
                  normalize: bool | None = None, cache: str | None = MEMORY, chunk_tokens: int = 128, feature: str | Sequence[str] | None = None,
-                 level: str = "document", preprocess: Callable[[str], str] | None = None):
+                 level: str = "document", preprocess: Callable[[str], str] | None = None,
+                 prompt_name: str | None = None):
         self.model = model
         self.strategy = strategy
         self.pooling = pooling
@@ -229,6 +232,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         self.level = level
         self.preprocess = preprocess
         self.chunk_tokens = chunk_tokens
+        self.prompt_name = prompt_name
 
     def config(self) -> PipelineConfig:
         """The PipelineConfig these parameters stand for (validated; loads nothing).
@@ -249,7 +253,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             chunk_tokens=self.chunk_tokens, aggregate=self.aggregate, **shorthand,
             batch_size=self.batch_size, device=self.device, quantize=self.quantize,
             max_tokens_per_doc=self.max_tokens_per_doc, dtype=self.dtype, threads=self.threads,
-            normalize=self.normalize, cache=cache_options(self.cache)[0])
+            normalize=self.normalize, cache=cache_options(self.cache)[0], prompt_name=self.prompt_name)
 
     def fit(self, X: Iterable[str] | None = None, y: Any = None) -> LongBertVectorizer:
         """No learning (the encoder is frozen); checks the parameters and returns self.

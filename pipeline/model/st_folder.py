@@ -84,8 +84,7 @@ def _read(folder: Path, modules: list[dict], name: str) -> FolderSettings:
                          "lacks; download or copy the model folder again")
     return FolderSettings(transformer=transformer, pooling=pooling, include_prompt=include_prompt, normalize=normalize,
                           max_length=_max_seq_length(folder / transformer, name), unsupported=tuple(unsupported),
-                          do_lower_case=_do_lower_case(folder / transformer, name),
-                          default_prompt=_default_prompt(folder, name))
+                          do_lower_case=_do_lower_case(folder / transformer, name), **_prompts(folder, name))
 
 
 def _pooling(config: dict) -> tuple[str, bool]:
@@ -114,16 +113,18 @@ def _do_lower_case(transformer: Path, name: str) -> bool:
     return file.is_file() and read_json(file, name).get("do_lower_case") is True
 
 
-def _default_prompt(folder: Path, name: str) -> str | None:
-    """The prompt sentence-transformers' encode prepends by default: config_sentence_transformers.json's
-    ``prompts[default_prompt_name]``; None when the file, the name or the prompt is absent or empty."""
+def _prompts(folder: Path, name: str) -> dict:
+    """FolderSettings' prompts, default_prompt_name and default_prompt from config_sentence_transformers.json:
+    its ``prompts`` ({name: text}, texts that are strings) and the ``default_prompt_name`` that is one of them;
+    default_prompt is that prompt's text, None when the file, the name or the text is absent or empty."""
     file = folder / "config_sentence_transformers.json"
-    if not file.is_file():
-        return None
-    config = read_json(file, name)
-    prompts, default = config.get("prompts"), config.get("default_prompt_name")
-    prompt = prompts.get(default) if isinstance(prompts, dict) and isinstance(default, str) else None
-    return prompt if isinstance(prompt, str) and prompt else None
+    config = read_json(file, name) if file.is_file() else {}
+    declared = config.get("prompts")
+    prompts = tuple((str(k), v) for k, v in declared.items() if isinstance(v, str)) if isinstance(declared, dict) else ()
+    default = config.get("default_prompt_name")
+    default = default if isinstance(default, str) and default in dict(prompts) else None
+    return {"prompts": prompts, "default_prompt_name": default,
+            "default_prompt": (dict(prompts).get(default) or None) if default else None}
 
 
 def lowercases(cfg: PipelineConfig, facts: ModelFacts) -> bool:
@@ -222,9 +223,12 @@ def settings_metadata(cfg: PipelineConfig, facts: ModelFacts) -> dict | None:
     """The metadata's ``folder_settings``: what the folder declares, which of the run's options came from
     it (``from_folder``) and which the user set otherwise (``overridden``: {option: [run's, folder's]});
     None for a folder without modules.json."""
+    from .prompts import prompt_metadata   # prompts reads in_force from here
+
     s = facts.settings
     if s is None:
         return None
+    prompt = prompt_metadata(cfg, facts)
     declared = {"pooling": s.pooling, "normalize": s.normalize, "max_length": s.max_length}
     run = {"pooling": cfg.pool.pooling, "normalize": cfg.pool.normalize, "max_length": cfg.segment.max_length}
     over = {k: [run[k], v] for k, v in declared.items() if in_force(cfg, facts) and k in _given(cfg)
@@ -232,21 +236,21 @@ def settings_metadata(cfg: PipelineConfig, facts: ModelFacts) -> dict | None:
     return {"source": "modules.json", "mode": cfg.model.folder_settings, "in_force": in_force(cfg, facts),
             "transformer": s.transformer,
             "declared": {**declared, "include_prompt": s.include_prompt, "do_lower_case": s.do_lower_case,
-                         "default_prompt": s.default_prompt},
-            "prompt_applied": False,
+                         "default_prompt": s.default_prompt, "prompts": dict(s.prompts),
+                         "default_prompt_name": s.default_prompt_name},
+            "prompt_applied": prompt is not None, "prompt": prompt,
             "lowercased": lowercases(cfg, facts),
             "unsupported": list(s.unsupported), "from_folder": sorted(taken(cfg, facts)), "overridden": over}
 
 
 LOWERCASED = "texts lowercased before the tokenizer, as the model folder declares (do_lower_case)"
-UNAPPLIED_PROMPT = ("warning: the model folder declares the default prompt {prompt!r}, which longbert does not prepend, "
-                    "so the vectors differ from the folder's own encode; to match it where its Pooling includes the "
-                    "prompt (include_prompt), put the prompt at the start of each text")
+PROMPTED = "the model folder's prompt {name!r} ({text!r}) put after [CLS] in every window{pooled}"
+UNPOOLED = ", and left out of pooling as its Pooling declares (include_prompt false)"
 
 
 def settings_note(meta: dict | None) -> str | None:
-    """The summary's one note when options differ from the folder's declared settings, or the folder's
-    do_lower_case lowercased the texts, from settings_metadata. Example: "--pooling mean and --max-length 512 differ from what the model folder
+    """The summary's one note when options differ from the folder's declared settings, the folder's
+    do_lower_case lowercased the texts or its prompt was applied, from settings_metadata. Example: "--pooling mean and --max-length 512 differ from what the model folder
     declares (cls pooling, max_seq_length 128); the options were used"."""
     meta = meta or {}
     over, extra = meta.get("overridden") or {}, _extra_notes(meta)
@@ -261,11 +265,11 @@ def settings_note(meta: dict | None) -> str | None:
 
 
 def _extra_notes(meta: dict) -> list[str]:
-    """The summary's notes on a folder's text settings: its lowercasing, and a default prompt not prepended."""
-    prompt = (meta.get("declared") or {}).get("default_prompt")
-    unapplied = prompt and meta.get("in_force") and not meta.get("prompt_applied")
+    """The summary's notes on a folder's text settings: its lowercasing, and the prompt applied."""
+    prompt = meta.get("prompt") if meta.get("prompt_applied") else None
     return [*([LOWERCASED] if meta.get("lowercased") else []),
-            *([UNAPPLIED_PROMPT.format(prompt=prompt)] if unapplied else [])]
+            *([PROMPTED.format(name=prompt["name"], text=prompt["text"],
+                               pooled="" if prompt["include_prompt"] else UNPOOLED)] if prompt else [])]
 
 
 def _as_option(key: str, value) -> str:

@@ -87,6 +87,7 @@ class ModelConfig:
     threads: int | None = None             # CPU threads for torch; None: all cores
     allow_pickle: bool = False             # load a pickle-only (.bin) checkpoint
     folder_settings: Literal["auto", "declared", "ignore"] = "auto"   # FOLDER_SETTINGS
+    prompt_name: str | None = None         # a key of the folder's prompts, or none; None: its default_prompt_name
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", expand_user(str(self.model), "--model"))  # frozen: set once, here
@@ -373,8 +374,8 @@ class PipelineConfig:
         can name the option that differs)."""
         d = self.to_dict()
         d.pop("user_set")   # the values it let a model folder fill are compared themselves
-        if d["model"]["folder_settings"] == "auto":  # added later: a run without it keeps its fingerprint
-            d["model"].pop("folder_settings")
+        later = {"folder_settings": "auto", "prompt_name": None}   # added later: runs without them keep their fingerprint
+        d["model"] = {k: v for k, v in d["model"].items() if k not in later or v != later[k]}
         for key in ("output", "overwrite", "resume", "progress", "strict", "cache"):
             d["write"].pop(key)
         d.pop("ray")
