@@ -23,7 +23,7 @@ from ..output.schema import ERROR
 from ..text.texts import as_texts, preprocessed, raise_on_errors, text_list
 from ..read import block_from_texts
 from ..text.tokenize import EMPTY_TEXT
-from ..options.python_api import config_from_python
+from ..options.python_api import config_from_python, python_names
 from .loaded import _LOADED, MEMORY, cache_options, cached_pipeline, forgotten_on_failure, memory_store  # noqa: F401
 
 _BLOCK_ROWS = 256  # texts per block: as extract's default --block-rows
@@ -96,7 +96,8 @@ def encode(texts: Sequence[str], *, show_progress_bar: bool | None = None, retur
         items, errors = preprocessed(items, errors, preprocess)
     show = sys.stderr.isatty() if show_progress_bar is None else bool(show_progress_bar)
     echo = (lambda m: print(m, file=sys.stderr)) if show else None
-    pipe = cached_pipeline(cfg, echo, memory=cache_options(cache)[1])
+    with python_names():   # the options checked against the model: messages name this call's arguments
+        pipe = cached_pipeline(cfg, echo, memory=cache_options(cache)[1])
     out = _encode_texts(pipe, items, errors, show)
     return (out, errors) if return_errors else out
 
@@ -266,7 +267,8 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
 
     def _pipeline(self):
         """The pipeline for the current parameters, its model from the per-process cache."""
-        return cached_pipeline(self.config(), memory=cache_options(self.cache)[1])
+        with python_names():
+            return cached_pipeline(self.config(), memory=cache_options(self.cache)[1])
 
     def transform(self, X: Iterable[str]) -> np.ndarray:
         """Embed each text: one vector per text, in order.

@@ -21,7 +21,7 @@ _LEGACY_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "ma
 # the transformer module's class names: models.Transformer, and the early per-family ones (models.BERT in 0_BERT/)
 _TRANSFORMERS = {"Transformer", "BERT", "RoBERTa", "DistilBERT", "XLMRoBERTa", "ALBERT", "CamemBERT", "XLNet", "T5"}
 _NO_OPS = {"Dropout"}   # identity at inference
-_MEMO: dict[tuple, FolderSettings | None] = {}   # (folder, modules.json's size and mtime) -> read_settings
+_MEMO: dict[tuple, FolderSettings | None] = {}   # (folder, modules.json's and the prompts' file's stamps) -> settings
 
 
 def read_settings(folder: str | Path, name: str) -> FolderSettings | None:
@@ -39,11 +39,19 @@ def read_settings(folder: str | Path, name: str) -> FolderSettings | None:
     file = folder / "modules.json"
     if not file.is_file():
         return None
-    stat = file.stat()
-    key = (str(folder.resolve()), stat.st_size, stat.st_mtime_ns)
+    key = (str(folder.resolve()), *(_stamp(folder / f) for f in ("modules.json", "config_sentence_transformers.json")))
     if key not in _MEMO:
         _MEMO[key] = _read(folder, _modules(file, name), name)
     return _MEMO[key]
+
+
+def _stamp(file: Path) -> tuple[int, int] | None:
+    """(size, mtime in ns) of a file, None when absent: a file saved again is read again."""
+    try:
+        stat = file.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
 
 
 def _modules(file: Path, name: str) -> list[dict]:

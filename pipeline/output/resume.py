@@ -28,7 +28,7 @@ def check_same_run(old: dict, new: dict, path: Path | str) -> None:
         names = {"config": "the options", "inputs": "the input files", "plan": "the blocks the inputs are cut into",
                  "model": "the model's weights", "stages": "the pipeline's stages",
                  "quantize": "the int8 weight levels (this CPU's int8 kernel)",
-                 "prompt": "the model folder's prompt"}
+                 "prompt": "the model folder's prompt settings"}
         what = " and ".join(names[k] for k in changed)
         which = option_changes(old.get("options"), new.get("options")) if "config" in changed else ""
         if changed in (["model"], ["stages"], ["quantize"]):   # sha256 of the weights, or the stage labels, then and now
