@@ -235,3 +235,20 @@ def test_resume_refuses_another_prompt(runner, tmp_path, prompt_folder):
     assert result.exit_code == 2
     assert "--resume: the model folder's prompt settings differ from the run that wrote" in result.output
     assert "('w30 w31 ' then, 'w35 ' now)" in result.output
+
+
+def test_token_vectors_are_the_content_tokens_after_the_prompt(runner, tmp_path, prompt_folder):
+    """--level token: each text's token vectors are the folder's own token embeddings without [CLS], the
+    prompt's positions and [SEP]."""
+    from transformers import AutoTokenizer
+
+    folder, model = prompt_folder("mean", False)
+    texts = [words(5), words(12, 4)]
+    result, _, _ = extract(runner, tmp_path, folder, "--level", "token", texts=texts)
+    assert result.exit_code == 0, result.output
+    got = pq.read_table(tmp_path / "out.parquet").column("token_features").to_pylist()
+    n_prompt = len(AutoTokenizer.from_pretrained(folder)(PROMPTS["query"], add_special_tokens=False)["input_ids"])
+    for text, tokens in zip(texts, got):
+        full = model.encode([text], output_value="token_embeddings")[0].numpy()   # (1 + P + n + 1, h)
+        np.testing.assert_allclose(np.array(tokens), full[1 + n_prompt:-1], atol=1e-5)
+        assert len(tokens) == len(text.split())
