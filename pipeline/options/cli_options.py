@@ -71,10 +71,8 @@ MODEL_OPTIONS = [
               "model keeps mean pooling, unnormalized, 512 positions); declared does so for the bundled model too; "
               "ignore never does."),
     _opt(ModelConfig, "prompt_name", metavar="NAME",
-         help="A sentence-transformers folder's prompt by name (config_sentence_transformers.json's prompts), put "
-              "after [CLS] at the start of every window, as its encode(prompt_name=...) does; its tokens take "
-              "positions from each window's content. none: no prompt.",
-         shown="the folder's default_prompt_name; none when it has none"),
+         help="A sentence-transformers folder's prompt, put after [CLS] in every window; none: no prompt.",
+         shown="its default_prompt_name"),
 ]
 SEGMENT_OPTIONS = [
     _opt(SegmentConfig, "strategy", type=click.Choice(STRATEGIES), help="How a long document becomes windows."),
