@@ -156,7 +156,7 @@ def option_groups(*groups: list):
 # extract's command line are accepted with a "has no effect" warning. probe: the same for its groups.
 STATS_USES = {"text_col", "format", "delimiter", "encoding", "on_bad_lines", "config_file", "strategy", "max_length",
               "head_tokens", "tail_tokens", "overlap", "chunk_tokens", "max_tokens_per_doc", "model", "device", "dtype", "quantize",
-              "threads", "allow_pickle", "folder_settings"}
+              "threads", "allow_pickle", "folder_settings", "prompt_name"}
 PROBE_IGNORES = ("id_col", "keep_cols", "with_source", "strategy")
 
 

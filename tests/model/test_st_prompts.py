@@ -252,3 +252,24 @@ def test_token_vectors_are_the_content_tokens_after_the_prompt(runner, tmp_path,
         full = model.encode([text], output_value="token_embeddings")[0].numpy()   # (1 + P + n + 1, h)
         np.testing.assert_allclose(np.array(tokens), full[1 + n_prompt:-1], atol=1e-5)
         assert len(tokens) == len(text.split())
+
+
+@pytest.mark.parametrize("prompt_name, n_prompt", [(None, 2), ("passage", 1), ("none", 0)])
+def test_stats_counts_the_windows_extract_makes_with_the_prompt(runner, tmp_path, prompt_folder, prompt_name,
+                                                                n_prompt):
+    from pipeline.engine.stats import corpus_stats
+    from pipeline.options.config import PipelineConfig
+
+    folder, _ = prompt_folder("mean", True)
+    csv = write_csv(tmp_path / "in.csv", [{"text": words(100)}, {"text": words(61)}])
+    options = {} if prompt_name is None else {"prompt_name": prompt_name}
+    cfg = PipelineConfig.from_options(inputs=(str(csv),), model=str(folder), progress=False, **options)
+    chunk = corpus_stats(cfg, windows_per_second=1.0)["strategies"]["chunk"]
+    c = ST_MAX - 2 - n_prompt                                   # content tokens per window
+    want = -(-100 // c) + -(-61 // c)                           # ceil(n / C') windows per document
+    assert chunk["windows_total"] == want
+    assert chunk["forward_tokens"] == 100 + 61 + want * (2 + n_prompt)
+    args = ["--strategy", "chunk", "--level", "window"] + ([] if prompt_name is None else ["--prompt-name", prompt_name])
+    result, features, _ = extract(runner, tmp_path, folder, *args, texts=[words(100), words(61)])
+    assert result.exit_code == 0, result.output
+    assert len(features) == want
