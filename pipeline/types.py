@@ -25,13 +25,14 @@ class TokenizedDoc:
 
 @dataclass(frozen=True)
 class Window:
-    """One model input: [CLS] + content tokens + [SEP] of one document."""
+    """One model input: [CLS] + the prompt's tokens, if any + content tokens + [SEP] of one document."""
 
     doc: int                       # row of the document within its block
     window_idx: int                # 0-based, in document order
     n_windows: int                 # how many windows the document made
     spans: tuple[tuple[int, int], ...]   # [start, end) ranges of content-token positions, ascending
-    input_ids: np.ndarray          # int64 (n_content + 2,): [CLS] ids... [SEP]; len <= max_length
+    input_ids: np.ndarray          # int64 (n_content + prompt_tokens + 2,): [CLS] prompt ids... [SEP]; <= max_length
+    prompt_tokens: int = 0         # a prompt's positions after [CLS] (pipeline.model.prompts); 0: no prompt
 
     @property
     def n_content(self) -> int:
@@ -81,10 +82,24 @@ class FolderSettings:
     transformer: str               # the transformer's sub-folder, "" for the folder itself (early saves: "0_BERT")
     pooling: str | None            # the Pooling module's mode: cls, mean, max, lasttoken, weightedmean,
                                    # mean_sqrt_len_tokens, or several joined by "+"; None: no Pooling module
-    include_prompt: bool           # Pooling's include_prompt (longbert prepends no prompt: recorded only)
+    include_prompt: bool           # Pooling's include_prompt: False leaves [CLS] and the prompt out of mean/max
+                                   # pooling (and cls pooling takes the first token after the prompt)
     normalize: bool                # a Normalize module follows the pooling
     max_length: int | None         # max_seq_length (sentence_bert_config.json, else the tokenizer's
                                    # model_max_length), positions incl. [CLS] and [SEP]; None: not declared
     unsupported: tuple[str, ...]   # modules longbert cannot apply, e.g. ("2_Dense (Dense)",)
     do_lower_case: bool = False    # sentence_bert_config.json's do_lower_case: text lowercased before the tokenizer
     default_prompt: str | None = None  # config_sentence_transformers.json's prompts[default_prompt_name]; None: none
+    prompts: tuple[tuple[str, str], ...] = ()   # config_sentence_transformers.json's prompts, (name, text) in order
+    default_prompt_name: str | None = None      # its default_prompt_name, when one of the prompts; None: none
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """The prompt a run puts at the start of every window, after [CLS] (pipeline.model.prompts.run_prompt).
+    Example: name "query", text "query: ", ids (the tokens of "query", ":"), pooled True."""
+
+    name: str                      # the prompt's key in the folder's prompts
+    text: str                      # as declared; lowercased before tokenizing where the folder lowercases
+    ids: tuple[int, ...]           # its token ids, no special tokens: P = len(ids) positions of every window
+    pooled: bool                   # the Pooling's include_prompt: False leaves [CLS] and these positions out

@@ -64,13 +64,13 @@ def test_modules_and_functions_stay_small():
 
 
 def test_the_output_level_is_compared_by_name_in_at_most_two_modules():
-    """The level's names are read where the option is checked (options/config.py: per_window, per_token)
+    """The level's names are read where the option is checked (options/sections.py: per_window, per_token)
     and where the vectorizer refuses a level it cannot give; every stage gets its level's class instead."""
     import re
 
     pattern = re.compile(r"level\s*(==|!=|in\s*\()")
     modules = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py") if pattern.search(p.read_text(encoding="utf-8")))
-    assert modules == ["classify/vectorizer.py", "options/config.py"]
+    assert modules == ["classify/vectorizer.py", "options/sections.py"]
 
 
 def _module_name(path: Path) -> str:

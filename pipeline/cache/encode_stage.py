@@ -12,6 +12,7 @@ import numpy as np
 
 from ..batch import Batch
 from ..counts import BlockCounts
+from ..model.prompts import pools_prompt
 from ..options.config import PipelineConfig
 from ..stage import Stage
 from ..types import ModelFacts
@@ -162,6 +163,7 @@ class Encode(Stage):
             from .window_cache import WindowCache
 
             encoder = self.weights.encoder(self.config, self.tokenizer, self.facts.sha256)
+            encoder.pool_prompt = pools_prompt(self.config, self.facts)   # a window's prompt: pooled or not
             if self.facts.sha256 is None:   # a hub model's files are on disk only now: hash them for the store
                 sha = self.weights.sha256 or _files_sha256(self.config.model.model)
                 if sha is not None:

@@ -45,29 +45,37 @@ def positive_layers(layers: Sequence[int], n_layers: int) -> list[int]:
     return [x if x >= 0 else n_layers + 1 + x for x in layers]
 
 
-def pooling_key(pooling: str, layers: Sequence[int], layer_agg: str, n_layers: int) -> str:
-    """The part of a pool key that says how a window becomes its vector: pooling, layers, layer_agg.
+def pooling_key(pooling: str, layers: Sequence[int], layer_agg: str, n_layers: int,
+                prompt: dict | None = None) -> str:
+    """The part of a pool key that says how a window becomes its vector: pooling, layers, layer_agg, and
+    the prompt the windows begin with.
 
     Layers are made positive, so the same hidden state gets one key whichever way it was named; with
-    one layer, layer_agg changes nothing and is left out.
+    one layer, layer_agg changes nothing and is left out. ``prompt``: pipeline.model.prompts.prompt_metadata
+    (its text and include_prompt are added: with include_prompt false the same ids pool other positions);
+    None adds nothing, so keys without a prompt are those of earlier versions.
     Example: "mean", (-2,), "mean", 6 layers -> '["mean", [5], null]'.
     """
     chosen = positive_layers(layers, n_layers)
-    return json.dumps([pooling, chosen, layer_agg if len(chosen) > 1 else None])
+    key: list = [pooling, chosen, layer_agg if len(chosen) > 1 else None]
+    if prompt is not None:
+        key.append({"prompt": prompt["text"], "include_prompt": prompt["include_prompt"]})
+    return json.dumps(key)
 
 
 def vector_key(model_sha256: str, dtype: str, quantize: str, pooling: str, layers: Sequence[int],
-               layer_agg: str, n_layers: int) -> str:
+               layer_agg: str, n_layers: int, prompt: dict | None = None) -> str:
     """The pool key of one pooled window vector of a run (``pool_key`` of its ``pooling_key``).
 
     Args:
         model_sha256, dtype, quantize: as ``pool_key`` (quantize already the label, e.g. "int8-w63").
         pooling, layers, layer_agg: the vector's pooling (PoolConfig's fields). n_layers: the model's layers.
+        prompt: the prompt applied (pipeline.model.prompts.prompt_metadata), or None.
 
     Returns:
         64 hex characters. Raises ValueError: as ``pool_key`` (no sha256).
     """
-    return pool_key(model_sha256, dtype, quantize, pooling_key(pooling, layers, layer_agg, n_layers))
+    return pool_key(model_sha256, dtype, quantize, pooling_key(pooling, layers, layer_agg, n_layers, prompt))
 
 
 def token_layer_key(model_sha256: str, dtype: str, quantize: str, layer: int) -> str:

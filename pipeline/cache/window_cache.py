@@ -10,9 +10,11 @@ are built in pipeline.cache.store_keys.
 Keys: one pool key per pooled window vector of the run (``pool.window_pools``: pooling, layers,
 layer_agg), not per concatenation, so a probe of many poolings fills entries that a later
 one-feature extract finds. The model enters as the sha256 of its config and weight files, with the
-compute dtype and the quantization; the window as its exact token ids. Everything after the window
-vector (aggregation, --normalize, strategy, output dtype) is not in the key: it is recomputed from the
-stored window vectors, so another --aggregate or --normalize finds every window.
+compute dtype and the quantization; the window as its exact token ids (a prompt's among them), and a
+sentence-transformers folder's prompt, with its include_prompt, in the pooling part
+(``store_keys.pooling_key``). Everything after the window vector (aggregation, --normalize, strategy,
+output dtype) is not in the key: it is recomputed from the stored window vectors, so another
+--aggregate or --normalize finds every window.
 
 ``late`` features: each window's per-token vectors of each layer they read are stored too
 (``Store.get_tokens``/``put_tokens``), so a run with another --chunk-tokens finds every window.
@@ -32,6 +34,7 @@ from ..errors import ConfigError
 from ..options.features_config import compact_layers
 from ..model.pool import pool_offsets, window_pools
 from ..model.int8 import quantize_label
+from ..model.prompts import prompt_metadata
 from .store_api import Store, check_store, lookup
 from .store_keys import positive_layers, token_layer_key, vector_key
 from ..types import ModelFacts, Window
@@ -85,9 +88,10 @@ class WindowCache:
         pools = window_pools(cfg)
         slices = pool_offsets(pools, facts.hidden_size)
         n_layers, hidden, quant = facts.num_hidden_layers, facts.hidden_size, quantize_label(cfg.model.quantize)
-        keys = []
+        keys, prompt = [], prompt_metadata(cfg, facts)
         for pool, (a, b) in zip(pools, slices):
-            key = vector_key(facts.sha256, cfg.model.dtype, quant, pool.pooling, pool.layers, pool.layer_agg, n_layers)
+            key = vector_key(facts.sha256, cfg.model.dtype, quant, pool.pooling, pool.layers, pool.layer_agg, n_layers,
+                             prompt)
             store.register(key, b - a, pool_label(facts, cfg, pool))
             keys.append(key)
         token_keys = []

@@ -23,7 +23,7 @@ from ..output.schema import ERROR
 from ..text.texts import as_texts, preprocessed, raise_on_errors, text_list
 from ..read import block_from_texts
 from ..text.tokenize import EMPTY_TEXT
-from ..options.python_api import config_from_python
+from ..options.python_api import config_from_python, python_names
 from .loaded import MEMORY, cache_options, cached_pipeline, forgotten_on_failure, memory_store  # noqa: F401
 
 _BLOCK_ROWS = 256  # texts per block: as extract's default --block-rows
@@ -46,8 +46,8 @@ def encode(texts: Sequence[str], *, show_progress_bar: bool | None = None, retur
             as Pipeline.from_options routes them: model, strategy, pooling, layers (a tuple of int or
             "-4,-3,-2,-1"), layer_agg, aggregate, batch_size, max_batch_tokens, max_length,
             head_tokens, tail_tokens, overlap, chunk_tokens, max_tokens_per_doc, device, dtype,
-            quantize, threads, allow_pickle, normalize, feature, level; one not given takes extract's
-            default.
+            quantize, threads, allow_pickle, normalize, feature, level, prompt_name; one not given takes
+            extract's default.
         pooling: cls | pooler | mean | max; None: mean, or what a sentence-transformers folder declares
             (extract's --folder-settings; the bundled model stays mean).
         normalize: scale each document vector to unit L2 norm (after aggregating windows), for
@@ -96,7 +96,8 @@ def encode(texts: Sequence[str], *, show_progress_bar: bool | None = None, retur
         items, errors = preprocessed(items, errors, preprocess)
     show = sys.stderr.isatty() if show_progress_bar is None else bool(show_progress_bar)
     echo = (lambda m: print(m, file=sys.stderr)) if show else None
-    pipe = cached_pipeline(cfg, echo, memory=cache_options(cache)[1])
+    with python_names():   # the options checked against the model: messages name this call's arguments
+        pipe = cached_pipeline(cfg, echo, memory=cache_options(cache)[1])
     out = _encode_texts(pipe, items, errors, show)
     return (out, errors) if return_errors else out
 
@@ -189,6 +190,8 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         feature: extract's --feature spec(s) in place of strategy/pooling/layers/layer_agg, e.g.
             "chunk:mean:-2"; several give their vectors side by side, in that order.
         level: "document" only (one row per text, as scikit-learn needs); encode() gives the others.
+        prompt_name: a sentence-transformers folder's prompt by name (config_sentence_transformers.json's
+            prompts), put after [CLS] in every window; "none": no prompt; None: the folder's default_prompt_name.
         preprocess: a function applied to each text before tokenizing; it returns str.
         cache: ":memory:" (default): window vectors are kept in the process's in-memory store
             (``memory_store``), so folds, clones and candidates that see a text again do not encode
@@ -206,7 +209,8 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
                  aggregate: str = "mean", batch_size: int = 32, device: str = "auto", quantize: str = "none",
                  max_tokens_per_doc: int | None = None, dtype: str = "float32", threads: int | None = None,
                  normalize: bool | None = None, cache: str | None = MEMORY, chunk_tokens: int = 128, feature: str | Sequence[str] | None = None,
-                 level: str = "document", preprocess: Callable[[str], str] | None = None):
+                 level: str = "document", preprocess: Callable[[str], str] | None = None,
+                 prompt_name: str | None = None):
         self.model = model
         self.strategy = strategy
         self.pooling = pooling
@@ -229,6 +233,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         self.level = level
         self.preprocess = preprocess
         self.chunk_tokens = chunk_tokens
+        self.prompt_name = prompt_name
 
     def config(self) -> PipelineConfig:
         """The PipelineConfig these parameters stand for (validated; loads nothing).
@@ -249,7 +254,7 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
             chunk_tokens=self.chunk_tokens, aggregate=self.aggregate, **shorthand,
             batch_size=self.batch_size, device=self.device, quantize=self.quantize,
             max_tokens_per_doc=self.max_tokens_per_doc, dtype=self.dtype, threads=self.threads,
-            normalize=self.normalize, cache=cache_options(self.cache)[0])
+            normalize=self.normalize, cache=cache_options(self.cache)[0], prompt_name=self.prompt_name)
 
     def fit(self, X: Iterable[str] | None = None, y: Any = None) -> LongBertVectorizer:
         """No learning (the encoder is frozen); checks the parameters and returns self.
@@ -262,7 +267,8 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
 
     def _pipeline(self):
         """The pipeline for the current parameters, its model from the per-process cache."""
-        return cached_pipeline(self.config(), memory=cache_options(self.cache)[1])
+        with python_names():
+            return cached_pipeline(self.config(), memory=cache_options(self.cache)[1])
 
     def transform(self, X: Iterable[str]) -> np.ndarray:
         """Embed each text: one vector per text, in order.

@@ -12,7 +12,9 @@ import pyarrow as pa
 from ..options.config import PipelineConfig
 from ..errors import ConfigError
 from ..model.facts import check_pooler, model_facts, resolve_model_path
-from ..model.st_folder import apply_settings
+from ..model.prompts import run_prompt
+from ..model.st_folder import apply_settings, lowercases
+from ..text.segment import prompt_rules
 from ..types import ModelFacts
 from ..output.schema import output_schema
 
@@ -26,9 +28,9 @@ def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig,
 
     Raises:
         ConfigError: --max-length above the model's positions, overlap/head+tail too large for the
-            window, a layer index the model lacks. ModelError: a family that cannot be served, the
-            tokenizer/config cannot be loaded, --pooling pooler without pooler weights, a folder's
-            module that cannot be applied (pipeline.model.st_folder.apply_settings).
+            window, a layer index the model lacks, a prompt name or size (check_prompt). ModelError: a
+            family that cannot be served, the tokenizer/config cannot be loaded, --pooling pooler without
+            pooler weights, a folder's module that cannot be applied (pipeline.model.st_folder.apply_settings).
     """
     facts, tok = model_facts(cfg.model, tokenizer)
     cfg = apply_settings(cfg, facts)   # a sentence-transformers folder's pooling, Normalize, max_seq_length
@@ -41,7 +43,22 @@ def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig,
         seg = dataclasses.replace(seg, max_length=model_max)
     check_features(cfg, seg)
     cfg.pool.check_layers(n_layers)
+    check_prompt(cfg, seg, tok, facts)
     return dataclasses.replace(cfg, segment=seg), tok, facts
+
+
+def check_prompt(cfg: PipelineConfig, seg, tokenizer, facts: ModelFacts) -> None:
+    """Check --prompt-name against the folder's prompts, and that every strategy's windows hold the prompt.
+
+    Raises:
+        ConfigError: as pipeline.model.prompts.run_prompt (an unknown prompt name, a prompt for a model
+            without prompts) and pipeline.text.segment.prompt_rules (a prompt the windows cannot hold).
+    """
+    prompt = run_prompt(cfg, facts, tokenizer, lowercases(cfg, facts))
+    if prompt is None:
+        return
+    for strategy in dict.fromkeys(f.strategy for f in cfg.feature_list()):
+        prompt_rules(seg if strategy == seg.strategy else dataclasses.replace(seg, strategy=strategy), len(prompt.ids))
 
 
 def check_max_length(max_length: int | None, facts: ModelFacts, name: str) -> None:

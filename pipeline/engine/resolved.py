@@ -18,6 +18,7 @@ from ..text.dedup import Dedup
 from ..text.segment import Segment
 from ..text.tokenize import Tokenize
 from ..types import ModelFacts
+from ..model.prompts import run_prompt
 from ..model.st_folder import lowercases
 from .block import feature_dim, resolve_config
 
@@ -105,9 +106,11 @@ class Resolved:
         strategies = {s: seg if s == seg.strategy else dataclasses.replace(seg, strategy=s)
                       for s in dict.fromkeys(f.strategy for f in self.features)}
         aggregate, rows = LEVEL_STAGES[pool.level]
+        lower = lowercases(cfg, facts)
+        prompt = run_prompt(cfg, facts, self.tokenizer, lower)   # a sentence-transformers folder's, in every window
         return [Tokenize(self.tokenizer, seg.max_tokens_per_doc, with_offsets=pool.per_token,
-                         vocab_rows=facts.vocab_rows, lowercase=lowercases(cfg, facts)),
-                Segment(strategies, facts.cls_id, facts.sep_id),
+                         vocab_rows=facts.vocab_rows, lowercase=lower),
+                Segment(strategies, facts.cls_id, facts.sep_id, prompt.ids if prompt else ()),
                 Dedup(),
                 Encode(cfg, self.tokenizer, facts, model, store, with_tokens=pool.per_token),
                 aggregate(self.features, self.columns, self.slices, cfg.pool.aggregates, cfg.pool.normalize,

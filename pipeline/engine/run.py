@@ -171,8 +171,9 @@ def check(cfg: PipelineConfig) -> tuple[PipelineConfig, object, Plan]:
 def run_fingerprint(cfg: PipelineConfig, plan: Plan, schema: pa.Schema | None = None) -> dict:
     """What --resume compares: the options, the inputs' bytes, the rows and the plan of blocks and,
     for --quantize int8 the weight levels (``quantize``: "int8-w127" or "int8-w63"), and,
-    from the output schema's metadata, the model's weights (``model``: their sha256) and, for a
-    pipeline with stages of its own, every stage (``stages``, pipeline.stage.stage_label)."""
+    from the output schema's metadata, the model's weights (``model``: their sha256), for a
+    pipeline with stages of its own, every stage (``stages``, pipeline.stage.stage_label), and a
+    sentence-transformers folder's prompt applied (``prompt``: name, text, include_prompt)."""
     fingerprint = {"config": cfg.fingerprint(), "inputs": plan.fingerprint(), "rows": plan.n_rows,
                    "plan": plan.plan_fingerprint(), "options": cfg.fingerprint_options()}
     if cfg.model.quantize != "none":   # the CPU's int8 kernel decides the weight levels, which change the vectors
@@ -185,6 +186,8 @@ def run_fingerprint(cfg: PipelineConfig, plan: Plan, schema: pa.Schema | None = 
             fingerprint["model"] = meta["model_sha256"]
         if meta.get("stages"):
             fingerprint["stages"] = meta["stages"]
+        if (meta.get("folder_settings") or {}).get("prompt"):   # the folder's prompt, whether named or its default
+            fingerprint["prompt"] = meta["folder_settings"]["prompt"]
     return fingerprint
 
 

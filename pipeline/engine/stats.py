@@ -18,18 +18,20 @@ from ..options.config import PipelineConfig, SegmentConfig
 from ..options.features_config import STRATEGIES
 from ..errors import ConfigError
 from ..read import read_blocks
-from ..text.segment import window_spans
+from ..text.segment import prompt_rules, window_spans
 from ..text.tokenize import UNKNOWN_WARN_SHARE, tokenize_block, unknown_warning
 
 _SPEED_WINDOWS = 4   # full-size windows per timed forward pass when measuring the speed
 
 
-def strategy_cost(n_kept: np.ndarray, seg: SegmentConfig) -> dict[str, Any]:
+def strategy_cost(n_kept: np.ndarray, seg: SegmentConfig, n_prompt: int = 0) -> dict[str, Any]:
     """Windows and forward tokens of one strategy over a corpus.
 
     Args:
         n_kept: (N,) int content tokens per document the segmenter sees (after --max-tokens-per-doc).
         seg: segment options with max_length resolved.
+        n_prompt: a sentence-transformers folder's prompt tokens in every window (the segment stage's
+            prompt_rules: C - n_prompt content tokens); 0: no prompt.
 
     Returns:
         {"windows_total": int, "windows_mean": float (per document), "forward_tokens": int} where
@@ -38,10 +40,11 @@ def strategy_cost(n_kept: np.ndarray, seg: SegmentConfig) -> dict[str, Any]:
     """
     lengths, counts = np.unique(n_kept, return_counts=True)  # window_spans once per distinct length
     windows = forward = 0
+    rules = prompt_rules(seg, n_prompt)
     for n, count in zip(lengths.tolist(), counts.tolist()):
-        spans = window_spans(n, seg)
+        spans = window_spans(n, rules)
         windows += count * len(spans)
-        forward += count * sum(sum(e - s for s, e in w) + 2 for w in spans)
+        forward += count * sum(sum(e - s for s, e in w) + 2 + n_prompt for w in spans)
     return {"windows_total": windows, "windows_mean": windows / max(len(n_kept), 1), "forward_tokens": forward}
 
 
@@ -88,16 +91,19 @@ def measure_speed(cfg: PipelineConfig, tokenizer, sample_ids: np.ndarray) -> tup
     return passes * _SPEED_WINDOWS / (time.perf_counter() - t0), str(encoder.device)
 
 
-def _checked(cfg: PipelineConfig) -> tuple[PipelineConfig, object, object, bool]:
-    """pipeline.engine.run.check's (config, tokenizer, plan), and whether extract lowercases the texts (a
-    sentence-transformers folder's do_lower_case)."""
+def _checked(cfg: PipelineConfig) -> tuple[PipelineConfig, object, object, bool, int]:
+    """pipeline.engine.run.check's (config, tokenizer, plan), whether extract lowercases the texts (a
+    sentence-transformers folder's do_lower_case) and its prompt's tokens per window (0: none)."""
+    from ..model.prompts import run_prompt
     from ..model.st_folder import lowercases
     from .block import resolve_config
     from .run import scan_inputs
 
     cfg, plan = scan_inputs(cfg)
     cfg, tokenizer, facts = resolve_config(cfg)
-    return cfg, tokenizer, plan, lowercases(cfg, facts)
+    lower = lowercases(cfg, facts)
+    prompt = run_prompt(cfg, facts, tokenizer, lower)
+    return cfg, tokenizer, plan, lower, len(prompt.ids) if prompt else 0
 
 
 def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -> dict[str, Any]:
@@ -123,7 +129,7 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
         ConfigError, ModelError, InputError: as pipeline.engine.run.check (bad options, unreadable inputs,
             no rows).
     """
-    cfg, tokenizer, corpus, lowercase = _checked(cfg)
+    cfg, tokenizer, corpus, lowercase, n_prompt = _checked(cfg)
     seg = cfg.segment
     n_tokens: list[int] = []
     n_unknown: list[int] = []
@@ -153,10 +159,10 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
     for name in STRATEGIES:
         try:
             s_seg = dataclasses.replace(seg, strategy=name)
-        except ConfigError as err:  # e.g. --overlap too large for sliding when another strategy was chosen
+            cost = strategy_cost(kept, s_seg, n_prompt)
+        except ConfigError as err:  # e.g. --overlap too large for sliding (or with the prompt's tokens)
             strategies[name] = {"options": None, "error": str(err)}
             continue
-        cost = strategy_cost(kept, s_seg)
         cost["options"] = _options_text(s_seg)
         cost["seconds"] = cost["forward_tokens"] / seg.max_length / speed
         strategies[name] = cost

@@ -105,6 +105,8 @@ class Encoder:
         self.on_batch = None   # optional callable(windows, tokens) after each forward batch (progress bars)
         self._fp32 = None
         self.full_model = model   # the model before stop_early's view (from_config sets it)
+        # a window's prompt (Window.prompt_tokens) is pooled, unless its folder's Pooling says include_prompt false
+        self.pool_prompt = True
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig, tokenizer, model=None) -> Encoder:
@@ -192,7 +194,7 @@ class Encoder:
         with torch.inference_mode():
             extra = {"token_type_ids": torch.zeros_like(ids_t)} if self.token_type_ids else {}
             out = model(input_ids=ids_t, attention_mask=mask_t, output_hidden_states=self.need_hidden, **extra)
-            vec = pool_all(out, mask_t, self.pools)                         # (b, sum of each pool's D)
+            vec = pool_all(out, self._pool_mask(mask_t, [windows[i] for i in batch]), self.pools)  # (b, sum D)
             tok = token_states(out, self.pool_cfg) if with_tokens else None  # (b, seq, D_tok)
             lay = torch.cat([out.hidden_states[i] for i in self.token_layers], dim=-1).float() \
                 if with_layers else None                                    # (b, seq, k*h)
@@ -204,12 +206,13 @@ class Encoder:
         self.stats.padded_tokens += len(batch) * seq
         vec_np = vec.float().cpu().numpy()
         tok_np = lay_np = None
+        starts = [1 + windows[i].prompt_tokens for i in batch]   # each window's first content token
         if tok is not None:
             tok_all = tok.float().cpu().numpy()
-            tok_np = [tok_all[j, 1:windows[i].input_ids.shape[0] - 1] for j, i in enumerate(batch)]
+            tok_np = [tok_all[j, starts[j]:windows[i].input_ids.shape[0] - 1] for j, i in enumerate(batch)]
         if lay is not None:
             lay_all = lay.cpu().numpy()                                     # (b, seq, k*h)
-            lay_np = [lay_all[j, 1:windows[i].input_ids.shape[0] - 1] for j, i in enumerate(batch)]
+            lay_np = [lay_all[j, starts[j]:windows[i].input_ids.shape[0] - 1] for j, i in enumerate(batch)]
         if bool(bad.any()) and next(model.parameters()).dtype != torch.float32:
             # a half-precision overflow: recompute only the bad windows with a float32 copy of the model
             redo = [i for j, i in enumerate(batch) if bool(bad[j])]
@@ -223,6 +226,18 @@ class Encoder:
                 if lay_np is not None:
                     lay_np[pos[i]] = r_lay[k]
         return batch, vec_np, tok_np, lay_np
+
+    def _pool_mask(self, mask: torch.Tensor, windows: list[Window]) -> torch.Tensor:
+        """(b, seq) attention mask -> the mask pooling reads: with include_prompt false (``pool_prompt``)
+        each window's first 1 + prompt_tokens positions ([CLS] and the prompt) are 0, as
+        sentence-transformers' Pooling (``_exclude_prompt_from_mask``) does, so cls pools the first token
+        after the prompt there; otherwise ``mask`` itself."""
+        if self.pool_prompt or not any(w.prompt_tokens for w in windows):
+            return mask
+        masked = mask.clone()                                               # (b, seq)
+        for j, w in enumerate(windows):
+            masked[j, :1 + w.prompt_tokens] = 0
+        return masked
 
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
         """(b, seq) int64 host array -> the same on the model's device. On CUDA the host copy is pinned

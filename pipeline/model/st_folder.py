@@ -25,7 +25,7 @@ _LEGACY_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "ma
 # the transformer module's class names: models.Transformer, and the early per-family ones (models.BERT in 0_BERT/)
 _TRANSFORMERS = {"Transformer", "BERT", "RoBERTa", "DistilBERT", "XLMRoBERTa", "ALBERT", "CamemBERT", "XLNet", "T5"}
 _NO_OPS = {"Dropout"}   # identity at inference
-_MEMO: dict[tuple, FolderSettings | None] = {}   # (folder, modules.json's size and mtime) -> read_settings
+_MEMO: dict[tuple, FolderSettings | None] = {}   # (folder, modules.json's and the prompts' file's stamps) -> settings
 
 
 def read_settings(folder: str | Path, name: str) -> FolderSettings | None:
@@ -43,11 +43,19 @@ def read_settings(folder: str | Path, name: str) -> FolderSettings | None:
     file = folder / "modules.json"
     if not file.is_file():
         return None
-    stat = file.stat()
-    key = (str(folder.resolve()), stat.st_size, stat.st_mtime_ns)
+    key = (str(folder.resolve()), *(_stamp(folder / f) for f in ("modules.json", "config_sentence_transformers.json")))
     if key not in _MEMO:
         _MEMO[key] = _read(folder, _modules(file, name), name)
     return _MEMO[key]
+
+
+def _stamp(file: Path) -> tuple[int, int] | None:
+    """(size, mtime in ns) of a file, None when absent: a file saved again is read again."""
+    try:
+        stat = file.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
 
 
 def _modules(file: Path, name: str) -> list[dict]:
@@ -88,8 +96,7 @@ def _read(folder: Path, modules: list[dict], name: str) -> FolderSettings:
                          "lacks; download or copy the model folder again")
     return FolderSettings(transformer=transformer, pooling=pooling, include_prompt=include_prompt, normalize=normalize,
                           max_length=_max_seq_length(folder / transformer, name), unsupported=tuple(unsupported),
-                          do_lower_case=_do_lower_case(folder / transformer, name),
-                          default_prompt=_default_prompt(folder, name))
+                          do_lower_case=_do_lower_case(folder / transformer, name), **_prompts(folder, name))
 
 
 def _pooling(config: dict) -> tuple[str, bool]:
@@ -118,16 +125,18 @@ def _do_lower_case(transformer: Path, name: str) -> bool:
     return file.is_file() and read_json(file, name).get("do_lower_case") is True
 
 
-def _default_prompt(folder: Path, name: str) -> str | None:
-    """The prompt sentence-transformers' encode prepends by default: config_sentence_transformers.json's
-    ``prompts[default_prompt_name]``; None when the file, the name or the prompt is absent or empty."""
+def _prompts(folder: Path, name: str) -> dict:
+    """FolderSettings' prompts, default_prompt_name and default_prompt from config_sentence_transformers.json:
+    its ``prompts`` ({name: text}, texts that are strings) and the ``default_prompt_name`` that is one of them;
+    default_prompt is that prompt's text, None when the file, the name or the text is absent or empty."""
     file = folder / "config_sentence_transformers.json"
-    if not file.is_file():
-        return None
-    config = read_json(file, name)
-    prompts, default = config.get("prompts"), config.get("default_prompt_name")
-    prompt = prompts.get(default) if isinstance(prompts, dict) and isinstance(default, str) else None
-    return prompt if isinstance(prompt, str) and prompt else None
+    config = read_json(file, name) if file.is_file() else {}
+    declared = config.get("prompts")
+    prompts = tuple((str(k), v) for k, v in declared.items() if isinstance(v, str)) if isinstance(declared, dict) else ()
+    default = config.get("default_prompt_name")
+    default = default if isinstance(default, str) and default in dict(prompts) else None
+    return {"prompts": prompts, "default_prompt_name": default,
+            "default_prompt": (dict(prompts).get(default) or None) if default else None}
 
 
 def lowercases(cfg: PipelineConfig, facts: ModelFacts) -> bool:
@@ -222,10 +231,11 @@ def _module_list(labels: tuple[str, ...]) -> str:
     return ("the module " if len(labels) == 1 else "the modules ") + ", ".join(labels)
 
 
-def settings_metadata(cfg: PipelineConfig, facts: ModelFacts) -> dict | None:
+def settings_metadata(cfg: PipelineConfig, facts: ModelFacts, prompt: dict | None = None) -> dict | None:
     """The metadata's ``folder_settings``: what the folder declares, which of the run's options came from
     it (``from_folder``) and which the user set otherwise (``overridden``: {option: [run's, folder's]});
-    None for a folder without modules.json."""
+    None for a folder without modules.json. ``prompt``: the prompt applied
+    (pipeline.model.prompts.prompt_metadata), None when none is."""
     s = facts.settings
     if s is None:
         return None
@@ -236,22 +246,23 @@ def settings_metadata(cfg: PipelineConfig, facts: ModelFacts) -> dict | None:
     return {"source": "modules.json", "mode": cfg.model.folder_settings, "in_force": in_force(cfg, facts),
             "transformer": s.transformer,
             "declared": {**declared, "include_prompt": s.include_prompt, "do_lower_case": s.do_lower_case,
-                         "default_prompt": s.default_prompt},
-            "prompt_applied": False,
+                         "default_prompt": s.default_prompt, "prompts": dict(s.prompts),
+                         "default_prompt_name": s.default_prompt_name},
+            "prompt_applied": prompt is not None, "prompt": prompt,
             "lowercased": lowercases(cfg, facts),
             "unsupported": list(s.unsupported), "from_folder": sorted(taken(cfg, facts)), "overridden": over}
 
 
 LOWERCASED = "texts lowercased before the tokenizer, as the model folder declares (do_lower_case)"
-UNAPPLIED_PROMPT = ("warning: the model folder declares the default prompt {prompt!r}, which longbert does not prepend, "
-                    "so the vectors differ from the folder's own encode; to match it where its Pooling includes the "
-                    "prompt (include_prompt), put the prompt at the start of each text")
+PROMPTED = "the model folder's prompt {name!r} ({text!r}) put after [CLS] in every window{pooled}"
+UNPOOLED = ", and left out of pooling as its Pooling declares (include_prompt false)"
 
 
 def settings_note(meta: dict | None) -> str | None:
-    """The summary's one note when options differ from the folder's declared settings, or the folder's
-    do_lower_case lowercased the texts, from settings_metadata. Example: "--pooling mean and --max-length 512 differ from what the model folder
-    declares (cls pooling, max_seq_length 128); the options were used"."""
+    """The summary's one note when options differ from the folder's declared settings, the folder's
+    do_lower_case lowercased the texts or its prompt was applied, from settings_metadata. Example:
+    "--pooling mean and --max-length 512 differ from what the model folder declares (cls pooling,
+    max_seq_length 128); the options were used"."""
     meta = meta or {}
     over, extra = meta.get("overridden") or {}, _extra_notes(meta)
     if not over:
@@ -265,11 +276,11 @@ def settings_note(meta: dict | None) -> str | None:
 
 
 def _extra_notes(meta: dict) -> list[str]:
-    """The summary's notes on a folder's text settings: its lowercasing, and a default prompt not prepended."""
-    prompt = (meta.get("declared") or {}).get("default_prompt")
-    unapplied = prompt and meta.get("in_force") and not meta.get("prompt_applied")
+    """The summary's notes on a folder's text settings: its lowercasing, and the prompt applied."""
+    prompt = meta.get("prompt") if meta.get("prompt_applied") else None
     return [*([LOWERCASED] if meta.get("lowercased") else []),
-            *([UNAPPLIED_PROMPT.format(prompt=prompt)] if unapplied else [])]
+            *([PROMPTED.format(name=prompt["name"], text=prompt["text"],
+                               pooled="" if prompt["include_prompt"] else UNPOOLED)] if prompt else [])]
 
 
 def _as_option(key: str, value) -> str:

@@ -70,6 +70,9 @@ MODEL_OPTIONS = [
               "max_seq_length for --pooling, --normalize and --max-length when they are not given (the bundled "
               "model keeps mean pooling, unnormalized, 512 positions); declared does so for the bundled model too; "
               "ignore never does."),
+    _opt(ModelConfig, "prompt_name", metavar="NAME",
+         help="A sentence-transformers folder's prompt, put after [CLS] in every window; none: no prompt.",
+         shown="its default_prompt_name"),
 ]
 SEGMENT_OPTIONS = [
     _opt(SegmentConfig, "strategy", type=click.Choice(STRATEGIES), help="How a long document becomes windows."),
@@ -153,7 +156,7 @@ def option_groups(*groups: list):
 # extract's command line are accepted with a "has no effect" warning. probe: the same for its groups.
 STATS_USES = {"text_col", "format", "delimiter", "encoding", "on_bad_lines", "config_file", "strategy", "max_length",
               "head_tokens", "tail_tokens", "overlap", "chunk_tokens", "max_tokens_per_doc", "model", "device", "dtype", "quantize",
-              "threads", "allow_pickle", "folder_settings"}
+              "threads", "allow_pickle", "folder_settings", "prompt_name"}
 PROBE_IGNORES = ("id_col", "keep_cols", "with_source", "strategy")
 
 

@@ -9,8 +9,8 @@ from ..errors import ConfigError
 
 
 def check_same_run(old: dict, new: dict, path: Path | str) -> None:
-    """--resume may only continue a run of the same options, input bytes, plan of blocks, model weights
-    and stages (fingerprints as ``{"config", "inputs", "plan", "model", "stages"}``; a run written before
+    """--resume may only continue a run of the same options, input bytes, plan of blocks, model weights,
+    stages and prompt (fingerprints as ``{"config", "inputs", "plan", "model", "stages", "prompt"}``; a run written before
     plans or model hashes were kept is compared without them; no "stages": the built-in ones).
 
     Raises:
@@ -22,14 +22,20 @@ def check_same_run(old: dict, new: dict, path: Path | str) -> None:
             changed = [key]
     if not changed and old.get("stages") != new.get("stages"):   # absent: the built-in stages
         changed = ["stages"]
+    if not changed and old.get("prompt") != new.get("prompt"):   # absent: no prompt
+        changed = ["prompt"]
     if changed:
         names = {"config": "the options", "inputs": "the input files", "plan": "the blocks the inputs are cut into",
                  "model": "the model's weights", "stages": "the pipeline's stages",
-                 "quantize": "the int8 weight levels (this CPU's int8 kernel)"}
+                 "quantize": "the int8 weight levels (this CPU's int8 kernel)",
+                 "prompt": "the model folder's prompt settings"}
         what = " and ".join(names[k] for k in changed)
         which = option_changes(old.get("options"), new.get("options")) if "config" in changed else ""
         if changed in (["model"], ["stages"], ["quantize"]):   # sha256 of the weights, or the stage labels, then and now
             was, now = (old.get(changed[0]) or "the built-in stages", new.get(changed[0]) or "the built-in stages")
+            which = f" ({was} then, {now} now)"
+        if changed == ["prompt"]:
+            was, now = (repr(d["prompt"]["text"]) if d.get("prompt") else "no prompt" for d in (old, new))
             which = f" ({was} then, {now} now)"
         raise ConfigError(f"--resume: {what} differ from the run that wrote {path}{which}; run with the same "
                           "options and inputs, or pass --overwrite to start again")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from ..model import chip as chips  # chips.detect at call time (tests fake the chip)
+from ..model.prompts import prompt_metadata
 from ..model.st_folder import settings_metadata
 from ..errors import ConfigError
 from ..types import ModelFacts
@@ -228,7 +229,8 @@ def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: in
     if cfg.pool.parts > 1:  # D = parts x window_dim: part k is feature[k * window_dim:(k + 1) * window_dim]
         meta["window_dim"] = dim // cfg.pool.parts
     meta["features"] = features_metadata(cfg, model.hidden_size)
-    meta["folder_settings"] = settings_metadata(cfg, model)   # a sentence-transformers folder's; None: not one
+    # a sentence-transformers folder's; None: not one
+    meta["folder_settings"] = settings_metadata(cfg, model, prompt_metadata(cfg, model))
     if cfg.write.out_dtype in COMPACT_FORMS:
         meta["compact"] = compact_metadata(cfg, model.hidden_size, dim, token_dim)
     if cfg.multi_feature:  # no one strategy/pooling describes the file: see meta["features"]

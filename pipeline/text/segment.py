@@ -5,7 +5,8 @@ window rules can be tested (and property-tested) without a tokenizer.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -68,26 +69,59 @@ def window_spans(n_tokens: int, cfg: SegmentConfig) -> list[Spans]:
         start += step
 
 
-def segment(doc: TokenizedDoc, cfg: SegmentConfig, cls_id: int, sep_id: int) -> list[Window]:
-    """Wrap each window of ``doc`` as [CLS] + content ids + [SEP] (the model's own special tokens).
+def prompt_rules(cfg: SegmentConfig, n_prompt: int) -> SegmentConfig:
+    """The window rules for windows that hold a prompt of ``n_prompt`` tokens after [CLS]: the same rules
+    on C' = C - n_prompt content tokens (``cfg`` itself when there is no prompt).
+
+    head, tail, chunk, sliding and late cut C' tokens where they cut C; sliding and late keep their
+    overlap (the step shrinks by n_prompt); head_tail keeps its head and gives the tail what is left,
+    min(T, C' - H). Example: C = 510, a 3-token prompt, head_tail 128 + 382 -> C' = 507, 128 + 379.
+
+    Raises:
+        ConfigError: the prompt leaves no content position, or an overlap or head that C' cannot hold.
+    """
+    if n_prompt == 0:
+        return cfg
+    c = cfg.content_tokens - n_prompt
+    if c < 1:
+        raise ConfigError(f"the prompt's {n_prompt} tokens leave none of a window's {cfg.content_tokens} content "
+                          f"positions (max_length {cfg.max_length}); raise --max-length, or pass --prompt-name "
+                          "none or a shorter prompt")
+    head = min(cfg.head_tokens, c)
+    try:
+        return dataclasses.replace(cfg, max_length=cfg.max_length - n_prompt, head_tokens=head,
+                                   tail_tokens=min(cfg.tail_tokens, c - head))
+    except ConfigError as err:
+        raise ConfigError(f"with the prompt's {n_prompt} tokens in each window, {c} content positions remain: "
+                          f"{err}") from None
+
+
+def segment(doc: TokenizedDoc, cfg: SegmentConfig, cls_id: int, sep_id: int,
+            prompt_ids: Sequence[int] = ()) -> list[Window]:
+    """Wrap each window of ``doc`` as [CLS] + prompt ids + content ids + [SEP] (the model's own special tokens).
 
     Args:
         doc: the tokenized document; its ``ids`` are the content tokens (already capped).
         cfg: segment options with max_length resolved.
         cls_id, sep_id: the tokenizer's cls_token_id and sep_token_id.
+        prompt_ids: a sentence-transformers folder's prompt (pipeline.model.prompts), in every window;
+            the spans are cut by ``prompt_rules`` (C - len(prompt_ids) content tokens). () : no prompt.
 
     Returns:
         The document's windows in order (empty for a document with no tokens). Each window's
-        ``input_ids`` is int64 of length n_content + 2 <= cfg.max_length.
+        ``input_ids`` is int64 of length n_content + len(prompt_ids) + 2 <= cfg.max_length; its spans
+        index the content tokens only.
     """
-    spans_list = window_spans(doc.n_kept, cfg)
+    rules = prompt_rules(cfg, len(prompt_ids))
+    spans_list = window_spans(doc.n_kept, rules)
+    prefix = np.asarray([cls_id, *prompt_ids], dtype=np.int64)
     windows = []
     for idx, spans in enumerate(spans_list):
         content = np.concatenate([doc.ids[s:e] for s, e in spans]).astype(np.int64)
-        input_ids = np.concatenate([[cls_id], content, [sep_id]]).astype(np.int64)
+        input_ids = np.concatenate([prefix, content, [sep_id]]).astype(np.int64)
         assert input_ids.shape[0] <= cfg.content_tokens + 2
         windows.append(Window(doc=doc.row, window_idx=idx, n_windows=len(spans_list), spans=spans,
-                              input_ids=input_ids))
+                              input_ids=input_ids, prompt_tokens=len(prompt_ids)))
     return windows
 
 
@@ -115,27 +149,34 @@ class Segment(Stage):
             features name them. Example: {"head_tail": SegmentConfig(strategy="head_tail", max_length=512)}
             on 1,000 content ids -> one window [CLS] + ids[:128] + ids[-382:] + [SEP].
         cls_id, sep_id: the tokenizer's first and last id of every window ([CLS]/[SEP], <s>/</s>).
+        prompt_ids: token ids put after [CLS] in every window (a sentence-transformers folder's prompt,
+            pipeline.model.prompts.run_prompt); they take positions from the content (``prompt_rules``).
 
     Raises:
-        ConfigError: a strategies key that differs from its config's strategy.
+        ConfigError: a strategies key that differs from its config's strategy; a prompt that a
+            strategy's windows cannot hold (``prompt_rules``).
     """
 
     name, requires, fills = "segment", ("docs",), ("windows",)
 
-    def __init__(self, strategies: Mapping[str, SegmentConfig], cls_id: int, sep_id: int):
+    def __init__(self, strategies: Mapping[str, SegmentConfig], cls_id: int, sep_id: int,
+                 prompt_ids: Sequence[int] = ()):
         for key, seg in strategies.items():
             if key != seg.strategy:
                 raise ConfigError(f"strategies[{key!r}] is a SegmentConfig of strategy {seg.strategy!r}; "
                                   f"key it by its own strategy")
+            prompt_rules(seg, len(prompt_ids))
         self.strategies = dict(strategies)
         self.cls_id, self.sep_id = int(cls_id), int(sep_id)
+        self.prompt_ids = tuple(int(i) for i in prompt_ids)
 
     def get_params(self, deep: bool = True) -> dict:
-        return {"strategies": dict(self.strategies), "cls_id": self.cls_id, "sep_id": self.sep_id}
+        return {"strategies": dict(self.strategies), "cls_id": self.cls_id, "sep_id": self.sep_id,
+                "prompt_ids": self.prompt_ids}
 
     def __call__(self, batch: Batch) -> Batch:
         self.check(batch)
         windows = {strategy: [w for doc in batch.docs if doc.error is None
-                              for w in segment(doc, seg, self.cls_id, self.sep_id)]
+                              for w in segment(doc, seg, self.cls_id, self.sep_id, self.prompt_ids)]
                    for strategy, seg in self.strategies.items()}
         return batch.replace(windows=windows)

@@ -72,8 +72,11 @@ def test_without_pooling_options_the_vectors_equal_the_folders_own_encode(runner
     assert (meta["pooling"], meta["normalize"], meta["max_length"]) == (pooling, normalize, ST_MAX)
     settings = meta["folder_settings"]
     assert settings["from_folder"] == ["max_length", "normalize", "pooling"] and settings["overridden"] == {}
+    saved = json.loads((Path(folder) / "config_sentence_transformers.json").read_text())
     assert settings["declared"] == {"pooling": pooling, "normalize": normalize, "max_length": ST_MAX,
-                                    "include_prompt": True, "do_lower_case": False, "default_prompt": None}
+                                    "include_prompt": True, "do_lower_case": False, "default_prompt": None,
+                                    "prompts": saved.get("prompts", {}), "default_prompt_name": None}
+    assert (settings["prompt_applied"], settings["prompt"]) == (False, None)
     assert settings["lowercased"] is False
     assert "differ" not in result.stdout
 
@@ -294,8 +297,7 @@ def test_lowercased_tokens_keep_offsets_into_the_text_as_read(cased_folder):
     assert doc.offsets.tolist() == [[0, 1], [0, 1], [1, 2], [3, 4], [4, 5]]
 
 
-def test_a_folders_default_prompt_is_named_in_the_summary_and_the_text_with_it_matches_its_encode(
-        runner, tmp_path, st_folder):
+def test_a_folders_default_prompt_is_applied_named_in_the_summary_and_matches_its_encode(runner, tmp_path, st_folder):
     from sentence_transformers import SentenceTransformer
 
     source, _ = st_folder("mean", False)
@@ -307,9 +309,15 @@ def test_a_folders_default_prompt_is_named_in_the_summary_and_the_text_with_it_m
     reference = SentenceTransformer(str(folder), device="cpu").encode(TEXTS)   # the prompt prepended
     result, features, meta = extract(runner, tmp_path, folder)
     assert result.exit_code == 0, result.output
-    assert meta["folder_settings"]["declared"]["default_prompt"] == "w3 w4 "
+    np.testing.assert_allclose(features, reference, atol=1e-5)
+    settings = meta["folder_settings"]
+    assert settings["declared"]["default_prompt"] == "w3 w4 "
+    assert (settings["prompt_applied"], settings["prompt"]) == (True, {"name": "query", "text": "w3 w4 ",
+                                                                       "include_prompt": True})
+    assert "the model folder's prompt 'query' ('w3 w4 ') put after [CLS] in every window" in result.stdout
+    assert "does not prepend" not in result.stdout
+    # the prompt's own text at the start of each text, without the folder's prompt, gives the same vectors
+    result, typed, meta = extract(runner, tmp_path, folder, "--prompt-name", "none",
+                                  texts=["w3 w4 " + t for t in TEXTS])
     assert meta["folder_settings"]["prompt_applied"] is False
-    assert "declares the default prompt 'w3 w4 ', which longbert does not prepend" in result.stdout
-    assert np.abs(features - reference).max() > 1e-3
-    result, prompted, _ = extract(runner, tmp_path, folder, texts=["w3 w4 " + t for t in TEXTS])
-    np.testing.assert_allclose(prompted, reference, atol=1e-5)
+    np.testing.assert_allclose(typed, reference, atol=1e-5)
