@@ -19,6 +19,7 @@ from ..options.config import PipelineConfig
 from ..errors import ConfigError
 from ..stage import INPUT_FIELDS, check_chain, describe, stage_label
 from ..cache.encode_stage import Encode
+from .agreement import check_agreement, described_config
 from .block import release_free_heap
 from .feed import ordered_map
 from .params import StepsByName, pipeline_params, set_step_params, step_item, with_io_options
@@ -48,8 +49,10 @@ class Pipeline:
             encode stage's config when ``run`` needs it).
 
     Raises:
-        ConfigError: two stages of one name, or a stage placed before a field it reads is filled
-            (pipeline.stage.check_chain).
+        ConfigError: two stages of one name, a stage placed before a field it reads is filled
+            (pipeline.stage.check_chain), or built-in stages that disagree with each other, naming both
+            (a Segment's windows longer than the Encode model serves, Aggregate features of a strategy the
+            Segment does not make, another tokenizer than the model's: pipeline.engine.agreement).
 
     Example:
         >>> pipe = Pipeline.from_options(model="default", strategy="chunk")
@@ -71,6 +74,7 @@ class Pipeline:
         # a replacement that declares no ``fills`` fills what the stage it replaced filled
         self._fills = {n: f for n, f in (fills or {}).items() if n in names}
         check_chain(self.steps, self.given, fills=self._fills)
+        check_agreement(self.steps)
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig, tokenizer=None, model=None, store=None) -> Pipeline:
@@ -161,6 +165,7 @@ class Pipeline:
         """
         steps = set_step_params(self.steps, params)
         check_chain(steps, self.given, fills=self._fills)
+        check_agreement(steps)
         self.steps = tuple(steps)
         return self
 
@@ -284,7 +289,9 @@ class Pipeline:
         built = {type(s).name: s for s in plain.stages()}   # what the options build, each stage compared with it
         labels = tuple(stage_label(n, s, built.get(n)) for n, s in self._rebuilt(plain).steps)
         if labels != BUILT_IN_NAMES:   # the file and the --resume fingerprint name this pipeline's stages
-            resolved = dataclasses.replace(resolved, stage_labels=labels)
+            described, segments = described_config(resolved.cfg, self.steps)   # the metadata: what runs
+            resolved = dataclasses.replace(resolved, stage_labels=labels, described=described,
+                                           segments=tuple(segments.items()))
         return self._rebuilt(resolved)
 
     def with_facts(self, facts) -> Pipeline:
