@@ -14,12 +14,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..batch import Batch
+from ..batch import Batch, with_dropped
 from ..options.config import PipelineConfig
 from ..errors import ConfigError
 from ..stage import INPUT_FIELDS, check_chain, describe, stage_label
 from ..cache.encode_stage import Encode
 from .agreement import check_agreement, described_config
+from .columns import added_columns, checked_table
 from .block import release_free_heap
 from .feed import ordered_map
 from .params import StepsByName, pipeline_params, set_step_params, step_item, with_io_options
@@ -75,6 +76,7 @@ class Pipeline:
         self._fills = {n: f for n, f in (fills or {}).items() if n in names}
         check_chain(self.steps, self.given, fills=self._fills)
         check_agreement(self.steps)
+        self.added = added_columns(self.steps, self.given, self._fills)   # (stage, field) of columns of one's own
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig, tokenizer=None, model=None, store=None) -> Pipeline:
@@ -166,6 +168,7 @@ class Pipeline:
         steps = set_step_params(self.steps, params)
         check_chain(steps, self.given, fills=self._fills)
         check_agreement(steps)
+        self.added = added_columns(steps, self.given, self._fills)
         self.steps = tuple(steps)
         return self
 
@@ -224,14 +227,23 @@ class Pipeline:
     def process(self, batch: Batch, start: int = 0, stop: int | None = None) -> Batch:
         """Run the stages [start, stop) on ``batch`` and return the batch they filled.
 
+        A stage after ``rows`` that appends columns to the table must declare them (``adds_columns``,
+        pipeline.engine.columns); the rows each stage drops are counted in the batch's ``dropped``.
+
         Raises:
-            ConfigError: a stage returned something other than a Batch.
+            ConfigError: a stage returned something other than a Batch, or added output columns it did
+                not declare (or declared columns its table lacks), naming the stage and the columns.
         """
-        for _, stage in self.steps[start:stop]:
+        for name, stage in self.steps[start:stop]:
+            before = batch
             batch = stage(batch)
             if not isinstance(batch, Batch):
                 raise ConfigError(f"stage {describe(stage)!r} returned {type(batch).__name__}, not a Batch; "
                                   "a stage returns the batch it was given, or batch.replace(...) / batch.with_texts(...)")
+            if before.table is not None and batch.table is not None:   # a stage after 'rows'
+                table = checked_table(name, stage, before.table, batch.table)
+                batch = batch if table is batch.table else batch.replace(table=table)
+            batch = with_dropped(before, batch, name)
         return batch
 
     @property
@@ -291,7 +303,7 @@ class Pipeline:
         if labels != BUILT_IN_NAMES:   # the file and the --resume fingerprint name this pipeline's stages
             described, segments = described_config(resolved.cfg, self.steps)   # the metadata: what runs
             resolved = dataclasses.replace(resolved, stage_labels=labels, described=described,
-                                           segments=tuple(segments.items()))
+                                           segments=tuple(segments.items()), added=self.added)
         return self._rebuilt(resolved)
 
     def with_facts(self, facts) -> Pipeline:

@@ -38,6 +38,7 @@ class Resolved:
             vector (every pooling of the run side by side). dim, token_dim: D of ``features`` and of
             ``token_features`` in a one-feature run. stage_labels: the labels of a pipeline's own
             stage list (written to the file's metadata, compared by --resume); None: the built-in stages.
+        added: (stage name, pyarrow field) of each column a stage after 'rows' declares (file_schema).
         described, segments: the config a pipeline's own stages describe and its Segment stage's
             windows per strategy (pipeline.engine.agreement.described_config): the file's metadata takes
             its window and pooling fields from them; None / (): from ``cfg``.
@@ -53,6 +54,7 @@ class Resolved:
     stage_labels: tuple[str, ...] | None = None   # a pipeline's own stage list (pipeline.stage.stage_label); None: built-in
     described: PipelineConfig | None = None       # what the stages that run say (metadata only); None: cfg
     segments: tuple[tuple[str, SegmentConfig], ...] = ()   # the Segment stage's strategies, in its order
+    added: tuple[tuple[str, pa.Field], ...] = ()  # (stage, field): columns stages after 'rows' declare
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig, tokenizer=None) -> Resolved:
@@ -95,6 +97,17 @@ class Resolved:
         meta = json.loads(schema.metadata[b"longbert"])
         meta["stages"] = list(self.stage_labels)   # beside the options: a reader can tell two pipelines' files apart
         return schema.with_metadata({**schema.metadata, b"longbert": json.dumps(meta).encode()})
+
+    def file_schema(self, id_type: pa.DataType) -> pa.Schema:
+        """The schema the file is written with: ``schema(id_type)`` and, after its columns, those the
+        stages after 'rows' declare (pipeline.engine.columns.with_added; the rows stage builds ``schema``).
+
+        Raises:
+            ConfigError: an added column that takes one of the output's names.
+        """
+        from .columns import with_added
+
+        return with_added(self.schema(id_type), self.added)
 
     def stages(self, model=None, store=None) -> list:
         """The built-in stages in order: tokenize, segment, dedup, encode, aggregate, rows.
