@@ -37,6 +37,13 @@ def declared(stage: Any) -> tuple[pa.Field, ...]:
     return tuple(fields)
 
 
+def declared_label(stage: Any) -> str:
+    """What a stage's label gains from its declared columns, so --resume tells two declarations apart:
+    "" without any; else "[name:type,...]". Example: adds_columns (n_chars int32) -> "[n_chars:int32]"."""
+    fields = declared(stage)
+    return "" if not fields else "[" + ",".join(f"{f.name}:{f.type}" for f in fields) + "]"
+
+
 def added_columns(steps: Sequence[tuple[str, Any]], given: Iterable[str] = (),
                   fills: Mapping[str, tuple[str, ...]] | None = None) -> tuple[tuple[str, pa.Field], ...]:
     """(stage name, field) of every declared column, in stage order, checked when the pipeline is built.

@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from ..stage import INPUT_FIELDS, check_chain, describe, stage_label
 from ..cache.encode_stage import Encode
 from .agreement import check_agreement, described_config
-from .columns import added_columns, checked_table
+from .columns import added_columns, checked_table, declared_label
 from .block import release_free_heap
 from .feed import ordered_map
 from .params import StepsByName, pipeline_params, set_step_params, step_item, with_io_options
@@ -299,7 +299,7 @@ class Pipeline:
         resolved = self.resolution().with_io(cfg)
         plain = dataclasses.replace(resolved, stage_labels=None)
         built = {type(s).name: s for s in plain.stages()}   # what the options build, each stage compared with it
-        labels = tuple(stage_label(n, s, built.get(n)) for n, s in self._rebuilt(plain).steps)
+        labels = tuple(stage_label(n, s, built.get(n)) + declared_label(s) for n, s in self._rebuilt(plain).steps)
         if labels != BUILT_IN_NAMES:   # the file and the --resume fingerprint name this pipeline's stages
             described, segments = described_config(resolved.cfg, self.steps)   # the metadata: what runs
             resolved = dataclasses.replace(resolved, stage_labels=labels, described=described,

@@ -65,6 +65,10 @@ def test_a_declared_column_in_a_dir_of_parts_and_a_resumed_one(pipe, src, tmp_pa
     assert read_manifest(out)["complete"] is False
     with pytest.raises(ConfigError, match="the pipeline's stages differ"):   # the column is part of the run
         pipe.run(str(src), f"{out}/", block_rows=2, resume=True)
+    with monkeypatch.context() as m:   # the same stage declaring another type: another run
+        m.setattr(n_chars, "adds_columns", (pa.field("n_chars", pa.int64()),))
+        with pytest.raises(ConfigError, match=r"the pipeline's stages differ .*\[n_chars:int64\]'\] now"):
+            pipe.insert(n_chars, after="rows").run(str(src), f"{out}/", block_rows=2, resume=True)
     summary = counted.run(str(src), f"{out}/", block_rows=2, resume=True)
     assert summary.resumed_from == 2 and read_manifest(out)["complete"] is True
     parts = sorted(out.glob("part-*.parquet"))
