@@ -9,12 +9,12 @@ import math
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from conftest import disk_full_at_part, words, write_csv
+from conftest import disk_full_at_part, invoke, words, write_csv
 from transformers import BertTokenizerFast
 
 import longbert
 from pipeline.errors import ConfigError, RunError
-from pipeline.output.write import PartsSink, read_manifest
+from pipeline.output.write import read_manifest
 from pipeline.stage import stage_label
 
 
@@ -120,7 +120,7 @@ def test_a_segment_longer_than_the_model_serves_is_refused_at_build(pipe):
         _parts(pipe, segment=_segment(pipe, max_length=served + 1))
     text = str(err.value)
     assert f"stage 'segment' makes 'chunk' windows of max_length={served + 1}" in text
-    assert f"stage 'encode'" in text and f"serves {served}" in text
+    assert "stage 'encode'" in text and f"serves {served}" in text
     _parts(pipe, segment=_segment(pipe, max_length=served))   # the model's own positions are fine
 
 
@@ -167,3 +167,22 @@ def test_set_params_that_make_stages_disagree_is_refused_and_changes_nothing(pip
     with pytest.raises(ConfigError, match="stage 'segment' makes 'chunk' windows"):
         short.set_params(segment__strategies=long)
     assert short["segment"] == pipe["segment"]
+
+
+def test_resume_refuses_a_dir_begun_by_extract_with_the_options_windows(pipe, src, tmp_path, monkeypatch, runner,
+                                                                         tiny_model_dir):
+    out = tmp_path / "parts"
+    disk_full_at_part(monkeypatch, 2)
+    result = invoke(runner, ["extract", src, "--model", tiny_model_dir, "--strategy", "chunk", "--max-length",
+                             pipe.cfg.segment.max_length, "--block-rows", 2, "--no-progress", "-o", f"{out}/"])
+    monkeypatch.undo()
+    assert result.exit_code == 1 and read_manifest(out)["complete"] is False
+    eight = _parts(pipe, segment=_segment(pipe, max_length=8))
+    with pytest.raises(ConfigError, match=r"resume=True: the pipeline's stages differ from the run that wrote"):
+        eight.run(str(src), f"{out}/", block_rows=2, resume=True)
+    assert read_manifest(out)["complete"] is False and len(read_manifest(out)["parts"]) == 1   # nothing was added
+    pipe.run(str(src), f"{out}/", block_rows=2, resume=True)   # the options' stages finish what extract began
+    assert read_manifest(out)["complete"] is True
+    table = pq.read_table(out)
+    assert table.column("n_windows").to_pylist() == [math.ceil((9 + 5 * i) / (pipe.cfg.segment.max_length - 2))
+                                                     for i in range(6)]
