@@ -46,6 +46,7 @@ class Batch:
         tokens: ``aggregate`` at --level token: per document (token_ids, positions, offsets, vectors) or None.
         table: ``rows``: the output rows, the schema ``longbert extract`` writes.
         counts: ``rows``: the block's pipeline.counts.BlockCounts.
+        dropped: Pipeline.process: stage name -> the rows that stage dropped (a filter's ``take``); None: none.
 
     Example:
         >>> b = Batch.from_texts(["a long report", "a memo"], ids=["r1", "m7"], lang=["en", "en"])
@@ -69,6 +70,7 @@ class Batch:
     tokens: list[tuple | None] | None = None
     table: pa.Table | None = None
     counts: Any = None                     # pipeline.counts.BlockCounts
+    dropped: dict[str, int] | None = None  # stage name -> rows it dropped from this block (with_dropped)
 
     @classmethod
     def from_texts(cls, texts: Sequence[str] | Any, ids: Sequence[Any] | None = None, **columns: Sequence[Any]) -> Batch:
@@ -179,6 +181,19 @@ class Batch:
     def replace(self, **fields: Any) -> Batch:
         """A copy with ``fields`` set (what a stage returns)."""
         return dataclasses.replace(self, **fields)
+
+
+def with_dropped(before: Batch, after: Batch, stage: str) -> Batch:
+    """``after`` with the rows ``stage`` dropped from ``before`` counted under its name in ``dropped``
+    (the counts ``before`` had carried on). Example: a filter keeping 9 of 10 rows -> {"my_filter": 1}."""
+    counts = dict(before.dropped or {})
+    counts.update(after.dropped or {})
+    lost = len(before) - len(after)
+    if lost > 0:
+        counts[stage] = counts.get(stage, 0) + lost
+    if counts == (after.dropped or {}):
+        return after
+    return after.replace(dropped=counts)
 
 
 def _take_plan(batch: Batch, windows: dict[str, list[Window]], kept: dict[str, np.ndarray]) -> dict[str, Any]:

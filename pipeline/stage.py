@@ -7,6 +7,8 @@ rebuilt) and shows them in its ``repr``. They speak scikit-learn's protocol: ``g
 ``set_params(**params)`` and ``sklearn.base.clone``; each pickles and deep-copies (the encode stage's
 weights pickle as what reloads them, see pipeline.cache.encode_stage.Weights). A user's stage needs
 none of this: any callable ``Batch -> Batch`` is one; it may set ``requires`` / ``fills`` to have its place in a chain checked.
+A stage after ``rows`` that appends columns to the output table declares them in ``adds_columns`` (pyarrow
+fields, or (name, type) pairs); the file's schema then holds them (pipeline.engine.columns).
 """
 from __future__ import annotations
 

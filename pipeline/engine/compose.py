@@ -14,11 +14,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..batch import Batch
+from ..batch import Batch, with_dropped
 from ..options.config import PipelineConfig
 from ..errors import ConfigError
 from ..stage import INPUT_FIELDS, check_chain, describe, stage_label
 from ..cache.encode_stage import Encode
+from .agreement import check_agreement, described_config
+from .columns import added_columns, checked_table, declared_label
 from .block import release_free_heap
 from .feed import ordered_map
 from .params import StepsByName, pipeline_params, set_step_params, step_item, with_io_options
@@ -48,8 +50,10 @@ class Pipeline:
             encode stage's config when ``run`` needs it).
 
     Raises:
-        ConfigError: two stages of one name, or a stage placed before a field it reads is filled
-            (pipeline.stage.check_chain).
+        ConfigError: two stages of one name, a stage placed before a field it reads is filled
+            (pipeline.stage.check_chain), or built-in stages that disagree with each other, naming both
+            (a Segment's windows longer than the Encode model serves, Aggregate features of a strategy the
+            Segment does not make, another tokenizer than the model's: pipeline.engine.agreement).
 
     Example:
         >>> pipe = Pipeline.from_options(model="default", strategy="chunk")
@@ -71,6 +75,8 @@ class Pipeline:
         # a replacement that declares no ``fills`` fills what the stage it replaced filled
         self._fills = {n: f for n, f in (fills or {}).items() if n in names}
         check_chain(self.steps, self.given, fills=self._fills)
+        check_agreement(self.steps)
+        self.added = added_columns(self.steps, self.given, self._fills)   # (stage, field) of columns of one's own
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig, tokenizer=None, model=None, store=None) -> Pipeline:
@@ -161,6 +167,8 @@ class Pipeline:
         """
         steps = set_step_params(self.steps, params)
         check_chain(steps, self.given, fills=self._fills)
+        check_agreement(steps)
+        self.added = added_columns(steps, self.given, self._fills)
         self.steps = tuple(steps)
         return self
 
@@ -219,14 +227,23 @@ class Pipeline:
     def process(self, batch: Batch, start: int = 0, stop: int | None = None) -> Batch:
         """Run the stages [start, stop) on ``batch`` and return the batch they filled.
 
+        A stage after ``rows`` that appends columns to the table must declare them (``adds_columns``,
+        pipeline.engine.columns); the rows each stage drops are counted in the batch's ``dropped``.
+
         Raises:
-            ConfigError: a stage returned something other than a Batch.
+            ConfigError: a stage returned something other than a Batch, or added output columns it did
+                not declare (or declared columns its table lacks), naming the stage and the columns.
         """
-        for _, stage in self.steps[start:stop]:
+        for name, stage in self.steps[start:stop]:
+            before = batch
             batch = stage(batch)
             if not isinstance(batch, Batch):
                 raise ConfigError(f"stage {describe(stage)!r} returned {type(batch).__name__}, not a Batch; "
                                   "a stage returns the batch it was given, or batch.replace(...) / batch.with_texts(...)")
+            if before.table is not None and batch.table is not None:   # a stage after 'rows'
+                table = checked_table(name, stage, before.table, batch.table)
+                batch = batch if table is batch.table else batch.replace(table=table)
+            batch = with_dropped(before, batch, name)
         return batch
 
     @property
@@ -282,9 +299,11 @@ class Pipeline:
         resolved = self.resolution().with_io(cfg)
         plain = dataclasses.replace(resolved, stage_labels=None)
         built = {type(s).name: s for s in plain.stages()}   # what the options build, each stage compared with it
-        labels = tuple(stage_label(n, s, built.get(n)) for n, s in self._rebuilt(plain).steps)
+        labels = tuple(stage_label(n, s, built.get(n)) + declared_label(s) for n, s in self._rebuilt(plain).steps)
         if labels != BUILT_IN_NAMES:   # the file and the --resume fingerprint name this pipeline's stages
-            resolved = dataclasses.replace(resolved, stage_labels=labels)
+            described, segments = described_config(resolved.cfg, self.steps)   # the metadata: what runs
+            resolved = dataclasses.replace(resolved, stage_labels=labels, described=described,
+                                           segments=tuple(segments.items()), added=self.added)
         return self._rebuilt(resolved)
 
     def with_facts(self, facts) -> Pipeline:

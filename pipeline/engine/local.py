@@ -14,6 +14,7 @@ from ..options.config import DEFAULT_MODEL, PipelineConfig
 from ..output.lock import holds_output
 from ..output.write import check_resume
 from ..read import read_block, verify_inputs
+from .columns import as_written
 from .compose import Pipeline
 from .feed import feed_workers
 from .run import BatchProgress, Summary, fail_on_row_error, open_run, run_fingerprint, scan_inputs, writing
@@ -40,7 +41,8 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=Non
     cfg, plan = scan_inputs(cfg)
     pipe = Pipeline.from_config(cfg) if pipe is None else pipe.for_run(cfg)
     cfg = pipe.cfg
-    check_resume(cfg, run_fingerprint(cfg, plan, pipe.resolution().schema(plan.id_type)))
+    schema = pipe.resolution().file_schema(plan.id_type)   # the rows stage's columns, then any a stage adds
+    check_resume(cfg, run_fingerprint(cfg, plan, schema))
     if echo and cfg.write.progress:
         name = cfg.model.model
         echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
@@ -51,7 +53,8 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=Non
             pipe = pipe.with_facts(encode.facts)   # a hub model hashed once its files came: the file's metadata
             encode = pipe.encode_stage()
             encode.load()
-    sink, summary, todo, bar = open_run(cfg, pipe.resolution().schema(plan.id_type), plan, echo)
+    schema = pipe.resolution().file_schema(plan.id_type)   # a hub model's sha256 may be known now
+    sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
     progress = BatchProgress(bar)
     if encode is not None:
         encode.encoder.on_batch = progress.batch
@@ -65,10 +68,12 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=Non
         for spec, out in zip(todo, outs):
             if out.table is None:
                 raise RunError(f"no stage made the output table (stages: {', '.join(pipe.names)}); keep 'rows'")
+            table = as_written(out.table, schema, pipe.names)   # a column no stage declared: refused by name
             summary.add(out.counts or BlockCounts())
+            summary.add_dropped(len(out), out.dropped)
             if cfg.write.strict:
-                fail_on_row_error(out.table, spec)
-            sink.write(spec, out.table)
+                fail_on_row_error(table, spec)
+            sink.write(spec, table)
             progress.end_block()
         verify_inputs(plan.files)  # the inputs are still what the scan hashed (RunError, exit 1)
         summary.n_bytes = sink.commit()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..options.config import PipelineConfig
+from ..options.config import PipelineConfig, SegmentConfig
 from ..output.aggregate import Aggregate, TokenAggregate, WindowAggregate
 from ..output.rows import Rows, TokenRows, WindowRows
 from ..output.schema import feature_columns, output_schema, passthrough_columns
@@ -39,6 +39,10 @@ class Resolved:
             vector (every pooling of the run side by side). dim, token_dim: D of ``features`` and of
             ``token_features`` in a one-feature run. stage_labels: the labels of a pipeline's own
             stage list (written to the file's metadata, compared by --resume); None: the built-in stages.
+        added: (stage name, pyarrow field) of each column a stage after 'rows' declares (file_schema).
+        described, segments: the config a pipeline's own stages describe and its Segment stage's
+            windows per strategy (pipeline.engine.agreement.described_config): the file's metadata takes
+            its window and pooling fields from them; None / (): from ``cfg``.
     """
 
     cfg: PipelineConfig
@@ -49,6 +53,9 @@ class Resolved:
     dim: int
     token_dim: int
     stage_labels: tuple[str, ...] | None = None   # a pipeline's own stage list (pipeline.stage.stage_label); None: built-in
+    described: PipelineConfig | None = None       # what the stages that run say (metadata only); None: cfg
+    segments: tuple[tuple[str, SegmentConfig], ...] = ()   # the Segment stage's strategies, in its order
+    added: tuple[tuple[str, pa.Field], ...] = ()  # (stage, field): columns stages after 'rows' declare
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig, tokenizer=None) -> Resolved:
@@ -84,12 +91,24 @@ class Resolved:
 
     def schema(self, id_type: pa.DataType) -> pa.Schema:
         """The output schema for ids of ``id_type`` (pa.int64(): a ``row`` column; pa.string(): ``id``)."""
-        schema = output_schema(self.cfg, id_type, self.facts, self.dim, self.token_dim)
+        schema = output_schema(self.cfg, id_type, self.facts, self.dim, self.token_dim, self.described,
+                               dict(self.segments))
         if self.stage_labels is None:
             return schema
         meta = json.loads(schema.metadata[b"longbert"])
         meta["stages"] = list(self.stage_labels)   # beside the options: a reader can tell two pipelines' files apart
         return schema.with_metadata({**schema.metadata, b"longbert": json.dumps(meta).encode()})
+
+    def file_schema(self, id_type: pa.DataType) -> pa.Schema:
+        """The schema the file is written with: ``schema(id_type)`` and, after its columns, those the
+        stages after 'rows' declare (pipeline.engine.columns.with_added; the rows stage builds ``schema``).
+
+        Raises:
+            ConfigError: an added column that takes one of the output's names.
+        """
+        from .columns import with_added
+
+        return with_added(self.schema(id_type), self.added)
 
     def stages(self, model=None, store=None) -> list:
         """The built-in stages in order: tokenize, segment, dedup, encode, aggregate, rows.

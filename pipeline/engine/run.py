@@ -57,17 +57,32 @@ class Summary:
     windows_cached: int = 0      # unique windows taken from the window store, not encoded
     cache: bool = False          # --cache was given: the line says how many windows came from the store
     notes: list[str] = field(default_factory=list)   # e.g. parts redone, a lock taken over
+    rows_read: int = 0           # input rows this run gave the stages (Pipeline.run: what a filter saw)
+    dropped: dict[str, int] = field(default_factory=dict)   # stage name -> rows it dropped (a filter's take)
 
     def add(self, counts: BlockCounts) -> None:
         """Add one block's counts (the rows stage's BlockCounts), on any engine."""
         for mine, theirs in _ADDED.items():
             setattr(self, mine, getattr(self, mine) + getattr(counts, theirs))
 
+    def add_dropped(self, kept: int, dropped: dict[str, int] | None) -> None:
+        """Count one block's rows: ``kept`` rows left after the stages, ``dropped`` by each stage (its name ->
+        rows; None: none), so rows read = kept + every drop."""
+        self.rows_read += kept + sum((dropped or {}).values())
+        for name, n in (dropped or {}).items():
+            self.dropped[name] = self.dropped.get(name, 0) + n
+
     def line(self) -> str:
         """documents, tokens, windows (with --cache: "N windows encoded, M from the cache"), rows with
-        errors, seconds, output path (+ counts that are non-zero, in the order of _NOTED)."""
+        errors, seconds, output path (+ counts that are non-zero, in the order of _NOTED). When a stage
+        dropped rows it begins with the rows read and each such stage's count: "10 rows read; 'my_filter'
+        dropped 1; 9 documents written, ..."."""
         cached = f", {self.windows_cached} from the cache" if self.cache else ""
-        text = (f"{self.documents} documents, {self.tokens} tokens, {self.windows} windows encoded{cached}, "
+        docs = f"{self.documents} documents"
+        if self.dropped:   # the README's one row per input row does not hold: say where the rows went
+            drops = "; ".join(f"{name!r} dropped {n}" for name, n in self.dropped.items())
+            docs = f"{self.rows_read} rows read; {drops}; {self.documents} documents written"
+        text = (f"{docs}, {self.tokens} tokens, {self.windows} windows encoded{cached}, "
                 f"{self.errors} rows with errors, {self.seconds:.1f} s -> {self.output}")
         extra = [self.id_note] if self.id_note else []
         extra += [self._noted(name, template) for name, template in _NOTED if getattr(self, name)]

@@ -8,6 +8,7 @@ the model's weights: ``output_columns`` names a run's columns from its options a
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ from ..errors import ConfigError
 from ..types import ModelFacts
 
 if TYPE_CHECKING:  # pipeline.options.config imports this module (check_keep_cols)
-    from ..options.config import PipelineConfig
+    from ..options.config import PipelineConfig, SegmentConfig
 
 # Every column name longbert writes itself.
 ID = "id"                    # string: the id column's values, or text files' paths
@@ -152,7 +153,9 @@ def check_keep_cols(cfg: PipelineConfig) -> None:
                               f"{col} (or run another --level)")
 
 
-def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, dim: int, token_dim: int) -> pa.Schema:
+def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, dim: int, token_dim: int,
+                  described: PipelineConfig | None = None,
+                  segments: Mapping[str, SegmentConfig] | None = None) -> pa.Schema:
     """The fixed output schema, declared from the config and the model's facts before the first row.
 
     Columns: id (string: the id column's values or text files' paths), or row (int64: the 0-based row
@@ -168,7 +171,9 @@ def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, 
     ``compact`` entry says how to decode). With --level window one row per window instead: id or row,
     the --keep-col (and source) columns, window int32 (0-based within the document), spans
     list<fixed_size_list<int32>[2]> ([start, end) content-token positions), n_tokens int32 (content
-    tokens of the window), the feature column(s), error. Metadata key ``longbert``: run_metadata as JSON.
+    tokens of the window), the feature column(s), error. Metadata key ``longbert``: run_metadata as JSON,
+    of ``described`` and ``segments`` where given (the config a pipeline's own stages describe and its
+    Segment stage's windows per strategy, pipeline.engine.agreement.described_config), else of ``cfg``.
 
     Raises:
         ConfigError: two columns of one name (check_keep_cols refuses the options that would make them).
@@ -179,7 +184,7 @@ def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, 
     if twice:
         raise ConfigError(f"the output would have two columns named {', '.join(map(repr, twice))}; rename that "
                           "--keep-col column in the input")
-    meta = {"longbert": json.dumps(run_metadata(cfg, model, dim, token_dim))}
+    meta = {"longbert": json.dumps(run_metadata(described or cfg, model, dim, token_dim, segments))}
     return pa.schema(fields, metadata=meta)
 
 
@@ -190,15 +195,19 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: int) -> dict:
+def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: int,
+                 segments: Mapping[str, SegmentConfig] | None = None) -> dict:
     """The JSON stored under the parquet schema metadata key ``longbert``.
+
+    ``segments``: each strategy's SegmentConfig where a pipeline's Segment stage sets them apart (None:
+    every strategy has cfg.segment's numbers).
 
     ``model`` is what the user named (pipeline.model.facts.model_label: never an absolute path of this
     machine), ``model_sha256`` the hash of its config and weight files (pipeline.model.checkpoint.model_sha256),
     so two outputs can be compared across machines.
     """
     seg = cfg.segment
-    strategy = strategy_metadata(cfg, seg.strategy)
+    strategy = strategy_metadata(cfg, seg.strategy, segments)
     meta = {
         "model": model.name,
         "model_sha256": model.sha256,
@@ -228,7 +237,7 @@ def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: in
     }
     if cfg.pool.parts > 1:  # D = parts x window_dim: part k is feature[k * window_dim:(k + 1) * window_dim]
         meta["window_dim"] = dim // cfg.pool.parts
-    meta["features"] = features_metadata(cfg, model.hidden_size)
+    meta["features"] = features_metadata(cfg, model.hidden_size, segments)
     # a sentence-transformers folder's; None: not one
     meta["folder_settings"] = settings_metadata(cfg, model, prompt_metadata(cfg, model))
     if cfg.write.out_dtype in COMPACT_FORMS:
@@ -238,9 +247,10 @@ def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: in
     return meta
 
 
-def strategy_metadata(cfg: PipelineConfig, name: str) -> dict:
-    """The metadata's strategy dict for ``name``: max_length, content tokens, and its own numbers."""
-    seg = cfg.segment
+def strategy_metadata(cfg: PipelineConfig, name: str, segments: Mapping[str, SegmentConfig] | None = None) -> dict:
+    """The metadata's strategy dict for ``name``: max_length, content tokens, and its own numbers (from
+    ``segments[name]`` when given, else cfg.segment)."""
+    seg = (segments or {}).get(name) or cfg.segment
     strategy = {"name": name, "max_length": seg.max_length, "content_tokens": seg.max_length - 2,
                 "max_tokens_per_doc": seg.max_tokens_per_doc}
     if name == "head_tail":
@@ -253,12 +263,13 @@ def strategy_metadata(cfg: PipelineConfig, name: str) -> dict:
     return strategy
 
 
-def features_metadata(cfg: PipelineConfig, hidden: int) -> list[dict]:
+def features_metadata(cfg: PipelineConfig, hidden: int, segments: Mapping[str, SegmentConfig] | None = None
+                      ) -> list[dict]:
     """Every feature column with its full settings: column, spec, strategy dict, pooling, layers,
     layer_agg, aggregate (aggregate_metadata), feature_dim (and window_dim with several aggregate parts)."""
     out = []
     for f, (column, dim) in zip(cfg.feature_list(), feature_columns(cfg, hidden)):
-        out.append({"column": column, "spec": f.spec, "strategy": strategy_metadata(cfg, f.strategy),
+        out.append({"column": column, "spec": f.spec, "strategy": strategy_metadata(cfg, f.strategy, segments),
                     "pooling": f.pooling, "layers": list(f.layers), "layer_agg": f.layer_agg,
                     "aggregate": aggregate_metadata(cfg), "feature_dim": dim})
         if cfg.pool.parts > 1:
