@@ -38,7 +38,7 @@ def test_set_params_rebuilds_a_stage_and_refuses_an_unknown_name(pipe):
     strategies = {k: dataclasses.replace(v, max_length=8) for k, v in seg.strategies.items()}
     assert seg.set_params(strategies=strategies) is seg
     assert seg.strategies["chunk"].max_length == 8 and seg != pipe["segment"]
-    with pytest.raises(ValueError, match=r"invalid parameter 'windows'.*valid parameters: \['cls_id', 'sep_id', 'strategies'\]"):
+    with pytest.raises(ValueError, match=r"invalid parameter 'windows'.*valid parameters: \['cls_id', 'prompt_ids', 'sep_id', 'strategies'\]"):
         seg.set_params(windows=3)
     with pytest.raises(ConfigError, match="with_tokens"):
         sklearn_base.clone(pipe["encode"]).set_params(with_token=True)
