@@ -51,6 +51,7 @@ def encoded(monkeypatch):
 
 def test_texts_cross_validation_equals_probes_hybrid_rows(tiny_model_dir, tmp_path, fresh_store):
     from pipeline.classify.probe import probe_corpus
+    from pipeline.classify.probe_ranking import hybrid_python
     from pipeline.options.config import PipelineConfig
 
     texts, y = labelled()
@@ -65,7 +66,11 @@ def test_texts_cross_validation_equals_probes_hybrid_rows(tiny_model_dir, tmp_pa
         base = row["base"]
         vec = longbert.LongBertVectorizer(model=str(tiny_model_dir), max_length=ML, overlap=4, feature=base["spec"],
                                           aggregate=base["aggregate"])
-        scores = cross_val_score(HybridClassifier(vectorizer=vec), texts, y, cv=cv)
+        line = hybrid_python(cfg, base)                                    # the summary's Python line
+        model = eval(line.removesuffix(".fit(texts, labels)"), {"longbert": longbert})
+        assert model.get_params(deep=False)["seed"] == 0                  # the line's vectorizer: the same vectors
+        np.testing.assert_array_equal(model.vectorizer.transform(texts), vec.transform(texts))
+        scores = cross_val_score(model, texts, y, cv=cv)
         assert abs(scores.mean() - row["accuracy_mean"]) <= 0.01, (row["feature"], scores, row["accuracy"])
         np.testing.assert_allclose(scores, row["accuracy"], atol=1e-12)   # the same vectors: the same folds' scores
 
@@ -123,3 +128,19 @@ def test_nested_params_clone_and_set_params(tiny_model_dir):
 def test_x_of_neither_kind_is_refused_with_both_kinds_named():
     with pytest.raises(ValueError, match="plain texts .* or hybrid_inputs.*got a ndarray of neither"):
         HybridClassifier().fit(np.zeros((4, 3)), ["a", "b", "a", "b"])
+
+
+def test_summary_gives_the_texts_line_of_the_winning_hybrid(tiny_model_dir):
+    from pipeline.classify.probe_ranking import hybrid_summary
+    from pipeline.options.config import PipelineConfig
+
+    cfg = PipelineConfig.from_options(inputs=("c.csv",), model=str(tiny_model_dir), max_length=ML, overlap=4)
+    base = {"feature": "f_chunk_max_L-2_agg-mean-max", "spec": "chunk:max:-2", "aggregate": "mean,max",
+            "strategy": "chunk", "extract_options": "--feature chunk:max:-2", "accuracy_mean": 0.8}
+    hybrid = {"feature": "hybrid:" + base["feature"], "base": base, "accuracy_mean": 0.9, "accuracy_std": 0.01}
+    lines = hybrid_summary([hybrid], base, {"accuracy_mean": 0.85}, cfg, "label")
+    assert lines[0].startswith("best hybrid: hybrid:f_chunk_max_L-2_agg-mean-max 0.900 ± 0.010 beats")
+    assert lines[-1] == ("  or on the texts alone: longbert.HybridClassifier(vectorizer=longbert.LongBertVectorizer("
+                         f"feature='chunk:max:-2', aggregate='mean,max', model={str(tiny_model_dir)!r}, max_length=16))"
+                         ".fit(texts, labels)")
+    assert hybrid_summary([{**hybrid, "accuracy_mean": 0.84}], base, {"accuracy_mean": 0.85}, cfg)[1:] == []
