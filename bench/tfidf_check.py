@@ -12,6 +12,7 @@ the outer training fold's TF-IDF (probe refits the TF-IDF inside each inner fold
 from __future__ import annotations
 
 import argparse
+import warnings
 import sys
 import time
 from pathlib import Path
@@ -28,6 +29,7 @@ from pipeline.classify.folds import stratified_sample  # noqa: E402
 
 
 def main() -> None:
+    warnings.filterwarnings("ignore", category=FutureWarning)   # scikit-learn 1.8 notes on LogisticRegressionCV defaults
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("csv", type=Path)
     parser.add_argument("--sample", type=int, default=500)
