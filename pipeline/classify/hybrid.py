@@ -6,7 +6,9 @@ within the training rows, an inner StratifiedKFold gives out-of-fold class proba
 model; a second-level LogisticRegression is fitted on those probabilities side by side; the base
 models are then refitted on all the training rows, and at prediction time their probabilities feed
 the second level. No choice (TF-IDF vocabulary and IDF, either C, the second level) sees rows outside
-``fit``'s, so an outer cross-validation of the estimator is a nested one.
+``fit``'s, so an outer cross-validation of the estimator is a nested one. Plain texts are encoded by a
+``LongBertVectorizer`` (the estimator's ``vectorizer`` parameter); precomputed vectors come as
+``hybrid_inputs`` pairs. Used by ``longbert probe``'s hybrid rows (cross_validate_hybrid) and from Python.
 """
 from __future__ import annotations
 
@@ -38,8 +40,20 @@ def _split(X) -> tuple[np.ndarray, np.ndarray]:
         texts = np.asarray([t for t, _ in X], dtype=object)
         V = np.stack([np.asarray(v, dtype=np.float32) for _, v in X]) if len(X) else np.empty((0, 0), np.float32)
     except (TypeError, ValueError) as err:
-        raise ValueError("HybridClassifier takes X = hybrid_inputs(texts, vectors): (text, vector) pairs") from err
+        raise ValueError("HybridClassifier takes X = plain texts (a list of str, encoded by its vectorizer) or "
+                         f"hybrid_inputs(texts, vectors): (text, vector) pairs; got a {type(X).__name__} "
+                         "of neither") from err
     return texts, V
+
+
+def _is_texts(X) -> bool:
+    """True when X is plain texts (every element a str: a list, tuple, 1-D array or Series of str), False for
+    anything else (hybrid_inputs pairs among them)."""
+    items = X.tolist() if hasattr(X, "tolist") else X
+    try:
+        return len(items) > 0 and all(isinstance(t, str) for t in items)
+    except TypeError:
+        return False
 
 
 def _inner_folds(y: np.ndarray, folds: int) -> int:
@@ -64,23 +78,57 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         inner_folds: k of the inner StratifiedKFold that gives the out-of-fold probabilities (lowered to
             the smallest class's rows when that is fewer).
         seed: random_state of the inner folds.
+        vectorizer: the LongBertVectorizer that encodes plain texts (its options are the feature's: model,
+            strategy, pooling, layers, aggregate, feature, ...; nested parameters such as
+            ``vectorizer__strategy`` reach them); None: LongBertVectorizer() with its defaults. Cloned at fit.
 
-    X is ``hybrid_inputs(texts, vectors)``: N (text, (D,) vector) pairs; y (N,) labels. Raw texts
-    alone (encoding them with LongBertVectorizer's options) are not taken: encode them first, e.g.
-    ``LongBertVectorizer(...).fit_transform(texts)``.
+    X is either N plain texts (a list, tuple, 1-D array or Series of str), encoded by the vectorizer
+    once per call (its ":memory:" window store, the default, keeps each window's vector, so folds and
+    clones of a cross-validation encode each distinct text once), or ``hybrid_inputs(texts, vectors)``:
+    N (text, (D,) vector) pairs of vectors computed beforehand (the vectorizer is then not used); y (N,) labels.
 
     Attributes after fit: classes_ (the sorted labels), text_model_, bert_model_ (the base models
     refitted on all of fit's rows), meta_model_ (the second level, on 2 x n_classes probabilities:
-    the lexical model's, then the BERT model's), inner_folds_ (the k used), text_C_ (the lexical C used).
+    the lexical model's, then the BERT model's), inner_folds_ (the k used), text_C_ (the lexical C used),
+    vectorizer_ (the fitted clone of vectorizer when fit was given plain texts, else None).
+
+    Example:
+        >>> model = HybridClassifier(vectorizer=LongBertVectorizer(strategy="head", layers=(-2,)))
+        >>> cross_val_score(model, texts, labels, cv=StratifiedKFold(5, shuffle=True, random_state=0))
     """
 
     def __init__(self, text_C: float | None = None, bert_C: float = 1.0, meta_C: float = 1.0, inner_folds: int = 5,
-                 seed: int = 0):
+                 seed: int = 0, vectorizer: Any = None):
         self.text_C = text_C
         self.bert_C = bert_C
         self.meta_C = meta_C
         self.inner_folds = inner_folds
         self.seed = seed
+        self.vectorizer = vectorizer
+
+    def _texts_vectors(self, X, fitting: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(texts (N,) object, vectors (N, D) float32) of X: hybrid_inputs pairs as given, or plain texts
+        encoded by vectorizer_ (set by fit: a clone of vectorizer, LongBertVectorizer() when None; None
+        when fit was given pairs).
+
+        Raises:
+            ValueError: X is neither; or plain texts after a fit on pairs (no vectorizer was fitted).
+            TextError, ConfigError, ModelError: from LongBertVectorizer (a text that cannot be embedded,
+                a bad option, a model that does not load).
+        """
+        if not _is_texts(X):
+            if fitting:
+                self.vectorizer_ = None
+            return _split(X)
+        texts = np.asarray(X.tolist() if hasattr(X, "tolist") else list(X), dtype=object)   # (N,)
+        if fitting:
+            from .vectorizer import LongBertVectorizer
+
+            self.vectorizer_ = (LongBertVectorizer() if self.vectorizer is None else clone(self.vectorizer)).fit(texts)
+        elif self.vectorizer_ is None:
+            raise ValueError("HybridClassifier was fitted on (text, vector) pairs, so it has no vectorizer for "
+                             "plain texts: pass hybrid_inputs(texts, vectors), or fit it on plain texts")
+        return texts, self.vectorizer_.transform(texts.tolist())   # (N, D) float32
 
     def _text_model(self, C: float):
         from sklearn.feature_extraction.text import TfidfVectorizer
@@ -98,16 +146,17 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         return make_pipeline(StandardScaler(), LogisticRegression(C=self.bert_C, max_iter=2000))
 
     def fit(self, X, y):
-        """Fit on N (text, vector) pairs and (N,) labels; returns self.
+        """Fit on N plain texts or (text, vector) pairs and (N,) labels; returns self.
 
         Raises:
-            ValueError: X is not hybrid_inputs pairs, a class has fewer than 2 rows, or (from
-                scikit-learn) no term survives min_df=2.
+            ValueError: X is neither plain texts nor hybrid_inputs pairs, a class has fewer than 2 rows,
+                or (from scikit-learn) no term survives min_df=2.
+            TextError, ConfigError, ModelError: from the vectorizer, on plain texts.
         """
         from sklearn.linear_model import LogisticRegression
         from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-        texts, V = _split(X)
+        texts, V = self._texts_vectors(X, fitting=True)
         y = np.asarray(y)
         self.classes_ = np.unique(y)
         self.inner_folds_ = _inner_folds(y, self.inner_folds)
@@ -137,11 +186,12 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         return self
 
     def _level_one(self, X) -> np.ndarray:
-        texts, V = _split(X)
+        texts, V = self._texts_vectors(X, fitting=False)
         return np.hstack([self.text_model_.predict_proba(texts), self.bert_model_.predict_proba(V)])
 
     def predict_proba(self, X) -> np.ndarray:
-        """(N, n_classes) float64 probabilities, columns in classes_ order. Raises NotFittedError before fit."""
+        """(N, n_classes) float64 probabilities, columns in classes_ order, of N plain texts or (text, vector)
+        pairs. Raises NotFittedError before fit, ValueError as fit (and for plain texts after a fit on pairs)."""
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "meta_model_")

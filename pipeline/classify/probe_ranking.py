@@ -68,8 +68,30 @@ def hybrid_summary(hybrids: list[dict[str, Any]], best: dict[str, Any], lex: dic
     if verdict == "beats":
         lines += ["  " + extract_command(cfg, h["base"], cfg.read.inputs, label_col),
                   "  ids, X, meta = longbert.load_features(\"features.parquet\"); "
-                  "model = longbert.HybridClassifier().fit(longbert.hybrid_inputs(texts, X), labels)"]
+                  "model = longbert.HybridClassifier().fit(longbert.hybrid_inputs(texts, X), labels)",
+                  f"  or on the texts alone: {hybrid_python(cfg, h['base'])}"]
     return lines
+
+
+def hybrid_python(cfg: PipelineConfig, feature: dict[str, Any]) -> str:
+    """The Python line that fits the hybrid of one probed BERT feature on plain texts: HybridClassifier
+    with a LongBertVectorizer of that feature's spec and aggregate and the run's model and window options
+    (those the feature's strategy uses, when not at their defaults). Example: head:mean:-2 -> ``longbert.HybridClassifier(vectorizer=
+    longbert.LongBertVectorizer(feature='head:mean:-2')).fit(texts, labels)``."""
+    from ..options.config import DEFAULT_MODEL
+
+    seg = cfg.segment
+    options = {"feature": feature["spec"], "aggregate": feature.get("aggregate", "mean"),
+               "model": cfg.model.model, "max_length": seg.max_length, "head_tokens": seg.head_tokens,
+               "tail_tokens": seg.tail_tokens, "overlap": seg.overlap, "chunk_tokens": seg.chunk_tokens,
+               "max_tokens_per_doc": seg.max_tokens_per_doc}
+    defaults = {"aggregate": "mean", "model": DEFAULT_MODEL, "max_length": None, "head_tokens": None,
+                "tail_tokens": None, "overlap": 128, "chunk_tokens": 128, "max_tokens_per_doc": None}
+    used = {"head_tail": ("head_tokens", "tail_tokens"), "sliding": ("overlap",), "late": ("overlap", "chunk_tokens")}
+    unused = {"head_tokens", "tail_tokens", "overlap", "chunk_tokens"} - set(used.get(feature.get("strategy"), ()))
+    given = ", ".join(f"{k}={v!r}" for k, v in options.items()
+                      if k not in unused and (k not in defaults or v != defaults[k]))
+    return f"longbert.HybridClassifier(vectorizer=longbert.LongBertVectorizer({given})).fit(texts, labels)"
 
 
 def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[str, ...],
@@ -135,7 +157,9 @@ def format_corpus_probe(report: dict[str, Any], cfg: PipelineConfig) -> str:
     saved = report["windows_requested"] - report["windows_encoded"]
     lines.append(f"{report['documents']} documents (stratified sample), {len(report['results'])} features from one "
                  f"pass: {report['windows_encoded']} windows encoded for {report['windows_requested']} asked "
-                 f"({saved} shared), {report['extract_seconds']:.1f} s; probes {report['probe_seconds']:.1f} s")
+                 f"({saved} shared), {report['extract_seconds']:.1f} s; probes {report['probe_seconds']:.1f} s"
+                 + (f"; lexical, hybrid and compact rows {report['baseline_seconds']:.1f} s"
+                    if "baseline_seconds" in report else ""))
     lines.append(f"{report['folds']}-fold stratified CV, StandardScaler + LogisticRegression; {report['classes']} "
                  f"classes, majority-class accuracy {report['majority']:.3f}")
     if report.get("tokens") and report.get("unknown_tokens", 0) / report["tokens"] >= UNKNOWN_WARN_SHARE:

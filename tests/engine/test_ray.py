@@ -370,3 +370,39 @@ def test_ray_int8_token_output_equals_local(ray_address, tiny_model_dir, tricky_
                     assert np.abs(x - y).max() <= tol, name
         else:
             assert a == b, name
+
+
+@pytest.mark.parametrize("form,level", [("int8", "document"), ("binary", "document"), ("binary", "token")])
+def test_ray_compact_output_loads_like_local(ray_address, tiny_model_dir, tricky_csv, tmp_path, runner, form, level):
+    """--out-dtype int8 / binary under Ray: the stored bytes and load_features' vectors equal the local
+    engine's, but where the float32 vectors (equal within 1e-5) sit on a quantization boundary: one int8
+    level apart, or a sign bit of a value within 1e-5 of 0."""
+    from pipeline.classify.features import load_features
+
+    path, _ = tricky_csv
+    common = [path, "--model", tiny_model_dir, "--no-progress", "--strategy", "chunk", "--level", level,
+              "--block-rows", "4"]
+    assert invoke(runner, ["extract", *common, "-o", tmp_path / "f32.parquet"]).exit_code == 0
+    for engine in ("local", "ray"):
+        out = tmp_path / f"{engine}.parquet" if engine == "local" else f"{tmp_path}/ray/"
+        done = invoke(runner, ["extract", *common, "--out-dtype", form, "--engine", engine, "-o", out])
+        assert done.exit_code == 0, done.output
+    ours, theirs = read_output(tmp_path / "local.parquet"), read_output(tmp_path / "ray")
+    assert theirs.schema.equals(ours.schema, check_metadata=True)
+    ids, X, _ = load_features(tmp_path / "local.parquet")
+    ray_ids, ray_X, _ = load_features(tmp_path / "ray")
+    _, raw, _ = load_features(tmp_path / "local.parquet", raw=True)
+    _, ray_raw, _ = load_features(tmp_path / "ray", raw=True)
+    _, f32, _ = load_features(tmp_path / "f32.parquet")
+    assert list(ray_ids) == list(ids) and ray_X.shape == X.shape == f32.shape and ray_raw.dtype == raw.dtype
+    if form == "binary":
+        sure = np.abs(f32) > 1e-5                                           # (N, D): signs no rounding can flip
+        np.testing.assert_array_equal(X[sure], np.where(f32 > 0, 1.0, -1.0)[sure])
+        np.testing.assert_array_equal(ray_X[sure], X[sure])
+        np.testing.assert_array_equal(np.packbits(ray_X > 0, axis=1), ray_raw)   # raw: the packed signs
+    else:
+        scale = np.abs(f32).max(axis=1, keepdims=True) / 127                # (N, 1): one int8 level
+        assert np.abs(ray_raw.astype(np.int16) - raw.astype(np.int16)).max() <= 1
+        assert (np.abs(ray_X - X) <= scale * (1 + 1e-5) + 1e-7).all()
+        assert (np.abs(X - f32) <= scale / 2 + 1e-6).all()
+    assert (ray_raw == raw).mean() > 0.99                                   # boundary cases are rare

@@ -141,10 +141,11 @@ def test_token_level_int8_and_binary(runner, tiny_model_dir, tmp_path):
     assert X.shape == ref_X.shape and np.abs(X - ref_X).max() < np.abs(ref_X).max() / 127
 
 
+@pytest.mark.parametrize("level", ["document", "window", "token"])
 @pytest.mark.parametrize("form", ["int8", "binary"])
-def test_resume_on_a_dir_gives_the_same_bytes(runner, tiny_model_dir, tmp_path, monkeypatch, form):
+def test_resume_on_a_dir_gives_the_same_bytes(runner, tiny_model_dir, tmp_path, monkeypatch, form, level):
     lengths = [29, 0, 40, 3, 15, 50, 1, 33, 0, 20]
-    extra = ("--out-dtype", form, "--block-rows", 3)
+    extra = ("--level", level, "--out-dtype", form, "--block-rows", 3)
     single = pq.read_table(run(runner, tiny_model_dir, tmp_path, *extra, lengths=lengths))
     write = disk_full_at_part(monkeypatch, 3)
     src = tmp_path / "in.csv"
@@ -162,7 +163,9 @@ def test_resume_on_a_dir_gives_the_same_bytes(runner, tiny_model_dir, tmp_path, 
     _, X, _ = load_features(tmp_path / "parts")
     _, raw, _ = load_features(tmp_path / "parts", raw=True)
     np.testing.assert_array_equal(X, load_features(tmp_path / "out.parquet")[1])
-    assert raw.dtype == (np.int8 if form == "int8" else np.uint8) and X.shape == (8, 32)
+    np.testing.assert_array_equal(raw, load_features(tmp_path / "out.parquet", raw=True)[1])
+    windows = sum(-(-n // (ML - 2)) for n in lengths)       # chunk: ceil(n / 14) windows of each document
+    assert raw.dtype == (np.int8 if form == "int8" else np.uint8) and X.shape == (windows if level == "window" else 8, 32)
     # another --out-dtype is another run: --resume refuses to mix the forms
     other = "binary" if form == "int8" else "int8"
     result = invoke(runner, [*args[:-2], "--out-dtype", other, "--block-rows", 3, "--resume"])
