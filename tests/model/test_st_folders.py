@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from conftest import invoke, words, write_csv
+from conftest import extract_cli, words
 
 st = pytest.importorskip("sentence_transformers")
 
@@ -50,11 +50,9 @@ def st_folder(tiny_model_dir, tmp_path_factory):
 
 
 def extract(runner, tmp_path, model, *args, texts=TEXTS):
-    """Run extract on ``texts``; (result, features (n, D) or None, metadata or None)."""
-    csv = write_csv(tmp_path / "in.csv", [{"text": t} for t in texts])
-    out = tmp_path / "out.parquet"
-    result = invoke(runner, ["extract", csv, "--model", model, "-o", out, "--overwrite", "--no-progress",
-                             "--device", "cpu", "--dtype", "float32", *args])
+    """Run extract on ``texts`` (conftest.extract_cli, float32 on the CPU); (result, features (n, D) or None,
+    metadata or None)."""
+    result, out = extract_cli(tmp_path, texts, "--device", "cpu", "--dtype", "float32", *args, model=model, ok=False)
     if result.exit_code != 0:
         return result, None, None
     table = pq.read_table(out)
