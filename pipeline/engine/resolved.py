@@ -126,12 +126,12 @@ class Resolved:
                       for s in dict.fromkeys(f.strategy for f in self.features)}
         aggregate, rows = LEVEL_STAGES[pool.level]
         lower = lowercases(cfg, facts)
-        prompt = run_prompt(cfg, facts, self.tokenizer, lower)   # a sentence-transformers folder's, in every window
+        prompt = run_prompt(cfg.model, facts, self.tokenizer, lower)   # a sentence-transformers folder's, in every window
         return [Tokenize(self.tokenizer, seg.max_tokens_per_doc, with_offsets=pool.per_token,
                          vocab_rows=facts.vocab_rows, lowercase=lower),
                 Segment(strategies, facts.cls_id, facts.sep_id, prompt.ids if prompt else ()),
                 Dedup(),
-                Encode(cfg, self.tokenizer, facts, model, store, with_tokens=pool.per_token),
+                Encode.from_config(cfg, self.tokenizer, facts, model, store, with_tokens=pool.per_token),
                 aggregate(self.features, self.columns, self.slices, cfg.pool.aggregates, cfg.pool.normalize,
                           cfg.write.out_dtype, seg.chunk_tokens, facts.num_hidden_layers, facts.hidden_size),
                 rows(self.row_schemas(), tuple(passthrough_columns(cfg)), self.columns)]
