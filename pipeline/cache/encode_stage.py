@@ -107,8 +107,9 @@ class Encode(Stage):
         model: the model options (name or folder, device, dtype, quantize, threads, prompt_name...).
         features: the features whose pooled window vectors are computed; a late feature's layers also
             make the per-token vectors it reads.
-        tokenizer: the model's tokenizer (its pad id). facts: the model's facts
-            (pipeline.model.facts.model_facts: hidden size, layers; the store's keys use its sha256).
+        tokenizer: the model's tokenizer (its pad id). facts: the model's facts (hidden size, layers,
+            special ids; the store's keys use its sha256). Either None: read from ``model``'s folder here
+            (its config.json and tokenizer files, pipeline.model.facts.model_facts; no weights load).
         encode: the batch limits (batch_size windows, token_budget padded tokens a forward pass).
         store: an open window store (any pipeline.cache.store_api.Store: the vectorizer's in-memory one,
             or another implementation), or the folder of the SQLite store (--cache DIR); None: none.
@@ -117,17 +118,18 @@ class Encode(Stage):
         on_batch: called with (windows, tokens) after each forward pass (a progress bar), or None.
 
     Raises:
-        ConfigError: no feature, or a value of the wrong kind. ModelError / ConfigError: on the first
-            call, as load_model and WindowCache.open.
+        ConfigError: no feature, or a value of the wrong kind. ModelError: tokenizer or facts None and
+            the model cannot be read (as model_facts). ModelError / ConfigError: on the first call, as
+            load_model and WindowCache.open.
 
     Example:
-        >>> enc = Encode(ModelConfig(model=model_path()), [Feature("chunk", "mean")], tok, facts)
-        >>> enc(batch).encoded.vectors.shape   # (n_unique_windows, facts.hidden_size) float32
+        >>> enc = Encode(ModelConfig(model=model_path()), [Feature("chunk", "mean")])
+        >>> enc(batch).encoded.vectors.shape   # (n_unique_windows, enc.facts.hidden_size) float32
     """
 
     name, requires, fills = "encode", ("plan",), ("encoded",)
 
-    def __init__(self, model: ModelConfig, features: Sequence[Feature], tokenizer, facts: ModelFacts,
+    def __init__(self, model: ModelConfig, features: Sequence[Feature], tokenizer=None, facts: ModelFacts | None = None,
                  encode: EncodeConfig = EncodeConfig(), store: Store | str | Path | None = None,
                  with_tokens: bool = False, weights: Any = None, on_batch: Callable[[int, int], None] | None = None):
         features = tuple(features)
@@ -137,6 +139,11 @@ class Encode(Stage):
         if not features or not all(isinstance(f, Feature) for f in features):
             raise ConfigError(f"Encode needs one or more longbert.Feature values, e.g. [longbert.Feature('chunk', "
                               f"'mean')]; got {list(features)!r}")
+        if tokenizer is None or facts is None:
+            from ..model.facts import model_facts
+
+            found, tokenizer = model_facts(model, tokenizer)
+            facts = found if facts is None else facts
         self.model, self.features, self.encode = model, features, encode
         self.tokenizer, self.facts, self.with_tokens, self.on_batch = tokenizer, facts, with_tokens, on_batch
         self.store = str(store) if isinstance(store, Path) else store

@@ -114,8 +114,9 @@ def _encode_and_aggregate(enc: tuple[str, Encode], agg: tuple[str, Aggregate]) -
             raise ConfigError(f"stage {agg_name!r} reads feature {feature.spec!r} at [{where[0]}, {where[1]}) of a "
                               f"window vector, but stage {enc_name!r} puts it at {list(offsets[keys.index(feature.pool_key)])}; "
                               "give the Aggregate the slices of the Encode's pools")
+    level = LEVEL_OF.get(type(aggregate), "document")
     pool = dataclasses.replace(_encode_pool(encode), features=tuple(aggregate.features),
-                               aggregate=",".join(aggregate.aggregates), level=LEVEL_OF.get(type(aggregate), "document"))
+                               aggregate=",".join(aggregate.aggregates), level=level)
     expected = tuple(tuple(c) for c in feature_columns(PipelineConfig(pool=pool), encode.facts.hidden_size))
     if tuple(aggregate.columns) != expected:
         raise ConfigError(f"stage {agg_name!r} writes columns {list(aggregate.columns)}, but its features of "
@@ -184,8 +185,8 @@ def parts_config(steps: Sequence[tuple[str, Any]]) -> PipelineConfig:
     base = PipelineConfig(model=encode.model, encode=encode.encode, pool=_encode_pool(encode), write=write)
     cfg, _ = described_config(base, steps)
     if Aggregate in found:
-        cfg = dataclasses.replace(cfg, pool=dataclasses.replace(cfg.pool, level=LEVEL_OF.get(type(found[Aggregate][1]),
-                                                                                             "document")))
+        level = LEVEL_OF.get(type(found[Aggregate][1]), "document")
+        cfg = dataclasses.replace(cfg, pool=dataclasses.replace(cfg.pool, level=level))
     return cfg
 
 
