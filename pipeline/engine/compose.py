@@ -288,7 +288,8 @@ class Pipeline:
 
     def for_run(self, cfg: PipelineConfig) -> Pipeline:
         """A new pipeline for a run with ``cfg``'s read and write options (kept columns, --out-dtype,
-        --cache): the built-in stages they change are rebuilt; this pipeline is not changed.
+        --cache): the built-in stages they change are rebuilt, the others are this pipeline's own
+        objects (the encode stage keeps its loaded encoder and open store); this pipeline is not changed.
 
         Raises:
             ConfigError: a --keep-col that clashes with a column of this run.
