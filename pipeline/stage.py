@@ -107,7 +107,7 @@ MAKERS = {"docs": "tokenize", "windows": "segment", "plan": "dedup", "encoded": 
           "table": "rows"}
 # How to add each of them to a list of stages (messages); Pipeline.from_options builds them all.
 MAKER_CALLS = {"tokenize": "longbert.Tokenize(tokenizer)", "segment": "longbert.Segment(strategies, cls_id, sep_id)",
-               "dedup": "longbert.Dedup()", "encode": "longbert.Encode(config, tokenizer, facts)",
+               "dedup": "longbert.Dedup()", "encode": "longbert.Encode(model, features, tokenizer, facts)",
                "aggregate": "longbert.Aggregate(features, columns, slices)",
                "rows": "longbert.Rows(schemas, kept, columns)"}
 
@@ -186,16 +186,13 @@ def stage_label(name: str, stage: Any, default: Any = None) -> str:
 
 def fingerprint_params(stage: Stage) -> dict[str, Any]:
     """A built-in stage's parameters as the --resume fingerprint compares them (``Stage.params_key``),
-    without what a resumed run may change or only holds: the read and write options in a config (the
-    options are compared apart), the encode stage's weights and window store (the model enters by
-    its name and its facts' sha256).
+    without what a resumed run may change or only holds: the encode stage's weights, window store and
+    progress callback (the model enters by its options and its facts' sha256).
     """
     key = stage.params_key()
-    if isinstance(key.get("config"), dict):
-        key["config"] = {k: v for k, v in key["config"].items() if k not in ("read", "write")}
     if stage.name == "encode":
-        key.pop("model", None)
-        key.pop("store", None)
+        for held in ("weights", "store", "on_batch"):
+            key.pop(held, None)
         if isinstance(key.get("facts"), dict):
             # a hub model's sha256 is known only after the load
             key["facts"] = {k: v for k, v in key["facts"].items() if k != "sha256"}
@@ -208,7 +205,7 @@ def stable_value(value: Any) -> Any:
     Plain values as they are (tuples as lists, dict keys as text); a dataclass as {"type": its class
     name, field: value...}; an arrow schema as its text without metadata; a tokenizer as its class, the
     folder or hub name it was loaded from and its vocabulary size; the encode stage's shared weights as
-    "loaded from the config's model" (the config and the model's facts, with its sha256, are the encode
+    "loaded from the model options" (the model options and the model's facts, with its sha256, are the encode
     stage's other parameters; a model given in memory: by its id); a window
     store by its database file (None: in memory). Any other object by its class and id (equal only to
     itself, and not stable across processes).
@@ -236,7 +233,7 @@ def stable_value(value: Any) -> Any:
     if hasattr(value, "name_or_path") and hasattr(value, "get_vocab"):
         return {"tokenizer": kind, "path": str(value.name_or_path), "vocab": len(value)}
     if kind == "Weights" and hasattr(value, "given"):
-        return {"weights": f"given id:{id(value)}" if value.given else "loaded from the config's model"}
+        return {"weights": f"given id:{id(value)}" if value.given else "loaded from the model options"}
     if kind == "WindowStore" and hasattr(value, "db_file"):
         return {"store": None if value.db_file is None else str(value.db_file)}
     return {"object": f"{type(value).__module__}.{type(value).__qualname__}", "id": id(value)}

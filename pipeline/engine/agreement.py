@@ -15,7 +15,7 @@ from typing import Any
 
 from ..cache.encode_stage import Encode
 from ..errors import ConfigError
-from ..options.config import PipelineConfig, SegmentConfig
+from ..options.config import PipelineConfig, PoolConfig, SegmentConfig, WriteConfig
 from ..output.aggregate import Aggregate, TokenAggregate, WindowAggregate
 from ..output.rows import Rows, TokenRows, WindowRows
 from ..output.schema import feature_columns
@@ -24,6 +24,8 @@ from ..text.tokenize import Tokenize
 
 # The rows stage each aggregate class needs: one row per document, with its tokens, or per window.
 ROWS_OF = {Aggregate: Rows, TokenAggregate: TokenRows, WindowAggregate: WindowRows}
+# The output level each aggregate class makes (PoolConfig.level).
+LEVEL_OF = {Aggregate: "document", TokenAggregate: "token", WindowAggregate: "window"}
 KINDS = (Tokenize, Segment, Encode, Aggregate, Rows)
 
 
@@ -97,10 +99,10 @@ def _tokenize_and_encode(tok: tuple[str, Tokenize], enc: tuple[str, Encode]) -> 
 
 
 def _encode_and_aggregate(enc: tuple[str, Encode], agg: tuple[str, Aggregate]) -> None:
-    from ..model.pool import pool_offsets, window_pools
+    from ..model.pool import pool_offsets
 
     (enc_name, encode), (agg_name, aggregate) = enc, agg
-    pools = window_pools(encode.config)
+    pools = encode.spec.pools
     keys = [p.pool_key for p in pools]
     offsets = pool_offsets(pools, encode.facts.hidden_size)
     for feature, where in zip(aggregate.features, aggregate.slices):
@@ -112,10 +114,13 @@ def _encode_and_aggregate(enc: tuple[str, Encode], agg: tuple[str, Aggregate]) -
             raise ConfigError(f"stage {agg_name!r} reads feature {feature.spec!r} at [{where[0]}, {where[1]}) of a "
                               f"window vector, but stage {enc_name!r} puts it at {list(offsets[keys.index(feature.pool_key)])}; "
                               "give the Aggregate the slices of the Encode's pools")
-    expected = tuple(tuple(c) for c in feature_columns(encode.config, encode.facts.hidden_size))
+    level = LEVEL_OF.get(type(aggregate), "document")
+    pool = dataclasses.replace(_encode_pool(encode), features=tuple(aggregate.features),
+                               aggregate=",".join(aggregate.aggregates), level=level)
+    expected = tuple(tuple(c) for c in feature_columns(PipelineConfig(pool=pool), encode.facts.hidden_size))
     if tuple(aggregate.columns) != expected:
-        raise ConfigError(f"stage {agg_name!r} writes columns {list(aggregate.columns)}, but the output schema of "
-                          f"stage {enc_name!r}'s config has {list(expected)} (column, D); build both from one config")
+        raise ConfigError(f"stage {agg_name!r} writes columns {list(aggregate.columns)}, but its features of "
+                          f"stage {enc_name!r}'s model make {list(expected)} (column, D); build both from one config")
 
 
 def _aggregate_and_rows(agg: tuple[str, Aggregate], rows: tuple[str, Rows]) -> None:
@@ -158,3 +163,35 @@ def described_config(cfg: PipelineConfig, steps: Sequence[tuple[str, Any]]
         segments = {k: dataclasses.replace(v, max_tokens_per_doc=kept) for k, v in segments.items()}
     return dataclasses.replace(cfg, segment=seg, pool=pool), segments
 
+
+
+def parts_config(steps: Sequence[tuple[str, Any]]) -> PipelineConfig:
+    """The config a pipeline built from parts runs with: the Encode stage's model options, features,
+    batch limits and store folder, described by the other built-in stages (``described_config``: the
+    Segment's windows, the Tokenize's tokens kept, the Aggregate's features, aggregates, normalize,
+    --out-dtype and level); the read and write options are the defaults (a run gives its own).
+
+    Raises:
+        ConfigError: no Encode stage in ``steps``, or values that make no valid config.
+    """
+    found = built_in(steps)
+    if Encode not in found:
+        raise ConfigError("this pipeline has no 'encode' stage to take the model's options from; build it "
+                          "with Pipeline.from_options(...) or include an Encode stage")
+    encode = found[Encode][1]
+    write = WriteConfig(cache=encode.store if isinstance(encode.store, str) else None)
+    if Aggregate in found:
+        write = dataclasses.replace(write, out_dtype=found[Aggregate][1].out_dtype)
+    base = PipelineConfig(model=encode.model, encode=encode.encode, pool=_encode_pool(encode), write=write)
+    cfg, _ = described_config(base, steps)
+    if Aggregate in found:
+        level = LEVEL_OF.get(type(found[Aggregate][1]), "document")
+        cfg = dataclasses.replace(cfg, pool=dataclasses.replace(cfg.pool, level=level))
+    return cfg
+
+
+def _encode_pool(encode: Encode) -> PoolConfig:
+    """The PoolConfig of an Encode stage's features (the shorthand fields its first's; token level with_tokens)."""
+    first = encode.features[0]
+    return PoolConfig(pooling=first.pooling, layers=first.layers, layer_agg=first.layer_agg,
+                      level="token" if encode.with_tokens else "document", features=encode.features)

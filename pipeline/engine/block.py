@@ -54,7 +54,7 @@ def check_prompt(cfg: PipelineConfig, seg, tokenizer, facts: ModelFacts) -> None
         ConfigError: as pipeline.model.prompts.run_prompt (an unknown prompt name, a prompt for a model
             without prompts) and pipeline.text.segment.prompt_rules (a prompt the windows cannot hold).
     """
-    prompt = run_prompt(cfg, facts, tokenizer, lowercases(cfg, facts))
+    prompt = run_prompt(cfg.model, facts, tokenizer, lowercases(cfg, facts))
     if prompt is None:
         return
     for strategy in dict.fromkeys(f.strategy for f in cfg.feature_list()):

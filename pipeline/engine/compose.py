@@ -19,7 +19,7 @@ from ..options.config import PipelineConfig
 from ..errors import ConfigError
 from ..stage import INPUT_FIELDS, check_chain, describe, stage_label
 from ..cache.encode_stage import Encode
-from .agreement import check_agreement, described_config
+from .agreement import check_agreement, described_config, parts_config
 from .columns import added_columns, checked_table, declared_label
 from .block import release_free_heap
 from .feed import ordered_map
@@ -118,11 +118,8 @@ class Pipeline:
             ConfigError: a pipeline built from parts without an encode stage.
         """
         if self.resolved is None:   # built from parts: resolved once, on first need, then kept
-            encode = self.encode_stage()
-            if encode is None:
-                raise ConfigError("this pipeline has no 'encode' stage to take the model's options from; build it "
-                                  "with Pipeline.from_options(...) or include an Encode stage")
-            self.resolved = Resolved.from_config(encode.config, encode.tokenizer)
+            cfg = parts_config(self.steps)   # ConfigError without an encode stage
+            self.resolved = Resolved.from_config(cfg, self.encode_stage().tokenizer)
         return self.resolved
 
     @property
@@ -291,7 +288,8 @@ class Pipeline:
 
     def for_run(self, cfg: PipelineConfig) -> Pipeline:
         """A new pipeline for a run with ``cfg``'s read and write options (kept columns, --out-dtype,
-        --cache): the built-in stages they change are rebuilt; this pipeline is not changed.
+        --cache): the built-in stages they change are rebuilt, the others are this pipeline's own
+        objects (the encode stage keeps its loaded encoder and open store); this pipeline is not changed.
 
         Raises:
             ConfigError: a --keep-col that clashes with a column of this run.

@@ -3,8 +3,9 @@ to the output (``longbert extract`` without ``--engine ray``, and ``Pipeline.run
 """
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from ..batch import Batch
 from ..counts import BlockCounts
@@ -56,13 +57,11 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=Non
     schema = pipe.resolution().file_schema(plan.id_type)   # a hub model's sha256 may be known now
     sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
     progress = BatchProgress(bar)
-    if encode is not None:
-        encode.encoder.on_batch = progress.batch
 
     def started_block(batch: Batch) -> None:
         progress.start_block(len(batch), sum(len(w.input_ids) for w in batch.unique))
 
-    with writing(sink, cfg, bar):
+    with writing(sink, cfg, bar), batch_hook(encode, progress.batch):
         outs = pipe.map(todo, read=lambda spec: Batch(rows=read_block(spec)), workers=feed_workers(),
                         on_prepared=started_block)
         for spec, out in zip(todo, outs):
@@ -79,3 +78,18 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=Non
         summary.n_bytes = sink.commit()
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+@contextlib.contextmanager
+def batch_hook(encode, hook: Callable[[int, int], None]) -> Iterator[None]:
+    """While inside, the encode stage's encoder calls ``hook(windows, tokens)`` after each forward pass
+    (the run's progress bar); its own ``on_batch`` again after, so a pipeline kept across runs
+    (Pipeline.for_run) holds no finished run's bar. ``encode`` None: nothing."""
+    if encode is None:
+        yield
+        return
+    encode.encoder.on_batch = hook
+    try:
+        yield
+    finally:
+        encode.encoder.on_batch = encode.on_batch

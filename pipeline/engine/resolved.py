@@ -126,12 +126,12 @@ class Resolved:
                       for s in dict.fromkeys(f.strategy for f in self.features)}
         aggregate, rows = LEVEL_STAGES[pool.level]
         lower = lowercases(cfg, facts)
-        prompt = run_prompt(cfg, facts, self.tokenizer, lower)   # a sentence-transformers folder's, in every window
+        prompt = run_prompt(cfg.model, facts, self.tokenizer, lower)   # a sentence-transformers folder's, in every window
         return [Tokenize(self.tokenizer, seg.max_tokens_per_doc, with_offsets=pool.per_token,
                          vocab_rows=facts.vocab_rows, lowercase=lower),
                 Segment(strategies, facts.cls_id, facts.sep_id, prompt.ids if prompt else ()),
                 Dedup(),
-                Encode(cfg, self.tokenizer, facts, model, store, with_tokens=pool.per_token),
+                Encode.from_config(cfg, self.tokenizer, facts, model, store, with_tokens=pool.per_token),
                 aggregate(self.features, self.columns, self.slices, cfg.pool.aggregates, cfg.pool.normalize,
                           cfg.write.out_dtype, seg.chunk_tokens, facts.num_hidden_layers, facts.hidden_size),
                 rows(self.row_schemas(), tuple(passthrough_columns(cfg)), self.columns)]
@@ -143,7 +143,8 @@ class Resolved:
     def io_stage(self, stage: Any) -> Any:
         """``stage`` for a run with this record's read and write options: a built-in encode, aggregate
         or rows stage rebuilt with the run's --cache, --out-dtype and kept columns (the same weights);
-        any other stage as it is."""
+        ``stage`` itself when those leave it as it is (another output path, --progress...), and any
+        other stage as it is."""
         from ..cache.encode_stage import Encode
 
         if isinstance(stage, Encode):
@@ -151,5 +152,8 @@ class Resolved:
         if isinstance(stage, Aggregate):
             return stage.with_io(self.cfg.write.out_dtype)
         if isinstance(stage, Rows):
-            return type(stage)(self.row_schemas(), tuple(passthrough_columns(self.cfg)), stage.columns)
+            rows = type(stage)(self.row_schemas(), tuple(passthrough_columns(self.cfg)), stage.columns)
+            same = rows.kept == stage.kept and rows.schemas.keys() == stage.schemas.keys() and all(
+                rows.schemas[k].equals(stage.schemas[k], check_metadata=True) for k in rows.schemas)
+            return stage if same else rows   # the metadata compared too: it names the run's options
         return stage

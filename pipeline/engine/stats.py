@@ -69,7 +69,7 @@ def measure_speed(cfg: PipelineConfig, tokenizer, sample_ids: np.ndarray) -> tup
     Returns:
         (windows per second, the device it ran on, e.g. "cpu").
     """
-    from ..model.encode import Encoder
+    from ..model.encode import Encoder, EncodeSpec
     from ..model.facts import special_ids
     from ..types import Window
 
@@ -82,7 +82,7 @@ def measure_speed(cfg: PipelineConfig, tokenizer, sample_ids: np.ndarray) -> tup
     ids = np.concatenate([[cls_id], content, [sep_id]]).astype(np.int64)
     windows = [Window(doc=0, window_idx=i, n_windows=_SPEED_WINDOWS, spans=((0, c),), input_ids=ids)
                for i in range(_SPEED_WINDOWS)]
-    encoder = Encoder.from_config(cfg, tokenizer)
+    encoder = Encoder.from_config(EncodeSpec.from_config(cfg), tokenizer)
     encoder.encode(windows)  # warm-up at the timed shape: first-call allocations are not the steady speed
     passes, t0 = 0, time.perf_counter()
     while passes == 0 or (time.perf_counter() - t0 < 1.0 and passes < 5):
@@ -102,7 +102,7 @@ def _checked(cfg: PipelineConfig) -> tuple[PipelineConfig, object, object, bool,
     cfg, plan = scan_inputs(cfg)
     cfg, tokenizer, facts = resolve_config(cfg)
     lower = lowercases(cfg, facts)
-    prompt = run_prompt(cfg, facts, tokenizer, lower)
+    prompt = run_prompt(cfg.model, facts, tokenizer, lower)
     return cfg, tokenizer, plan, lower, len(prompt.ids) if prompt else 0
 
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..options.config import PipelineConfig, PoolConfig
+from ..options.config import EncodeConfig, Feature, ModelConfig, PipelineConfig, PoolConfig
 from ..errors import RunError
 from .load import load_model, resolve_device, stop_early
-from .pool import pool_all, token_states, window_pools
+from .pool import feature_pools, pool_all, token_states
 from ..types import Window
 
 EARLY_CLOSE_TOKENS = 2048
@@ -53,6 +53,35 @@ def plan_batches(lengths: list[int], batch_size: int, token_budget: int) -> list
     if current:
         batches.append(current)
     return batches
+
+
+@dataclass(frozen=True)
+class EncodeSpec:
+    """What the forward pass and the window store's keys are built from: the model options, the features
+    whose pooled vectors are computed, and the batch limits. No reading or writing option.
+
+    Example: EncodeSpec(ModelConfig(model="~/bert"), (Feature("chunk", "mean"), Feature("head", "cls"))):
+    each window's vector is its mean then its [CLS] vector, 2 x hidden float32 values.
+    """
+
+    model: ModelConfig                 # name or folder, device, dtype, quantize, threads, prompt_name...
+    features: tuple[Feature, ...]      # the run's features; their distinct poolings are computed (``pools``)
+    encode: EncodeConfig = EncodeConfig()   # batch_size (windows), token_budget (padded tokens per pass)
+
+    @classmethod
+    def from_config(cls, cfg: PipelineConfig) -> EncodeSpec:
+        """The values of ``cfg`` the encode stage reads (model, features, batch limits)."""
+        return cls(cfg.model, tuple(cfg.feature_list()), cfg.encode)
+
+    @property
+    def pools(self) -> tuple[PoolConfig, ...]:
+        """The distinct poolings of the features, in first-asked order (pipeline.model.pool.feature_pools)."""
+        return feature_pools(self.features)
+
+    def token_layers(self, n_layers: int) -> tuple[int, ...]:
+        """The positive hidden-state indices (0..n_layers) the late features read, ascending."""
+        return tuple(sorted({x if x >= 0 else n_layers + 1 + x for f in self.features if f.strategy == "late"
+                             for x in f.layers}))
 
 
 @dataclass
@@ -109,21 +138,26 @@ class Encoder:
         self.pool_prompt = True
 
     @classmethod
-    def from_config(cls, cfg: PipelineConfig, tokenizer, model=None) -> Encoder:
-        """Load the model named in ``cfg.model`` and wrap it (see load_model for the errors).
+    def from_config(cls, spec: EncodeSpec, tokenizer, model=None) -> Encoder:
+        """Load the model of ``spec.model`` and wrap it for ``spec``'s pools and batch limits.
 
-        ``model``: an already loaded model for the same ``cfg.model`` (pipeline.classify.vectorizer's cache); not loaded again.
+        Args:
+            spec: the model options, features and batch limits. tokenizer: the model's (its pad id).
+            model: an already loaded model for the same ``spec.model`` (pipeline.classify.vectorizer's
+                cache); not loaded again.
+
+        Raises:
+            ModelError: as pipeline.model.load.load_model.
         """
-        device = resolve_device(cfg.model.device)
+        device = resolve_device(spec.model.device)
         if model is None:
-            model = load_model(cfg.model, need_pooler=any(f.pooling == "pooler" for f in cfg.feature_list()),
+            model = load_model(spec.model, need_pooler=any(f.pooling == "pooler" for f in spec.features),
                                device=device)
         n_layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)   # of the whole model
-        late = sorted({x if x >= 0 else n_layers + 1 + x for f in cfg.feature_list() if f.strategy == "late"
-                       for x in f.layers})
-        view, pools = stop_early(model, window_pools(cfg))
+        view, pools = stop_early(model, spec.pools)
         encoder = cls(view, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, pools[0],
-                      cfg.encode.batch_size, cfg.encode.token_budget, device, pools=pools, token_layers=tuple(late))
+                      spec.encode.batch_size, spec.encode.token_budget, device, pools=pools,
+                      token_layers=spec.token_layers(n_layers))
         encoder.full_model = model   # every layer: what another run's options may wrap again
         return encoder
 

@@ -6,13 +6,13 @@ model outputs.
 """
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ..options.config import PipelineConfig, PoolConfig
+from ..options.config import Feature, PipelineConfig, PoolConfig
 
 
 def cls_pool(hidden: Tensor, mask: Tensor) -> Tensor:
@@ -165,15 +165,21 @@ def normalize(vector: np.ndarray) -> np.ndarray:
 
 
 def window_pools(cfg: PipelineConfig) -> tuple[PoolConfig, ...]:
-    """The distinct (pooling, layers, layer_agg) of the run's features, in first-asked order.
+    """The run's pools: ``feature_pools(cfg.feature_list())``."""
+    return feature_pools(cfg.feature_list())
+
+
+def feature_pools(features: Sequence[Feature]) -> tuple[PoolConfig, ...]:
+    """The distinct (pooling, layers, layer_agg) of ``features``, in first-asked order, each as a PoolConfig
+    of that one pooled window vector (its other fields the defaults).
 
     Features of different strategies with the same pooling read the same pooled vector of a shared
     window: 5 strategies with mean pooling need one pool. Example: features head:cls, chunk:cls,
     chunk:mean:-2 -> (cls (-1,), mean (-2,)).
     """
     pools: list[PoolConfig] = []
-    for f in cfg.feature_list():
-        p = dataclasses.replace(cfg.pool, pooling=f.pooling, layers=f.layers, layer_agg=f.layer_agg, features=())
+    for f in features:
+        p = PoolConfig(pooling=f.pooling, layers=f.layers, layer_agg=f.layer_agg, features=())
         if p not in pools:
             pools.append(p)
     return tuple(pools)

@@ -12,18 +12,18 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from ..types import ModelFacts, Prompt
-from .st_folder import in_force
+from .st_folder import settings_in_force
 
 if TYPE_CHECKING:
-    from ..options.config import PipelineConfig
+    from ..options.config import ModelConfig
 
 NO_PROMPT = "none"   # prompt_name "none": no prompt, whatever the folder's default_prompt_name
 
 
-def chosen_prompt(cfg: PipelineConfig, facts: ModelFacts) -> tuple[str, str] | None:
+def chosen_prompt(model: ModelConfig, facts: ModelFacts) -> tuple[str, str] | None:
     """(name, text) of the prompt the run applies; None: no prompt.
 
-    ``cfg.model.prompt_name`` None takes the folder's default_prompt_name while its declared settings are
+    ``model.prompt_name`` None takes the folder's default_prompt_name while its declared settings are
     in force (--folder-settings; the bundled model under auto declares none), "none" takes no prompt, any
     other value must be one of the folder's prompts. A prompt whose text is "" is no prompt, as in
     sentence-transformers. Example: prompts {"query": "query: "}, default "query" -> ("query", "query: ").
@@ -32,16 +32,16 @@ def chosen_prompt(cfg: PipelineConfig, facts: ModelFacts) -> tuple[str, str] | N
         ConfigError (exit 2): a prompt_name that is not one of the folder's prompts (they are listed), or a
             prompt_name other than none for a model that declares no prompts.
     """
-    name, s = cfg.model.prompt_name, facts.settings
+    name, s = model.prompt_name, facts.settings
     prompts = dict(s.prompts) if s is not None else {}
     if name == NO_PROMPT:
         return None
     if name is None:
-        if s is None or s.default_prompt_name is None or not in_force(cfg, facts):
+        if s is None or s.default_prompt_name is None or not settings_in_force(model, facts):
             return None
         name = s.default_prompt_name
     elif not prompts:
-        raise ConfigError(f"--prompt-name {name!r}: the model {cfg.model.model!r} declares no prompts (a "
+        raise ConfigError(f"--prompt-name {name!r}: the model {model.model!r} declares no prompts (a "
                           "sentence-transformers folder lists them in config_sentence_transformers.json); drop "
                           "--prompt-name, or put the text at the start of each document")
     elif name not in prompts:
@@ -50,11 +50,11 @@ def chosen_prompt(cfg: PipelineConfig, facts: ModelFacts) -> tuple[str, str] | N
     return (name, prompts[name]) if prompts[name] else None
 
 
-def run_prompt(cfg: PipelineConfig, facts: ModelFacts, tokenizer, lowercase: bool = False) -> Prompt | None:
+def run_prompt(model: ModelConfig, facts: ModelFacts, tokenizer, lowercase: bool = False) -> Prompt | None:
     """The run's Prompt (chosen_prompt) with its token ids; None: no prompt.
 
     Args:
-        cfg, facts: the run's config and model facts. tokenizer: the model's fast tokenizer.
+        model, facts: the run's model options and model facts. tokenizer: the model's fast tokenizer.
         lowercase: the run lowercases its texts (pipeline.model.st_folder.lowercases): the prompt too,
             as sentence-transformers lowercases the prompt and the text together.
 
@@ -69,7 +69,7 @@ def run_prompt(cfg: PipelineConfig, facts: ModelFacts, tokenizer, lowercase: boo
     """
     from ..text.tokenize import tokenize_block
 
-    chosen = chosen_prompt(cfg, facts)
+    chosen = chosen_prompt(model, facts)
     if chosen is None:
         return None
     name, text = chosen
@@ -81,17 +81,17 @@ def run_prompt(cfg: PipelineConfig, facts: ModelFacts, tokenizer, lowercase: boo
     return Prompt(name=name, text=text, ids=tuple(int(i) for i in doc.ids), pooled=include)
 
 
-def prompt_metadata(cfg: PipelineConfig, facts: ModelFacts) -> dict | None:
+def prompt_metadata(model: ModelConfig, facts: ModelFacts) -> dict | None:
     """The metadata's record of the applied prompt: {"name", "text", "include_prompt"}; None: none.
     Example: {"name": "query", "text": "query: ", "include_prompt": True}."""
-    chosen = chosen_prompt(cfg, facts)
+    chosen = chosen_prompt(model, facts)
     if chosen is None:
         return None
     include = facts.settings.include_prompt if facts.settings is not None else True
     return {"name": chosen[0], "text": chosen[1], "include_prompt": include}
 
 
-def pools_prompt(cfg: PipelineConfig, facts: ModelFacts) -> bool:
+def pools_prompt(facts: ModelFacts) -> bool:
     """Whether pooling reads a window's prompt positions (Window.prompt_tokens): the folder's Pooling
     ``include_prompt``; True for a model without declared settings."""
     return facts.settings is None or facts.settings.include_prompt

@@ -15,7 +15,7 @@ from ..options.defaults import DECLARABLE, DEFAULT_MODEL
 from ..types import FolderSettings, ModelFacts
 
 if TYPE_CHECKING:  # the config's keep-column check reaches this module through pipeline.output.schema
-    from ..options.config import PipelineConfig
+    from ..options.config import ModelConfig, PipelineConfig
 
 APPLIED = ("cls", "mean", "max")   # Pooling modes longbert applies as its --pooling of the same name
 # Pooling/config.json's older form: one flag per mode (sentence-transformers < 3), in its concatenation order
@@ -167,8 +167,14 @@ def is_bundled(name: str) -> bool:
 
 def in_force(cfg: PipelineConfig, facts: ModelFacts) -> bool:
     """Whether the folder's declared settings fill the options not given (--folder-settings)."""
-    mode = cfg.model.folder_settings
-    return facts.settings is not None and (mode == "declared" or mode == "auto" and not is_bundled(cfg.model.model))
+    return settings_in_force(cfg.model, facts)
+
+
+def settings_in_force(model: ModelConfig, facts: ModelFacts) -> bool:
+    """in_force from the model options alone: --folder-settings declared, or auto for a model other than
+    the bundled one, on a folder that declares settings."""
+    mode = model.folder_settings
+    return facts.settings is not None and (mode == "declared" or mode == "auto" and not is_bundled(model.model))
 
 
 def _given(cfg: PipelineConfig) -> set[str]:

@@ -239,7 +239,7 @@ def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: in
         meta["window_dim"] = dim // cfg.pool.parts
     meta["features"] = features_metadata(cfg, model.hidden_size, segments)
     # a sentence-transformers folder's; None: not one
-    meta["folder_settings"] = settings_metadata(cfg, model, prompt_metadata(cfg, model))
+    meta["folder_settings"] = settings_metadata(cfg, model, prompt_metadata(cfg.model, model))
     if cfg.write.out_dtype in COMPACT_FORMS:
         meta["compact"] = compact_metadata(cfg, model.hidden_size, dim, token_dim)
     if cfg.multi_feature:  # no one strategy/pooling describes the file: see meta["features"]

@@ -29,6 +29,7 @@ from pipeline.text.segment import segment
 from pipeline.cache.store import DB_NAME
 from pipeline.text.tokenize import tokenize_block
 from pipeline.cache.window_cache import WindowCache
+from pipeline.model.encode import EncodeSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 ML = 16                        # --max-length: C = 14 content tokens
@@ -263,11 +264,11 @@ def test_cache_errors_exit_2(runner, tiny_model_dir, tmp_path):
 def test_no_sha256_refuses_cache(tiny_model_dir, tmp_path):
     cfg = PipelineConfig.from_options(model=str(tiny_model_dir), max_length=ML, cache=str(tmp_path))
     facts, _ = model_facts(cfg.model)
+    spec = EncodeSpec.from_config(cfg)
     with pytest.raises(ConfigError) as err:
-        WindowCache.open(cfg, dataclasses.replace(facts, sha256=None))
+        WindowCache.open(spec, dataclasses.replace(facts, sha256=None), cfg.write.cache)
     assert "--cache needs the model's sha256" in str(err.value) and "--model DIR" in str(err.value)
-    assert WindowCache.open(dataclasses.replace(cfg, write=dataclasses.replace(cfg.write, cache=None)),
-                            facts) is None
+    assert WindowCache.open(spec, facts, None) is None and WindowCache.open(spec, facts, "") is None
 
 
 def test_layers_named_two_ways_share_one_entry(runner, tiny_model_dir, tmp_path):

@@ -73,7 +73,7 @@ def test_unpickled_weights_refuse_a_folder_whose_files_changed(fresh, tmp_path):
     w = pickle.loads(pickle.dumps(fresh.encode_stage().weights))
     w.sha256 = "0" * 64   # as if the folder was saved again after the parent loaded it
     with pytest.raises(ModelError, match="changed"):
-        w.encoder(fresh.encode_stage().config, fresh.encode_stage().tokenizer)
+        w.encoder(fresh.encode_stage().spec, fresh.encode_stage().tokenizer)
     assert isinstance(w, Weights) and not w.loaded
 
 

@@ -74,9 +74,10 @@ def test_resume_refuses_a_dir_begun_with_other_windows_from_a_pipeline_of_parts(
     monkeypatch.undo()
     assert read_manifest(out)["complete"] is False
     eight = _parts(pipe, segment=_segment(pipe, max_length=8))
-    with pytest.raises(ConfigError, match=r"resume=True: the pipeline's stages differ from the run that wrote") as err:
+    # a pipeline from parts runs with the options its stages describe: the Segment's windows are one of them
+    with pytest.raises(ConfigError, match=r"resume=True: the options differ from the run that wrote") as err:
         eight.run(str(src), f"{out}/", block_rows=2, resume=True)
-    assert "segment=Segment#" in str(err.value)
+    assert f"max_length: {pipe.cfg.segment.max_length} then, 8 now" in str(err.value)
     same = _parts(pipe)   # the same stages from parts: the run is resumed
     same.run(str(src), f"{out}/", block_rows=2, resume=True)
     assert read_manifest(out)["complete"] is True
@@ -105,12 +106,11 @@ def test_every_built_in_stages_values_enter_its_resume_label(pipe, name, change)
     assert label.startswith(f"{name}={type(stage).__name__}#")
 
 
-def test_the_encode_label_follows_its_config_but_not_its_read_and_write_options(pipe):
+def test_the_encode_label_follows_its_model_options_but_not_its_store_or_callback(pipe, tmp_path):
     enc = pipe["encode"]
-    cfg = enc.config
-    batch = _changed(pipe, "encode", config=dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dtype="float16")))
-    assert stage_label("encode", batch, enc) != "encode"
-    io = _changed(pipe, "encode", config=dataclasses.replace(cfg, write=dataclasses.replace(cfg.write, progress=True)))
+    half = _changed(pipe, "encode", model=dataclasses.replace(enc.model, dtype="float16"))
+    assert stage_label("encode", half, enc) != "encode"
+    io = _changed(pipe, "encode", store=str(tmp_path / "store"), on_batch=print)
     assert stage_label("encode", io, enc) == "encode"
 
 
@@ -178,8 +178,12 @@ def test_resume_refuses_a_dir_begun_by_extract_with_the_options_windows(pipe, sr
     monkeypatch.undo()
     assert result.exit_code == 1 and read_manifest(out)["complete"] is False
     eight = _parts(pipe, segment=_segment(pipe, max_length=8))
-    with pytest.raises(ConfigError, match=r"resume=True: the pipeline's stages differ from the run that wrote"):
+    with pytest.raises(ConfigError, match=r"resume=True: the options differ from the run that wrote"):
         eight.run(str(src), f"{out}/", block_rows=2, resume=True)
+    replaced = pipe.replace("segment", _segment(pipe, max_length=8))   # the options' record, another stage
+    with pytest.raises(ConfigError, match=r"resume=True: the pipeline's stages differ from the run that wrote") as err:
+        replaced.run(str(src), f"{out}/", block_rows=2, resume=True)
+    assert "segment=Segment#" in str(err.value)
     assert read_manifest(out)["complete"] is False and len(read_manifest(out)["parts"]) == 1   # nothing was added
     pipe.run(str(src), f"{out}/", block_rows=2, resume=True)   # the options' stages finish what extract began
     assert read_manifest(out)["complete"] is True
