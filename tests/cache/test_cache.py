@@ -93,17 +93,6 @@ def unique_windows(model_dir, texts, strategy="chunk", **options) -> set[tuple[i
             for w in segment(d, cfg.segment, facts.cls_id, facts.sep_id)}
 
 
-def served(model_dir, texts, **options) -> int:
-    """Windows a warm run serves from the store: each block looks up its own distinct windows, and the plan's
-    blocks hold 16, 32, 64, 128 documents, then 256 (a window found in two blocks is served twice)."""
-    total, start, k = 0, 0, 0
-    while start < len(texts):
-        size = min(256, 16 * 2 ** k)
-        total += len(unique_windows(model_dir, texts[start:start + size], **options))
-        start, k = start + size, k + 1
-    return total
-
-
 @pytest.fixture
 def forward(monkeypatch):
     """Counts windows through the model (Encoder._forward calls), for every engine in this process."""
@@ -158,7 +147,7 @@ def test_grown_corpus_encodes_exactly_the_new_windows(runner, tiny_model_dir, tm
     have = unique_windows(tiny_model_dir, old)
     want = unique_windows(tiny_model_dir, new) - have
     assert 0 < len(want) < len(unique_windows(tiny_model_dir, new))   # the test covers shared windows
-    assert counts(out) == (len(want), served(tiny_model_dir, old + new) - len(want))   # new windows: in the last block
+    assert counts(out) == (len(want), len(unique_windows(tiny_model_dir, old + new)) - len(want))
     fresh, _ = extract(runner, tiny_model_dir, tmp_path, old + new, "fresh", "--strategy", "chunk")
     assert_same(grown, fresh)
 
@@ -201,7 +190,7 @@ def test_two_runs_share_one_store_at_once(tiny_model_dir, tmp_path):
     n = len(unique_windows(tiny_model_dir, texts))
     assert sum(counts(o)[0] for o, _ in outs) >= n                 # each window encoded by one run at least
     _, out = extract(runner_fresh, tiny_model_dir, tmp_path, texts, "c", "--strategy", "chunk", "--cache", store)
-    assert counts(out) == (0, served(tiny_model_dir, texts))
+    assert counts(out) == (0, n)
 
 
 def test_token_level_encodes_and_fills_the_store(runner, tiny_model_dir, tmp_path, forward):
@@ -358,5 +347,5 @@ def test_probe_fills_the_store_extract_reuses(runner, tiny_model_dir, tmp_path):
     for strategy in ("chunk", "head_tail", "sliding"):
         _, out = extract(runner, tiny_model_dir, tmp_path, texts, f"x_{strategy}", "--strategy", strategy,
                          "--overlap", 4, "--pooling", "max", "--layers=-2", "--cache", store)
-        assert counts(out) == (0, served(tiny_model_dir, texts, strategy=strategy, overlap=4)), strategy
+        assert counts(out) == (0, len(unique_windows(tiny_model_dir, texts, strategy, overlap=4))), strategy
 
