@@ -28,8 +28,8 @@ import pyarrow as pa
 
 from ..errors import InputError
 from .sources import FORMAT_NAMES, Source, how
-from .specs import (ROW_ERROR, BlockSpec, Columns, FileScan, block_limit, check_named_once, count_id, finish_table,
-                    missing_message, needed_flags, row_ids)
+from .specs import (ROW_ERROR, BlockSpec, Columns, FileScan, check_named_once, count_id, finish_table, missing_message,
+                    needed_flags, row_ids)
 from .encoding_advice import undecodable_message
 from .json_text import raw_values
 from .line_messages import BadRecord, bad_message, cut_message, delimiter_hint
@@ -313,8 +313,7 @@ def check(src: Source, names: list[str], cols: Columns, id_flag: str) -> None:
 
 def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_index: int,
          seen: set[str] | None) -> tuple[FileScan, list[BlockSpec], int]:
-    """Check every byte and record of one input and cut it into blocks of at most ``block_rows`` rows
-    (the plan's first blocks fewer: pipeline.read.specs.block_limit).
+    """Check every byte and record of one input and cut it into blocks of at most ``block_rows`` rows.
 
     Returns:
         (the FileScan, its block specs numbered from ``first_index``, duplicate ids counted in ``seen``).
@@ -349,7 +348,7 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
         n_rows += 1
         if cols.id_col is not None:
             dups += count_id(seen, rec.values[cols.id_col] or "")  # a null id counts as "", as in parquet
-        if in_block == block_limit(first_index + len(specs), block_rows):
+        if in_block == block_rows:
             specs.append(BlockSpec(first_index + len(specs), path, src.format, first_row + n_rows - in_block,
                                    in_block, cols, src.compression, start.offset, start.line, stamp=stamp))
             in_block = 0

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 
 from ..errors import InputError
 from .sources import Source
-from .specs import (BlockSpec, Columns, FileScan, block_limit, check_named_once, count_id, finish_table,
-                    missing_message, needed_flags, row_ids)
+from .specs import (BlockSpec, Columns, FileScan, check_named_once, count_id, finish_table, missing_message,
+                    needed_flags, row_ids)
 from .magic import magic_check
 from .recheck import stamp_of
 from .streams import file_sha256
@@ -107,8 +107,7 @@ def _check_binary(src: Source, data: pa.Table, cols: Columns, first_row: int) ->
 def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_index: int,
          seen: set[str] | None) -> tuple[FileScan, list[BlockSpec], int]:
     """Check the column types and cut the file into blocks of at most ``block_rows`` rows along its row
-    groups (the plan's first blocks fewer: pipeline.read.specs.block_limit).
-    Returns (the FileScan, its block specs numbered from ``first_index``, duplicate ids).
+    groups. Returns (the FileScan, its block specs numbered from ``first_index``, duplicate ids).
 
     Raises:
         InputError: a text column that is not a string, an id or keep column with no text form.
@@ -135,12 +134,11 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
         while at < g_rows:
             if n == 0:
                 groups, skip = [], at
-            limit = block_limit(first_index + len(specs), block_rows)
-            take = min(limit - n, g_rows - at)
+            take = min(block_rows - n, g_rows - at)
             groups.append(g)
             n += take
             at += take
-            if n == limit:
+            if n == block_rows:
                 specs.append(BlockSpec(first_index + len(specs), path, "parquet", row, n, cols,
                                        row_groups=tuple(groups), skip=skip, stamp=stamp))
                 row += n

@@ -38,26 +38,6 @@ class Columns:
         return list(dict.fromkeys(c for c in (self.text_col, self.id_col, *self.keep_cols) if c is not None))
 
 
-# The first blocks of a plan ramp up to --block-rows: 16, 32, 64... rows (see block_limit).
-FIRST_BLOCK_ROWS = 16
-
-
-def block_limit(index: int, block_rows: int) -> int:
-    """The most rows the plan's block number ``index`` (0-based, across all inputs) may hold.
-
-    ``min(block_rows, 16 * 2**index)``: 16, 32, 64, 128, then block_rows (256 by default). A block is
-    read, tokenized and segmented whole before the model takes it, and later blocks are prepared while
-    the model runs the earlier ones; so with one big first block the model waits for every document
-    of it, and a corpus of one block (up to 256 documents) is tokenized entirely before the first
-    forward pass. Starting with 16 documents, one encode batch, lets the model start after a fraction
-    of that, the rest being prepared in the feeder threads meanwhile. --block-rows of 16 or less is
-    never changed; the ramp is part of the plan, so --resume sees it.
-
-    Example: block_limit(0, 256) == 16, block_limit(4, 256) == 256, block_limit(0, 10) == 10.
-    """
-    return min(block_rows, FIRST_BLOCK_ROWS << min(index, 20))
-
-
 @dataclass(frozen=True)
 class BlockSpec:
     """One block of a plan: which rows of which file, and where they start there.

@@ -15,7 +15,7 @@ from ..errors import InputError
 from .signatures import binary_kind, head_of
 from .recheck import stamp_of, text_digest
 from .sources import Source
-from .specs import BlockSpec, Columns, FileScan, block_limit, count_id, finish_table
+from .specs import BlockSpec, Columns, FileScan, count_id, finish_table
 from .encoding_advice import LINES_SHOWN, folder_message
 from .streams import WIDE, hash_and_check_bytes, line_breaks, line_decoding, lines, open_binary, python_encoding
 
@@ -34,8 +34,7 @@ def check(src: Source, names: list[str] | None, cols: Columns, id_flag: str) -> 
 
 def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_index: int,
          seen: set[str] | None) -> tuple[FileScan, list[BlockSpec], int]:
-    """Check that every file decodes and cut the files into blocks of ``block_rows`` files (the plan's
-    first blocks fewer: pipeline.read.specs.block_limit).
+    """Check that every file decodes and cut the files into blocks of ``block_rows`` files.
     The sha256 covers each file's relative path and bytes, in order."""
     shas: list[tuple[str, str]] = []
     stamps: list[int] = []
@@ -55,13 +54,10 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
         n_bytes += size
         dups += count_id(seen, rel)
     path = str(src.path.resolve())
-    specs: list[BlockSpec] = []
-    start = 0
-    while start < len(src.files):
-        end = start + block_limit(first_index + len(specs), block_rows)
-        specs.append(BlockSpec(first_index + len(specs), path, "text", first_row + start, len(src.files[start:end]),
-                               cols, files=src.files[start:end], stamp=tuple(stamps[2 * start:2 * end])))
-        start = end
+    specs = [BlockSpec(first_index + k, path, "text", first_row + start, len(src.files[start:start + block_rows]),
+                       cols, files=src.files[start:start + block_rows],
+                       stamp=tuple(stamps[2 * start:2 * (start + block_rows)]))
+             for k, start in enumerate(range(0, len(src.files), block_rows))]
     return FileScan(src.path, "text", text_digest(shas), n_bytes, len(src.files), n_bad, files=src.files), specs, dups
 
 
