@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny random BERT saved as a local model folder, the real default model, CSV helpers."""
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import sys
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import torch
 from click.testing import CliRunner
@@ -166,3 +168,26 @@ def disk_full_at_part(monkeypatch, n: int):
 
     monkeypatch.setattr(PartsSink, "write", failing)
     return write
+
+
+def run_cut_at_part(monkeypatch, n: int, pipe, src, out: Path, **options) -> None:
+    """``pipe.run(src, out/)`` with its n-th part write failing as a full disk does: the run raises RunError
+    and leaves an incomplete DIR/ (its manifest says so) for a resume; the write is put back after it."""
+    from pipeline.errors import RunError
+    from pipeline.output.write import read_manifest
+
+    disk_full_at_part(monkeypatch, n)
+    with pytest.raises(RunError):
+        pipe.run(str(src), f"{out}/", **options)
+    monkeypatch.undo()
+    assert read_manifest(out)["complete"] is False
+
+
+def extract_features(tmp_path: Path, model, texts: list[str], *args):
+    """extract_cli in float32 on the CPU; (click's Result, features (n, D) or None, metadata or None), the
+    two None when the run did not exit 0."""
+    result, out = extract_cli(tmp_path, texts, "--device", "cpu", "--dtype", "float32", *args, model=model, ok=False)
+    if result.exit_code != 0:
+        return result, None, None
+    table = pq.read_table(out)
+    return result, np.array(table.column("features").to_pylist()), json.loads(table.schema.metadata[b"longbert"])

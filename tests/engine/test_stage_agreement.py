@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from conftest import disk_full_at_part, invoke, words, write_csv
+from conftest import disk_full_at_part, run_cut_at_part, invoke, words, write_csv
 from transformers import BertTokenizerFast
 
 import longbert
-from pipeline.errors import ConfigError, RunError
+from pipeline.errors import ConfigError
 from pipeline.output.write import read_manifest
 from pipeline.stage import stage_label
 
@@ -68,11 +68,7 @@ def test_the_options_pipeline_keeps_the_options_metadata(pipe, src, tmp_path):
 
 def test_resume_refuses_a_dir_begun_with_other_windows_from_a_pipeline_of_parts(pipe, src, tmp_path, monkeypatch):
     out = tmp_path / "parts"
-    disk_full_at_part(monkeypatch, 2)
-    with pytest.raises(RunError):
-        pipe.run(str(src), f"{out}/", block_rows=2)
-    monkeypatch.undo()
-    assert read_manifest(out)["complete"] is False
+    run_cut_at_part(monkeypatch, 2, pipe, src, out, block_rows=2)
     eight = _parts(pipe, segment=_segment(pipe, max_length=8))
     # a pipeline from parts runs with the options its stages describe: the Segment's windows are one of them
     with pytest.raises(ConfigError, match=r"resume=True: the options differ from the run that wrote") as err:

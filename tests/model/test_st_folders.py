@@ -7,11 +7,10 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 import torch
 
-from conftest import extract_cli, words
+from conftest import extract_features, words
 
 st = pytest.importorskip("sentence_transformers")
 
@@ -50,13 +49,8 @@ def st_folder(tiny_model_dir, tmp_path_factory):
 
 
 def extract(runner, tmp_path, model, *args, texts=TEXTS):
-    """Run extract on ``texts`` (conftest.extract_cli, float32 on the CPU); (result, features (n, D) or None,
-    metadata or None)."""
-    result, out = extract_cli(tmp_path, texts, "--device", "cpu", "--dtype", "float32", *args, model=model, ok=False)
-    if result.exit_code != 0:
-        return result, None, None
-    table = pq.read_table(out)
-    return result, np.array(table.column("features").to_pylist()), json.loads(table.schema.metadata[b"longbert"])
+    """conftest.extract_features on ``texts``: (result, features (n, D) or None, metadata or None)."""
+    return extract_features(tmp_path, model, texts, *args)
 
 
 @pytest.mark.parametrize("normalize", [True, False])

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import extract_cli, invoke, words, write_csv
+from conftest import extract_features, invoke, words, write_csv
 
 st = pytest.importorskip("sentence_transformers")
 
@@ -55,13 +55,8 @@ def reference(model, prompt_name: str | None, texts=TEXTS) -> np.ndarray:
 
 
 def extract(runner, tmp_path, model, *args, texts=TEXTS):
-    """Run extract on ``texts`` (conftest.extract_cli, float32 on the CPU); (result, features (n, D) or None,
-    metadata or None)."""
-    result, out = extract_cli(tmp_path, texts, "--device", "cpu", "--dtype", "float32", *args, model=model, ok=False)
-    if result.exit_code != 0:
-        return result, None, None
-    table = pq.read_table(out)
-    return result, np.array(table.column("features").to_pylist()), json.loads(table.schema.metadata[b"longbert"])
+    """conftest.extract_features on ``texts``: (result, features (n, D) or None, metadata or None)."""
+    return extract_features(tmp_path, model, texts, *args)
 
 
 @pytest.mark.parametrize("prompt_name", [None, "passage", "none"])
