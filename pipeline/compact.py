@@ -1,17 +1,23 @@
 """Compact vectors: int8 with one scale per vector, and binary (sign) vectors packed 8 to a byte.
 
-Both forms are computed from one vector alone, so a vector's bytes never depend on other rows
-(streaming-safe: the same after --resume and across Ray workers). The numbers only, no Arrow and no
-config: the writers, ``load_features`` and probe's compact rows all call these.
+int8 is computed from one vector alone. binary takes the signs of x - centre, where the centre is the
+per-dimension mean of the first ``CALIBRATION_DOCS`` documents' vectors (``binary_center``): computed
+once before the first row is written and stored in the file's metadata, so a vector's bytes never
+depend on rows not yet read and are the same after --resume and across Ray workers. Without the
+centre, a pooled feature whose dimensions keep one sign in nearly every document (max pooling, a
+concatenated aggregate) keeps almost nothing in its signs. The numbers only, no Arrow and no config:
+the writers, ``load_features`` and probe's compact rows all call these.
 
 Method: symmetric absmax scalar quantization per vector (as in LLM.int8, Dettmers et al., 2022, per
-row), and sign binarization as in sentence-transformers' ``quantize_embeddings(precision="ubinary")``.
+row), and sign binarization as in sentence-transformers' ``quantize_embeddings(precision="ubinary")``,
+after centring with a calibration mean as its ``calibration_embeddings`` do for int8.
 """
 from __future__ import annotations
 
 import numpy as np
 
 INT8_LEVELS = 127  # q in [-127, 127]; -128 is never written, so the form is symmetric
+CALIBRATION_DOCS = 64  # binary: the first documents whose mean vector is the centre of the signs
 
 
 def quantize_int8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -40,14 +46,36 @@ def dequantize_int8(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return np.asarray(q, dtype=np.float32) * np.asarray(scale, dtype=np.float32)[:, None]
 
 
-def pack_binary(x: np.ndarray) -> np.ndarray:
-    """(n, d) float -> (n, ceil(d / 8)) uint8: bit 1 where x > 0, big-endian within a byte (numpy's
-    ``packbits``; the last byte is zero-padded when d is not a multiple of 8).
-    Example: [[0.3, -0.1, 0.0, 2.0, -1, -1, -1, 1]] -> [[0b10010001]] = [[145]]."""
+def pack_binary(x: np.ndarray, center: np.ndarray | None = None) -> np.ndarray:
+    """(n, d) float -> (n, ceil(d / 8)) uint8: bit 1 where x > center (a (d,) float32 centre, or 0
+    when None), big-endian within a byte (numpy's ``packbits``; the last byte is zero-padded when d is
+    not a multiple of 8). The comparison is in float32.
+    Example: [[0.3, -0.1, 0.0, 2.0, -1, -1, -1, 1]] -> [[0b10010001]] = [[145]].
+
+    Raises:
+        ValueError: x is not 2-D, or the centre is not (d,).
+    """
     x = np.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"pack_binary takes (n, d) vectors; got shape {x.shape}")
-    return np.packbits(x > 0, axis=1)
+    if center is None:
+        return np.packbits(x > 0, axis=1)
+    center = np.asarray(center, dtype=np.float32)
+    if center.shape != (x.shape[1],):
+        raise ValueError(f"pack_binary: the centre has shape {center.shape}; the vectors have {x.shape[1]} dimensions")
+    return np.packbits(x.astype(np.float32, copy=False) > center, axis=1)
+
+
+def binary_center(x: np.ndarray) -> np.ndarray:
+    """(n, d) float vectors -> (d,) float32: their per-dimension mean over the rows that are finite,
+    the centre whose signs ``pack_binary`` keeps (zeros when no row is finite)."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim != 2:
+        raise ValueError(f"binary_center takes (n, d) vectors; got shape {x.shape}")
+    finite = x[np.isfinite(x).all(axis=1)]
+    if not len(finite):
+        return np.zeros(x.shape[1], np.float32)
+    return finite.astype(np.float64).mean(axis=0).astype(np.float32)
 
 
 def unpack_binary(bits: np.ndarray, dim: int) -> np.ndarray:

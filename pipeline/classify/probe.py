@@ -303,15 +303,18 @@ def hybrid_rows(top: list[tuple[dict[str, Any], np.ndarray]], texts: list[str], 
 
 def compact_rows(best: dict[str, Any], X: np.ndarray, y: np.ndarray, folds: int, seed: int) -> list[dict[str, Any]]:
     """The best BERT feature's accuracy kept when its (N, D) vectors X are stored compact: int8
-    (pipeline.compact.quantize_int8 then dequantize_int8) and binary (pack_binary then unpack_binary),
+    (pipeline.compact.quantize_int8 then dequantize_int8) and binary (pack_binary around the mean of the
+    first CALIBRATION_DOCS rows of X, as extract centres on its first documents, then unpack_binary),
     each probed as the BERT rows (cross_validate_probe, the same folds). Keys: feature (the best's name
     + ":int8" / ":binary"), kind "compact", form, bytes_per_vector (pipeline.compact.bytes_per_vector;
     float32_bytes the float32 form's), windows_per_doc, dimension (D), accuracy_kept (accuracy_mean /
     the best's), and cross_validate_probe's."""
-    from ..compact import bytes_per_vector, dequantize_int8, pack_binary, quantize_int8, unpack_binary
+    from ..compact import (CALIBRATION_DOCS, binary_center, bytes_per_vector, dequantize_int8, pack_binary,
+                           quantize_int8, unpack_binary)
 
     d = int(X.shape[1])
-    forms = {"int8": dequantize_int8(*quantize_int8(X)), "binary": unpack_binary(pack_binary(X), d)}
+    center = binary_center(X[:CALIBRATION_DOCS])
+    forms = {"int8": dequantize_int8(*quantize_int8(X)), "binary": unpack_binary(pack_binary(X, center), d)}
     out = []
     for form, V in forms.items():
         score = cross_validate_probe(V, y, folds, seed)

@@ -15,6 +15,7 @@ from ..options.config import DEFAULT_MODEL, PipelineConfig
 from ..output.lock import holds_output
 from ..output.write import check_resume
 from ..read import read_block, verify_inputs
+from .calibrate import with_binary_center
 from .columns import as_written
 from .compose import Pipeline
 from .feed import feed_workers
@@ -54,6 +55,10 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=Non
             pipe = pipe.with_facts(encode.facts)   # a hub model hashed once its files came: the file's metadata
             encode = pipe.encode_stage()
             encode.load()
+    binary = with_binary_center(cfg, lambda: pipe, plan)   # --out-dtype binary: the centre of the signs
+    if binary is not cfg:
+        pipe = pipe.for_run(binary)
+        cfg = pipe.cfg
     schema = pipe.resolution().file_schema(plan.id_type)   # a hub model's sha256 may be known now
     sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
     progress = BatchProgress(bar)

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 from ..counts import BlockCounts
 from .block import output_for
+from .calibrate import with_binary_center
 from .compose import Pipeline
 from ..options.config import PipelineConfig
 from ..errors import ConfigError, PipelineError, RunError
@@ -224,6 +225,9 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     cfg, tokenizer, plan = check(cfg)
     cfg, schema = output_for(cfg, tokenizer, plan.id_type)
     check_resume(cfg, run_fingerprint(cfg, plan, schema))
+    binary = with_binary_center(cfg, lambda: Pipeline.from_config(driver_config(cfg), tokenizer), plan)
+    if binary is not cfg:   # --out-dtype binary: the centre, found here once, reaches the actors in the config
+        cfg, schema = output_for(binary, tokenizer, plan.id_type)
     ray = import_ray()
     sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
     logging.getLogger("ray.data").setLevel(logging.WARNING if cfg.write.progress else logging.ERROR)
@@ -240,6 +244,14 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
         summary.n_bytes = sink.commit()
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def driver_config(cfg: PipelineConfig) -> PipelineConfig:
+    """``cfg`` for the model the driver runs itself (the binary centre's first documents): as the
+    actors run it, but on the CPU in float32 where they use an accelerator the driver may lack."""
+    if cfg.model.device in ("auto", "cpu"):
+        return cfg
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, device="cpu", dtype="float32"))
 
 
 def _run_ray(ray, cfg: PipelineConfig, id_type: pa.DataType, specs: list[BlockSpec]

@@ -272,6 +272,10 @@ class WriteConfig:
     strict: bool = False                   # any row error makes the run exit 1
     progress: bool = True
     cache: str | None = None               # --cache DIR: window store (pipeline.cache.store); changes no value
+    binary_center: tuple[tuple[str, tuple[float, ...] | None], ...] | None = None
+                                           # binary: per column (name, the (D,) centre of its signs, or None: 0);
+                                           # None: the engine calibrates it on the first documents
+                                           # (pipeline.engine.calibrate), stored in the metadata
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "output", expand_user(str(self.output), "--output"))  # frozen: set once, here

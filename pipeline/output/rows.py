@@ -7,6 +7,9 @@ kept columns, the feature columns and the batch explicitly.
 """
 from __future__ import annotations
 
+import functools
+import json
+
 import numpy as np
 import pyarrow as pa
 
@@ -75,7 +78,8 @@ def _vector_columns(schema: pa.Schema, name: str, values: np.ndarray, valid: np.
 
     (n, D) float32 values and (n,) validity -> {name: fixed_size_list<float>[D]} (float32 / float16);
     with an int8 field {name: fixed_size_list<int8>[D], name_scale: (n,) float32} (quantize_int8, one
-    scale per vector); with a uint8 field {name: fixed_size_list<uint8>[ceil(D / 8)]} (pack_binary).
+    scale per vector); with a uint8 field {name: fixed_size_list<uint8>[ceil(D / 8)]} (pack_binary, the signs of x minus
+    the column's centre in the schema's metadata).
     Rows that are not valid are null in every column. Each vector's bytes depend on that vector alone.
 
     Raises:
@@ -87,9 +91,24 @@ def _vector_columns(schema: pa.Schema, name: str, values: np.ndarray, valid: np.
         q, scale = quantize_int8(np.where(valid[:, None], values, 0))       # (n, D) int8, (n,) float32
         return {name: _fixed_list(q, valid, list_type),
                 scale_column(name): pa.array(scale, type=pa.float32(), mask=~valid)}
-    if pa.types.is_uint8(leaf):
-        return {name: _fixed_list(pack_binary(values), valid, list_type)}   # (n, ceil(D / 8)) uint8
+    if pa.types.is_uint8(leaf):                                            # (n, ceil(D / 8)) uint8
+        return {name: _fixed_list(pack_binary(values, binary_centers(schema).get(name)), valid, list_type)}
     return {name: _fixed_list(values, valid, list_type)}
+
+
+def binary_centers(schema: pa.Schema) -> dict[str, np.ndarray]:
+    """{column: (D,) float32 centre} of a binary schema, from its metadata's ``compact`` columns (what
+    pipeline.output.schema.compact_metadata wrote); {} when there is none (the signs of x itself)."""
+    raw = (schema.metadata or {}).get(b"longbert")
+    return _centers(raw) if raw is not None else {}
+
+
+@functools.lru_cache(maxsize=8)
+def _centers(raw: bytes) -> dict[str, np.ndarray]:
+    compact = json.loads(raw).get("compact") or {}
+    if compact.get("form") != "binary":
+        return {}
+    return {c["column"]: np.asarray(c["center"], dtype=np.float32) for c in compact["columns"] if "center" in c}
 
 
 def _token_vector_columns(schema: pa.Schema, items: list[np.ndarray | None]) -> dict[str, pa.Array]:
@@ -103,7 +122,9 @@ def _token_vector_columns(schema: pa.Schema, items: list[np.ndarray | None]) -> 
                 scale_column(TOKEN_FEATURES): _list_array([s for _, s in pairs],
                                                           schema.field(scale_column(TOKEN_FEATURES)).type)}
     if pa.types.is_uint8(leaf):
-        return {TOKEN_FEATURES: _list_array([pack_binary(x) if x is not None else None for x in items], list_type)}
+        center = binary_centers(schema).get(TOKEN_FEATURES)
+        return {TOKEN_FEATURES: _list_array([pack_binary(x, center) if x is not None else None for x in items],
+                                            list_type)}
     return {TOKEN_FEATURES: _list_array(items, list_type)}
 
 

@@ -291,8 +291,10 @@ def compact_metadata(cfg: PipelineConfig, hidden: int, dim: int, token_dim: int)
     int8: {"form": "int8", "dequantize": "x = q * scale", "scale_column": "features_scale" (the first
     column's), "columns": [{"column", "scale_column", "dim"}, ...]}; binary: {"form": "binary",
     "dim": D (the first column's), "bitorder": "big", "decode": "x = 2*bit - 1", "columns":
-    [{"column", "dim", "bytes"}, ...]}. --level token adds token_features to "columns" (its scale column
-    is list<float32>, one scale per token).
+    [{"column", "dim", "bytes", "center"}, ...]}, "center" the (D,) per-dimension mean of the first
+    documents' vectors whose signs the bits keep (pipeline.compact.binary_center; absent: the signs of
+    x). --level token adds token_features to "columns" (its scale column is list<float32>, one scale
+    per token).
     """
     form = cfg.write.out_dtype
     columns = feature_columns(cfg, hidden) if cfg.multi_feature else [(FEATURES, dim)]
@@ -302,6 +304,11 @@ def compact_metadata(cfg: PipelineConfig, hidden: int, dim: int, token_dim: int)
         entries = [{"column": c, "scale_column": scale_column(c), "dim": d} for c, d in columns]
         return {"form": "int8", "dequantize": "x = q * scale", "scale_column": entries[0]["scale_column"],
                 "levels": 127, "columns": entries}
+    centers = dict(cfg.write.binary_center or ())
     entries = [{"column": c, "dim": d, "bytes": -(-d // 8)} for c, d in columns]
+    for entry in entries:
+        if centers.get(entry["column"]) is not None:
+            entry["center"] = list(centers[entry["column"]])
+    centred = any("center" in e for e in entries)
     return {"form": "binary", "dim": entries[0]["dim"], "bitorder": "big", "decode": "x = 2*bit - 1",
-            "bit": "1 where x > 0", "columns": entries}
+            "bit": "1 where x > center" if centred else "1 where x > 0", "columns": entries}

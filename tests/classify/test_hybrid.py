@@ -113,14 +113,17 @@ def test_probe_compact_rows_equal_the_probe_of_hand_quantized_vectors():
     from pipeline.classify.folds import cross_validate_probe
     from pipeline.classify.probe import compact_rows
 
-    _, V, y = data(40)
-    V = V * np.linspace(0.1, 3.0, V.shape[1], dtype=np.float32)
+    _, V, y = data(80)
+    V = V * np.linspace(0.1, 3.0, V.shape[1], dtype=np.float32) + 2.0   # an offset: the signs of V alone are all +1
     best = {"feature": "f_head_cls", "windows_per_doc": 1.0, "accuracy_mean": 0.8}
     int8, binary = compact_rows(best, V, y, 4, 1)
     scale = np.abs(V).max(axis=1, keepdims=True) / 127
     by_hand = np.round(V / scale) * scale
     assert int8["accuracy"] == cross_validate_probe(by_hand.astype(np.float32), y, 4, 1)["accuracy"]
-    assert binary["accuracy"] == cross_validate_probe(np.where(V > 0, 1.0, -1.0).astype(np.float32), y, 4, 1)["accuracy"]
+    center = V[:64].astype(np.float64).mean(axis=0).astype(np.float32)      # extract's: its first 64 documents
+    assert binary["accuracy"] == cross_validate_probe(np.where(V > center, 1.0, -1.0).astype(np.float32), y, 4, 1)["accuracy"]
+    assert binary["accuracy_mean"] > 0.6                                     # the centred signs still separate
+    assert cross_validate_probe(np.where(V > 0, 1.0, -1.0).astype(np.float32), y, 4, 1)["accuracy_mean"] < 0.6
     assert (int8["bytes_per_vector"], binary["bytes_per_vector"], int8["float32_bytes"]) == (6 + 4, 1, 24)
     assert int8["feature"] == "f_head_cls:int8" and binary["kind"] == "compact" and int8["dimension"] == 6
     assert int8["accuracy_kept"] == pytest.approx(int8["accuracy_mean"] / 0.8)

@@ -8,6 +8,7 @@ and the killed subprocess joins it by address.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -376,7 +377,7 @@ def test_ray_int8_token_output_equals_local(ray_address, tiny_model_dir, tricky_
 def test_ray_compact_output_loads_like_local(ray_address, tiny_model_dir, tricky_csv, tmp_path, runner, form, level):
     """--out-dtype int8 / binary under Ray: the stored bytes and load_features' vectors equal the local
     engine's, but where the float32 vectors (equal within 1e-5) sit on a quantization boundary: one int8
-    level apart, or a sign bit of a value within 1e-5 of 0."""
+    level apart, or a sign bit of a value within 1e-5 of the binary centre."""
     from pipeline.classify.features import load_features
 
     path, _ = tricky_csv
@@ -395,9 +396,11 @@ def test_ray_compact_output_loads_like_local(ray_address, tiny_model_dir, tricky
     _, ray_raw, _ = load_features(tmp_path / "ray", raw=True)
     _, f32, _ = load_features(tmp_path / "f32.parquet")
     assert list(ray_ids) == list(ids) and ray_X.shape == X.shape == f32.shape and ray_raw.dtype == raw.dtype
-    if form == "binary":
-        sure = np.abs(f32) > 1e-5                                           # (N, D): signs no rounding can flip
-        np.testing.assert_array_equal(X[sure], np.where(f32 > 0, 1.0, -1.0)[sure])
+    if form == "binary":   # the centre is found once, on the driver: the same in both files' metadata
+        compact = json.loads(ours.schema.metadata[b"longbert"])["compact"]
+        center = np.asarray(compact["columns"][0]["center"], np.float32)
+        sure = np.abs(f32 - center) > 1e-5                                  # (N, D): signs no rounding can flip
+        np.testing.assert_array_equal(X[sure], np.where(f32 > center, 1.0, -1.0)[sure])
         np.testing.assert_array_equal(ray_X[sure], X[sure])
         np.testing.assert_array_equal(np.packbits(ray_X > 0, axis=1), ray_raw)   # raw: the packed signs
     else:

@@ -78,8 +78,21 @@ def test_int8_equals_the_quantized_float32_run(runner, tiny_model_dir, tmp_path,
     np.testing.assert_allclose(rmeta["scale"], scale, rtol=1e-6)
 
 
+def center_reference(x: np.ndarray) -> np.ndarray:
+    """The binary centre written out with numpy: the per-dimension mean of the given float32 vectors."""
+    return np.mean(np.asarray(x, np.float64), axis=0).astype(np.float32)
+
+
+def centered_signs(x: np.ndarray, center: np.ndarray, bits: np.ndarray) -> None:
+    """bits == packbits(x > center), checked where no rounding of the two runs' vectors (batched apart,
+    within 1e-6) can flip a sign; those are nearly all."""
+    sure = np.abs(x - center) > 1e-5                                        # (n, D)
+    np.testing.assert_array_equal(np.unpackbits(bits, axis=1, count=x.shape[1])[sure], (x > center)[sure])
+    assert sure.mean() > 0.99
+
+
 @pytest.mark.parametrize("level", ["document", "window"])
-def test_binary_equals_packbits_of_the_float32_run(runner, tiny_model_dir, tmp_path, level):
+def test_binary_equals_packbits_of_the_centred_float32_run(runner, tiny_model_dir, tmp_path, level):
     ref = pq.read_table(run(runner, tiny_model_dir, tmp_path, "--level", level, out="f32.parquet"))
     out = run(runner, tiny_model_dir, tmp_path, "--level", level, "--out-dtype", "binary", out="bin.parquet")
     table = pq.read_table(out)
@@ -88,16 +101,32 @@ def test_binary_equals_packbits_of_the_float32_run(runner, tiny_model_dir, tmp_p
     valid = ref.column("features").is_valid().to_numpy(zero_copy_only=False)
     x = fixed(ref.column("features").filter(valid))
     bits = fixed(table.column("features").filter(valid))
-    np.testing.assert_array_equal(bits, np.packbits(x > 0, axis=1))
     meta = json.loads(table.schema.metadata[b"longbert"])
+    center = np.asarray(meta["compact"]["columns"][0]["center"], np.float32)
+    np.testing.assert_allclose(center, center_reference(x), atol=1e-6)   # fewer than 64 documents: all of them
+    assert np.abs(center).max() > 0.01                                   # a centre, not the signs of x
+    centered_signs(x, center, bits)
     assert meta["out_dtype"] == "binary"
-    assert {k: meta["compact"][k] for k in ("form", "dim", "bitorder", "decode")} == \
-        {"form": "binary", "dim": 32, "bitorder": "big", "decode": "x = 2*bit - 1"}
+    assert {k: meta["compact"][k] for k in ("form", "dim", "bitorder", "decode", "bit")} == \
+        {"form": "binary", "dim": 32, "bitorder": "big", "decode": "x = 2*bit - 1", "bit": "1 where x > center"}
     _, X, _ = load_features(out)
-    np.testing.assert_array_equal(X, np.where(x > 0, 1.0, -1.0).astype(np.float32))
+    np.testing.assert_array_equal(X, np.unpackbits(bits, axis=1, count=32).astype(np.float32) * 2 - 1)
     _, raw, _ = load_features(out, raw=True)
     assert raw.dtype == np.uint8
     np.testing.assert_array_equal(raw, bits)
+
+
+def test_binary_centre_is_the_mean_of_the_first_64_documents(runner, tiny_model_dir, tmp_path):
+    lengths = [5 + (7 * i) % 30 for i in range(64)] + [60] * 16   # 80 documents; the last 16 long ones
+    ref = pq.read_table(run(runner, tiny_model_dir, tmp_path, "--block-rows", 10, out="f32.parquet", lengths=lengths))
+    out = run(runner, tiny_model_dir, tmp_path, "--block-rows", 10, "--out-dtype", "binary", out="bin.parquet",
+              lengths=lengths)
+    x = fixed(ref.column("features"))
+    meta = json.loads(pq.read_schema(out).metadata[b"longbert"])
+    center = np.asarray(meta["compact"]["columns"][0]["center"], np.float32)
+    np.testing.assert_allclose(center, center_reference(x[:64]), atol=1e-6)
+    assert np.abs(center_reference(x) - center_reference(x[:64])).max() > 1e-3   # the rule is seen
+    centered_signs(x, center, fixed(pq.read_table(out).column("features")))
 
 
 def token_lists(table: pa.Table, column: str) -> list[np.ndarray | None]:
@@ -121,7 +150,7 @@ def test_token_level_int8_and_binary(runner, tiny_model_dir, tmp_path):
     meta = json.loads(i8.schema.metadata[b"longbert"])
     assert {"column": "token_features", "scale_column": "token_features_scale", "dim": 32} in meta["compact"]["columns"]
     scales = i8.column("token_features_scale").to_pylist()
-    seen = 0
+    seen, binary = 0, []
     for x, q, s, b in zip(token_lists(ref, "token_features"), token_lists(i8, "token_features"), scales,
                           token_lists(bn, "token_features")):
         if x is None:
@@ -133,8 +162,14 @@ def test_token_level_int8_and_binary(runner, tiny_model_dir, tmp_path):
         np.testing.assert_allclose(s, rs, rtol=1e-6)
         assert len(s) == len(x)
         assert (np.abs(q * np.array(s, np.float32)[:, None] - x) <= rs[:, None] / 2 + 1e-7).all()
-        np.testing.assert_array_equal(b, np.packbits(x > 0, axis=1))
+        binary.append((x.astype(np.float32), b))
     assert seen == 5
+    # binary: each token's signs around the mean token vector of the (fewer than 64) documents
+    center = np.asarray(next(c["center"] for c in json.loads(bn.schema.metadata[b"longbert"])["compact"]["columns"]
+                             if c["column"] == "token_features"), np.float32)
+    tokens = np.concatenate([x for x, _ in binary])
+    np.testing.assert_allclose(center, center_reference(tokens), atol=1e-6)
+    centered_signs(tokens, center, np.concatenate([b for _, b in binary]).astype(np.uint8))
     # the document vectors of a token run are compact too, and load_features skips the token columns
     _, X, _ = load_features(tmp_path / "i8.parquet")
     _, ref_X, _ = load_features(tmp_path / "f32.parquet")
@@ -155,6 +190,8 @@ def test_resume_on_a_dir_gives_the_same_bytes(runner, tiny_model_dir, tmp_path, 
     assert result.exit_code == 1 and "kept for --resume" in result.output
     assert [p["block"] for p in read_manifest(tmp_path / "parts")["parts"]] == [0, 1]
     monkeypatch.setattr(PartsSink, "write", write)
+    if form == "binary":   # the resumed run takes the centre from the manifest; it computes none
+        monkeypatch.setattr("pipeline.engine.calibrate.first_documents_centers", lambda *a: pytest.fail("recomputed"))
     result = invoke(runner, [*args, "--resume"])
     assert result.exit_code == 0 and "resuming" in result.output, result.output
     parts = pq.read_table(sorted((tmp_path / "parts").glob("part-*.parquet")))
