@@ -117,7 +117,7 @@ POOL_OPTIONS = [
 ]
 WRITE_OPTIONS = [
     _opt(WriteConfig, "output", "-o", "--output", help="Output .parquet file, or DIR/ for numbered parts and a manifest."),
-    _opt(WriteConfig, "out_dtype", type=click.Choice(OUT_DTYPES), help="Storage dtype of the vectors. int8: a byte per value and a float32 FEATURE_scale column (x = q * scale); binary: 8 signs per byte (bit 1 where x > the mean of the first 64 documents)."),
+    _opt(WriteConfig, "out_dtype", type=click.Choice(OUT_DTYPES), help="Storage dtype of the vectors. int8: a byte per value and a float32 FEATURE_scale column (x = q * scale); binary: 8 signs per byte, bit 1 where x > the first 64 documents' mean."),
     _opt(WriteConfig, "overwrite", is_flag=True, help="Replace an existing output."),
     _opt(WriteConfig, "resume", is_flag=True, help="Continue a DIR/ output: only the blocks without a finished part are run."),
     _opt(WriteConfig, "strict", is_flag=True, help="Exit 1 at the first row that cannot be embedded."),
