@@ -149,7 +149,8 @@ def lexical_model(folds: int, seed: int):
 def cross_validate_lexical(texts: list[str], y: np.ndarray, folds: int, seed: int) -> dict[str, Any]:
     """cross_validate_probe's keys for the lexical baseline (lexical_model) on the raw texts, under the
     same outer StratifiedKFold(folds, shuffle=True, random_state=seed) as every BERT feature, plus
-    "dimension" (the mean TF-IDF vocabulary size over the outer training folds) and "seconds".
+    "dimension" (the mean TF-IDF vocabulary size over the outer training folds), "C" (the C chosen on
+    each outer training fold), "inner_folds" (the k of that search) and "seconds".
 
     Args:
         texts: N documents (str); y: (N,) labels (str). The inner search splits each outer training
@@ -172,7 +173,7 @@ def cross_validate_lexical(texts: list[str], y: np.ndarray, folds: int, seed: in
                                 return_estimator=True)
     acc, f1 = scores["test_accuracy"], scores["test_f1_macro"]
     dim = np.mean([len(e.best_estimator_.named_steps["tfidf"].vocabulary_) for e in scores["estimator"]])
-    return {"folds": folds, "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),
+    return {"folds": folds, "C": [float(e.best_params_["lr__C"]) for e in scores["estimator"]], "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),
             "accuracy_std": float(acc.std()), "f1_macro": f1.tolist(), "f1_macro_mean": float(f1.mean()),
             "f1_macro_std": float(f1.std()), "dimension": int(round(dim)), "inner_folds": inner_folds,
             "seconds": time.perf_counter() - t0}

@@ -13,6 +13,7 @@ the second level. No choice (TF-IDF vocabulary and IDF, either C, the second lev
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -62,6 +63,81 @@ def _inner_folds(y: np.ndarray, folds: int) -> int:
     if smallest < 2:
         raise ValueError(f"HybridClassifier: a class has {smallest} training row; stacking needs >= 2 of each")
     return max(2, min(folds, smallest))
+
+
+def text_model(C: float):
+    """The lexical base model, unfitted: TF-IDF of word uni+bigrams (sublinear tf, min_df 2) +
+    LogisticRegression(C), as the probe's lexical row (pipeline.classify.folds.lexical_model)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+
+    return Pipeline([("tfidf", TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)),
+                     ("lr", LogisticRegression(C=C, max_iter=2000))])
+
+
+def bert_model(C: float):
+    """The BERT base model, unfitted: StandardScaler + LogisticRegression(C), as the probe's BERT rows."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000))
+
+
+def search_folds(y: np.ndarray, inner_folds: int) -> int:
+    """k of the lexical C search on the rows of y: inner_folds, lowered so that each class keeps
+    >= k - 1 rows in a search's training part (>= 2)."""
+    smallest = int(np.unique(y.astype(str), return_counts=True)[1].min())
+    return max(2, min(inner_folds, smallest - -(-smallest // inner_folds)))
+
+
+@dataclass(frozen=True)
+class TextHalf:
+    """The lexical half of a HybridClassifier fitted on N rows: what depends on the texts alone, so that
+    hybrids of several BERT features on the same rows fit it once.
+
+    Fields: classes ((n_classes,) sorted labels), inner_folds (k), splits (the k inner (train, test)
+    index arrays), C (the lexical C used), oof ((N, n_classes) float64 out-of-fold probabilities of the
+    lexical model, columns in classes order), model (the lexical model refitted on all N rows).
+    """
+    classes: np.ndarray
+    inner_folds: int
+    splits: tuple
+    C: float
+    oof: np.ndarray
+    model: Any
+
+
+def fit_text_half(texts: np.ndarray, y: np.ndarray, text_C: float | None, inner_folds: int, seed: int) -> TextHalf:
+    """The lexical half of a hybrid on (N,) texts (object) and (N,) labels.
+
+    text_C None: C searched over LEXICAL_CS by pipeline.classify.folds.lexical_model with
+    search_folds(y, inner_folds) folds (the probe's lexical row makes the same search on the same rows).
+    The out-of-fold probabilities come from StratifiedKFold(_inner_folds(y, inner_folds), shuffle=True,
+    random_state=seed).
+
+    Raises:
+        ValueError: a class has fewer than 2 rows, or (from scikit-learn) no term survives min_df=2.
+    """
+    from sklearn.model_selection import StratifiedKFold
+
+    classes = np.unique(y)
+    k = _inner_folds(y, inner_folds)
+    splits = tuple(StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # ConvergenceWarning on tiny folds
+        if text_C is None:                # C searched once on these rows, then used by every inner model
+            from .folds import lexical_model
+
+            search = lexical_model(search_folds(y, inner_folds), seed).fit(texts, y)
+            text_C = search.best_params_["lr__C"]
+        oof = np.zeros((len(y), len(classes)))
+        for tr, te in splits:
+            tm = text_model(float(text_C)).fit(texts[tr], y[tr])
+            oof[np.ix_(te, np.searchsorted(classes, tm.classes_))] = tm.predict_proba(texts[te])
+        model = text_model(float(text_C)).fit(texts, y)
+    return TextHalf(classes, k, splits, float(text_C), oof, model)
 
 
 class HybridClassifier(ClassifierMixin, BaseEstimator):
@@ -130,21 +206,6 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
                              "plain texts: pass hybrid_inputs(texts, vectors), or fit it on plain texts")
         return texts, self.vectorizer_.transform(texts.tolist())   # (N, D) float32
 
-    def _text_model(self, C: float):
-        from sklearn.feature_extraction.text import TfidfVectorizer
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.pipeline import Pipeline
-
-        return Pipeline([("tfidf", TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)),
-                         ("lr", LogisticRegression(C=C, max_iter=2000))])
-
-    def _bert_model(self):
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.pipeline import make_pipeline
-        from sklearn.preprocessing import StandardScaler
-
-        return make_pipeline(StandardScaler(), LogisticRegression(C=self.bert_C, max_iter=2000))
-
     def fit(self, X, y):
         """Fit on N plain texts or (text, vector) pairs and (N,) labels; returns self.
 
@@ -153,36 +214,25 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
                 or (from scikit-learn) no term survives min_df=2.
             TextError, ConfigError, ModelError: from the vectorizer, on plain texts.
         """
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.model_selection import StratifiedKFold, cross_val_predict
-
         texts, V = self._texts_vectors(X, fitting=True)
         y = np.asarray(y)
-        self.classes_ = np.unique(y)
-        self.inner_folds_ = _inner_folds(y, self.inner_folds)
-        cv = StratifiedKFold(n_splits=self.inner_folds_, shuffle=True, random_state=self.seed)
+        return self._fit(V, y, fit_text_half(texts, y, self.text_C, self.inner_folds, self.seed))
+
+    def _fit(self, V: np.ndarray, y: np.ndarray, text: TextHalf) -> HybridClassifier:
+        """The BERT half and the second level on (N, D) V and (N,) y, beside ``text`` (fit_text_half of
+        the same rows, inner folds and seed: one such half serves every feature of a probe's fold)."""
+        from sklearn.linear_model import LogisticRegression
+
+        self.classes_, self.inner_folds_, self.text_C_ = text.classes, text.inner_folds, text.C
+        bert_p = np.zeros((len(y), len(self.classes_)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # ConvergenceWarning on tiny folds
-            if self.text_C is None:           # C searched once on fit's rows, then used by every inner model
-                from .folds import lexical_model
-
-                smallest = int(np.unique(y.astype(str), return_counts=True)[1].min())
-                k = max(2, min(self.inner_folds, smallest - -(-smallest // self.inner_folds)))
-                search = lexical_model(k, self.seed).fit(texts, y)
-                self.text_C_ = float(search.best_params_["lr__C"])
-            else:
-                self.text_C_ = float(self.text_C)
-            splits = list(cv.split(V, y))
-            text_p = np.zeros((len(y), len(self.classes_)))
-            bert_p = np.zeros((len(y), len(self.classes_)))
-            for tr, te in splits:   # out-of-fold probabilities: each row from models that never saw it
-                tm = self._text_model(self.text_C_).fit(texts[tr], y[tr])
-                bm = self._bert_model().fit(V[tr], y[tr])
-                text_p[np.ix_(te, np.searchsorted(self.classes_, tm.classes_))] = tm.predict_proba(texts[te])
+            for tr, te in text.splits:   # out-of-fold probabilities: each row from models that never saw it
+                bm = bert_model(self.bert_C).fit(V[tr], y[tr])
                 bert_p[np.ix_(te, np.searchsorted(self.classes_, bm.classes_))] = bm.predict_proba(V[te])
-            self.meta_model_ = LogisticRegression(C=self.meta_C, max_iter=2000).fit(np.hstack([text_p, bert_p]), y)
-            self.text_model_ = self._text_model(self.text_C_).fit(texts, y)
-            self.bert_model_ = self._bert_model().fit(V, y)
+            self.meta_model_ = LogisticRegression(C=self.meta_C, max_iter=2000).fit(np.hstack([text.oof, bert_p]), y)
+            self.text_model_ = text.model
+            self.bert_model_ = bert_model(self.bert_C).fit(V, y)
         return self
 
     def _level_one(self, X) -> np.ndarray:
@@ -219,5 +269,70 @@ def cross_validate_hybrid(texts: Sequence[str], X: np.ndarray, y: np.ndarray, fo
                                 scoring=("accuracy", "f1_macro"))
     acc, f1 = scores["test_accuracy"], scores["test_f1_macro"]
     return {"folds": folds, "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),
+            "accuracy_std": float(acc.std()), "f1_macro": f1.tolist(), "f1_macro_mean": float(f1.mean()),
+            "f1_macro_std": float(f1.std()), "seconds": time.perf_counter() - t0}
+
+
+def cross_validate_hybrids(texts: Sequence[str], matrices: Sequence[np.ndarray], y: np.ndarray, folds: int, seed: int,
+                           lexical_Cs: Sequence[float] | None = None, lexical_folds: int | None = None,
+                           jobs: int = 1) -> list[dict[str, Any]]:
+    """cross_validate_hybrid of each (N, D) matrix on the same texts, labels and outer folds, with the
+    lexical half fitted once per outer fold for all of them (the results are the same as one
+    cross_validate_hybrid each; the cost of the lexical half is paid once, not once per matrix).
+
+    Args:
+        texts: N documents; matrices: BERT document vectors, each (N, D_j); y: (N,) labels.
+        folds, seed: the outer StratifiedKFold(folds, shuffle=True, random_state=seed) of every probe row.
+        lexical_Cs, lexical_folds: the probe's lexical row's C per outer fold and the k of its C search
+            (cross_validate_lexical's "C" and "inner_folds"): where that k is the hybrid's own search's
+            (search_folds of the fold's labels), its search gave the same C on the same rows and the
+            C is taken as it is; None: each fold searches.
+        jobs: processes for the BERT halves (joblib), one matrix at a time each.
+
+    Returns:
+        Per matrix, cross_validate_hybrid's keys; "seconds" is the shared lexical half's time split
+        evenly, plus the matrix's own.
+    """
+    import time
+
+    from joblib import Parallel, delayed
+    from sklearn.model_selection import StratifiedKFold
+
+    t0 = time.perf_counter()
+    texts = np.asarray([("" if t is None else str(t)) for t in texts], dtype=object)
+    y = np.asarray(y)
+    outer = list(StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(texts, y))
+    halves = []
+    for i, (tr, te) in enumerate(outer):
+        given = None
+        if lexical_Cs is not None and lexical_folds == search_folds(y[tr], 5):
+            given = float(lexical_Cs[i])
+        half = fit_text_half(texts[tr], y[tr], given, 5, seed)
+        halves.append((half, half.model.predict_proba(texts[te])))
+    shared = (time.perf_counter() - t0) / max(1, len(matrices))
+    scores = Parallel(n_jobs=jobs)(delayed(_bert_halves)(X, y, outer, halves, seed) for X in matrices)
+    for score in scores:
+        score["seconds"] += shared
+    return scores
+
+
+def _bert_halves(X: np.ndarray, y: np.ndarray, outer: list, halves: list, seed: int) -> dict[str, Any]:
+    """One matrix's outer cross-validation given each outer fold's lexical half and its test-row
+    probabilities: HybridClassifier(seed=seed)._fit on the fold's training rows, then the second level
+    on the test rows' base probabilities; accuracy and macro-F1 as scikit-learn's scorers compute them."""
+    import time
+
+    from sklearn.metrics import accuracy_score, f1_score
+
+    t0 = time.perf_counter()
+    acc, f1 = [], []
+    for (tr, te), (half, text_test) in zip(outer, halves):
+        model = HybridClassifier(seed=seed)._fit(np.asarray(X[tr], np.float32), y[tr], half)
+        level_one = np.hstack([text_test, model.bert_model_.predict_proba(np.asarray(X[te], np.float32))])
+        pred = model.classes_[np.argmax(model.meta_model_.predict_proba(level_one), axis=1)]
+        acc.append(accuracy_score(y[te], pred))
+        f1.append(f1_score(y[te], pred, average="macro"))
+    acc, f1 = np.asarray(acc), np.asarray(f1)
+    return {"folds": len(outer), "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),
             "accuracy_std": float(acc.std()), "f1_macro": f1.tolist(), "f1_macro_mean": float(f1.mean()),
             "f1_macro_std": float(f1.std()), "seconds": time.perf_counter() - t0}

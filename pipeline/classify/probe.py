@@ -280,23 +280,23 @@ def _baseline_rows(ranked: list[dict[str, Any]], variants: list, texts: list[str
     lexical = {"feature": LEXICAL_NAME, "kind": "lexical", "windows_per_doc": 0.0,
                **cross_validate_lexical(texts, y, folds, seed)}
     top = [(r, variants[r["index"]][2]) for r in ranked[:HYBRID_TOP]]
-    return (lexical, hybrid_rows(top, texts, y, folds, seed, lexical["dimension"]),
+    return (lexical, hybrid_rows(top, texts, y, folds, seed, lexical["dimension"], lexical),
             compact_rows(ranked[0], top[0][1], y, folds, seed))
 
 
 def hybrid_rows(top: list[tuple[dict[str, Any], np.ndarray]], texts: list[str], y: np.ndarray, folds: int, seed: int,
-                lexical_dim: int) -> list[dict[str, Any]]:
+                lexical_dim: int, lexical: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One row per (BERT result, its (N, D) sample vectors) of ``top``: HybridClassifier (stacking,
     pipeline.classify.hybrid) of the lexical model and that feature, cross-validated on the probe's
     outer folds (cross_validate_hybrid). Keys: feature ("hybrid:" + the BERT feature's name), kind
     "hybrid", base (the BERT result), windows_per_doc (the BERT feature's), dimension (D + the lexical
-    baseline's vocabulary size), and cross_validate_hybrid's."""
-    from joblib import Parallel, delayed
+    baseline's vocabulary size), and cross_validate_hybrid's. The lexical half is fitted once per outer
+    fold for all of them, with the C the lexical row chose there (``lexical``: its result; None: searched
+    again); the scores are the same as one cross_validate_hybrid each (cross_validate_hybrids)."""
+    from .hybrid import cross_validate_hybrids
 
-    from .hybrid import cross_validate_hybrid
-
-    scores = Parallel(n_jobs=_probe_jobs(len(top)))(
-        delayed(cross_validate_hybrid)(texts, X, y, folds, seed) for _, X in top)
+    given = {} if lexical is None else {"lexical_Cs": lexical.get("C"), "lexical_folds": lexical.get("inner_folds")}
+    scores = cross_validate_hybrids(texts, [X for _, X in top], y, folds, seed, jobs=_probe_jobs(len(top)), **given)
     return [{"feature": f"hybrid:{r['feature']}", "kind": "hybrid", "base": r, "windows_per_doc": r["windows_per_doc"],
              "dimension": int(X.shape[1]) + lexical_dim, **score} for (r, X), score in zip(top, scores)]
 

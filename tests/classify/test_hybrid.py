@@ -139,3 +139,24 @@ def test_probe_hybrid_rows_are_the_hybrid_cross_validation_of_each_feature():
     assert [r["dimension"] for r in rows] == [106, 103] and [r["windows_per_doc"] for r in rows] == [2.0, 1.0]
     for r, (_, X) in zip(rows, top):
         assert r["accuracy"] == cross_validate_hybrid(texts, X, y, 3, 0)["accuracy"]
+
+
+@pytest.mark.parametrize("folds", [3, 5])
+def test_hybrid_rows_with_the_lexical_rows_C_equal_a_search_per_hybrid(folds):
+    """The probe fits the lexical half once per outer fold and takes the lexical row's C where its
+    search is the hybrid's own: the rows equal HybridClassifier cross-validated through scikit-learn."""
+    from pipeline.classify.folds import cross_validate_lexical
+    from pipeline.classify.hybrid import search_folds
+    from pipeline.classify.probe import hybrid_rows
+    from sklearn.model_selection import StratifiedKFold
+
+    texts, V, y = data(40)
+    lexical = cross_validate_lexical(texts, y, folds, 0)
+    outer = StratifiedKFold(folds, shuffle=True, random_state=0).split(V, y)
+    reused = [search_folds(y[tr], 5) == lexical["inner_folds"] for tr, _ in outer]
+    assert all(reused) == (folds == 5)   # 3 outer folds: the lexical row searches with k = 3, a hybrid with 5
+    top = [({"feature": "f_a", "windows_per_doc": 2.0}, V), ({"feature": "f_b", "windows_per_doc": 1.0}, V[:, :3])]
+    rows = hybrid_rows(top, texts, y, folds, 0, lexical_dim=100, lexical=lexical)
+    for r, (_, X) in zip(rows, top):
+        reference = cross_validate_hybrid(texts, X, y, folds, 0)
+        assert r["accuracy"] == reference["accuracy"] and r["f1_macro"] == reference["f1_macro"]
