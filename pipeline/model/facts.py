@@ -209,22 +209,22 @@ def load_model_config(cfg: ModelConfig):
             model_type this transformers does not know), an encoder-decoder (T5, BART...), a
             decoder-only model (GPT-2, Llama...), or an encoder family not in FAMILIES.
     """
-    from transformers import AutoConfig, PretrainedConfig
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers import PretrainedConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
     from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES,
                                                         MODEL_FOR_MASKED_LM_MAPPING_NAMES,
                                                         MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES)
 
     path = resolve_model_path(cfg.model)
     name = cfg.model
-    if is_local(path):
-        read_json(Path(path) / "config.json", name)  # a missing or cut config.json, named
-    try:
-        with offline_if_local(path), quiet_transformers():
-            raw, _ = PretrainedConfig.get_config_dict(path)
-    except (OSError, ValueError) as err:
-        raise ModelError(f"cannot read the config of --model {name!r} ({first_line(err)}); "
-                         + (_local_fix(Path(path), "config.json") if is_local(path) else HUB_FIX)) from None
+    if is_local(path):   # a missing or cut config.json, named; read once (AutoConfig would read it twice more)
+        raw = read_json(Path(path) / "config.json", name)
+    else:
+        try:
+            with quiet_transformers():
+                raw, _ = PretrainedConfig.get_config_dict(path)
+        except (OSError, ValueError) as err:
+            raise ModelError(f"cannot read the config of --model {name!r} ({first_line(err)}); {HUB_FIX}") from None
     check_sizes(raw, name)
     family = str(raw.get("model_type") or "unknown")
     check_architectures(raw, MODEL_MAPPING_NAMES.get(family), name)
@@ -233,9 +233,9 @@ def load_model_config(cfg: ModelConfig):
         raise ModelError(f"--model {name!r} (family {family!r}) needs its own remote code (config.json "
                          f"{'has auto_map' if raw.get('auto_map') else 'names a model_type transformers does not ship'}"
                          f"); longbert never runs a checkpoint's code. Use an encoder of a family it serves: {served}")
-    try:
-        with offline_if_local(path), quiet_transformers():
-            mcfg = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    try:   # what AutoConfig.from_pretrained does with the dict it reads: the family's class, from_dict
+        with quiet_transformers():
+            mcfg = CONFIG_MAPPING[family].from_dict(raw)
     except CONFIG_ERRORS as err:  # a config class refusing a value
         raise ModelError(f"cannot read the config of --model {name!r} ({first_line(err)}); "
                          + (_local_fix(Path(path), "config.json") if is_local(path) else HUB_FIX)) from None

@@ -80,3 +80,38 @@ def test_a_model_unhashed_when_its_options_were_checked_is_hashed_once_loaded(fo
     unhashed.run(str(src), str(tmp_path / "out.parquet"))
     meta = json.loads(pq.read_schema(tmp_path / "out.parquet").metadata[b"longbert"])
     assert meta["model_sha256"] == model_sha256(folder)
+
+
+def _config_opens(monkeypatch, folder, action) -> int:
+    """How many times ``action()`` opens ``folder``/config.json (builtins.open and io.open, which
+    transformers, json loading and hashing all go through)."""
+    import builtins
+    import io
+
+    target, seen, real = os.path.realpath(folder / "config.json"), [], builtins.open
+
+    def counting(file, *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)) and os.path.realpath(os.fspath(file)) == target:
+            seen.append(file)
+        return real(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting)
+    monkeypatch.setattr(io, "open", counting)
+    try:
+        action()
+    finally:
+        monkeypatch.undo()
+    return len(seen)
+
+
+def test_one_extract_reads_config_json_at_most_twice_more_than_transformers(runner, tiny_model_dir, tmp_path, monkeypatch):
+    from transformers import AutoModel, AutoTokenizer
+
+    floor = _config_opens(monkeypatch, tiny_model_dir, lambda: (AutoTokenizer.from_pretrained(tiny_model_dir),
+                                                                AutoModel.from_pretrained(tiny_model_dir)))
+    assert floor >= 2                                   # the count sees transformers' own reads
+    src = write_csv(tmp_path / "in.csv", [{"text": words(12, i)} for i in range(3)])
+    ours = _config_opens(monkeypatch, tiny_model_dir, lambda: invoke(runner, [
+        "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model_dir, "--no-progress"]))
+    assert (tmp_path / "o.parquet").exists()
+    assert ours <= floor + 2, (ours, floor)             # our own: the check of the file and its hash
