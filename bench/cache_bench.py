@@ -61,7 +61,7 @@ def run_cli(args: list[str]) -> tuple[float, int, int, str]:
 
 def new_windows(old: list[str], new: list[str], strategy: str) -> int:
     """Distinct windows of ``new`` that ``old`` does not make (the default model, longbert's segmenter)."""
-    from pipeline.engine.block import resolve_config
+    from pipeline.engine.resolved import resolve_config
     from pipeline.options.config import PipelineConfig
     from pipeline.text.segment import segment
     from pipeline.text.tokenize import tokenize_block

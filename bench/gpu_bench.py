@@ -181,7 +181,7 @@ def work_embed(args) -> dict:
 
 def window_lengths(csv_path: str, model: str) -> list[int]:
     """Lengths ([CLS] and [SEP] included) of the chunk windows of the corpus at 512, from longbert's own stages."""
-    from pipeline.engine.block import resolve_config
+    from pipeline.engine.resolved import resolve_config
     from pipeline.options.config import PipelineConfig
     from pipeline.read import read_block, scan
     from pipeline.text.segment import segment

@@ -145,7 +145,7 @@ def multi_facts(csv_path: Path, features: tuple[str, ...]) -> tuple[int, int, in
     from longbert's own prepare stage (tokenize, segment, de-duplicate; no model run)."""
     import dataclasses
 
-    from pipeline.engine.block import check_features, resolve_config
+    from pipeline.engine.resolved import check_features, resolve_config
     from pipeline.options.config import PipelineConfig
     from pipeline.text.dedup import plan_windows
     from pipeline.read import read_block, scan
@@ -174,7 +174,7 @@ def multi_facts(csv_path: Path, features: tuple[str, ...]) -> tuple[int, int, in
 
 def corpus_facts(csv_path: Path, strategy: str) -> Facts:
     """Tokens and windows of the corpus under ``strategy``, from longbert's own stages."""
-    from pipeline.engine.block import resolve_config
+    from pipeline.engine.resolved import resolve_config
     from pipeline.options.config import PipelineConfig
     from pipeline.read import read_block, scan
     from pipeline.text.segment import segment

@@ -21,7 +21,7 @@ from ..stage import INPUT_FIELDS, check_chain, describe, stage_label
 from ..cache.encode_stage import Encode
 from .agreement import check_agreement, described_config, parts_config
 from .columns import added_columns, checked_table, declared_label
-from .block import release_free_heap
+from .heap import release_free_heap
 from .feed import ordered_map
 from .params import StepsByName, pipeline_params, set_step_params, step_item, with_io_options
 from .resolved import Resolved

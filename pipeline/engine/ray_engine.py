@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..counts import BlockCounts
-from .block import output_for
+from .resolved import output_for
 from .calibrate import with_binary_center
 from .compose import Pipeline
 from ..options.config import PipelineConfig

@@ -20,7 +20,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from ..counts import BlockCounts
-from .block import resolve_config
+from .resolved import resolve_config
 from ..options.config import PipelineConfig
 from ..model.chip import bf16_note
 from ..model.st_folder import settings_note

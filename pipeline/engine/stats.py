@@ -96,7 +96,7 @@ def _checked(cfg: PipelineConfig) -> tuple[PipelineConfig, object, object, bool,
     sentence-transformers folder's do_lower_case) and its prompt's tokens per window (0: none)."""
     from ..model.prompts import run_prompt
     from ..model.st_folder import lowercases
-    from .block import resolve_config
+    from .resolved import resolve_config
     from .run import scan_inputs
 
     cfg, plan = scan_inputs(cfg)

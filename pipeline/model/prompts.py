@@ -1,7 +1,7 @@
 """A sentence-transformers folder's prompts (config_sentence_transformers.json's ``prompts`` and
 ``default_prompt_name``): which one a run puts before each window's content, and its token ids.
 
-Called by the config check (pipeline.engine.block), the segment and encode stages' builders, the window
+Called by the config check (pipeline.engine.resolved), the segment and encode stages' builders, the window
 store's key and the metadata. sentence-transformers' ``encode(texts, prompt_name=...)`` prepends the
 prompt's text to each text and tokenizes the whole; its Pooling with ``include_prompt: false`` leaves
 the first ``prompt_length`` positions ([CLS] and the prompt's tokens) out. No torch here.

@@ -145,7 +145,7 @@ def test_encode_and_vectorizer_take_preprocess_feature_and_level(tiny_model_dir)
 def test_one_extract_resolves_the_model_once(tiny_model_dir, runner, tmp_path, monkeypatch):
     """The model's config, its safetensors header and its facts are read once per run (they were read
     twice, the path resolved six times); a hub id is probed once per process."""
-    import pipeline.engine.block as block
+    import pipeline.engine.resolved as block
     import pipeline.model.checkpoint as checkpoint
     import pipeline.model.facts as model
 

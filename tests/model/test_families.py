@@ -23,7 +23,7 @@ from families import FAMILY_NAMES, POSITIONS, ROBERTA_STYLE, build_family, write
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertForMaskedLM
 
 import pipeline.model.encode
-from pipeline.engine.block import resolve_config
+from pipeline.engine.resolved import resolve_config
 from pipeline.options.config import ModelConfig, PipelineConfig
 from pipeline.options.features_config import STRATEGIES
 from pipeline.model.facts import FAMILIES, model_facts

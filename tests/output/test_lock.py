@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import invoke, words, write_csv
 
-import pipeline.engine.block as block
+import pipeline.engine.resolved as block
 import pipeline.engine.run as run_module
 from pipeline.cache.encode_stage import Encode
 from pipeline.output.durable import os_cause

@@ -9,7 +9,7 @@ from conftest import invoke, words, write_csv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.engine.block import feature_dim
+from pipeline.engine.resolved import feature_dim
 from pipeline.options.config import PipelineConfig
 from pipeline.errors import ConfigError
 from pipeline.classify.features import load_features

@@ -54,7 +54,7 @@ def test_long_document_next_to_a_short_one_chunked(runner, reference, tmp_path):
 
 
 def test_overlap_as_large_as_the_window_exits_2_before_loading(runner, tmp_path, monkeypatch):
-    import pipeline.engine.block as block
+    import pipeline.engine.resolved as block
 
     params = json.loads((CASES / "B03.params.json").read_text())
     monkeypatch.setattr(block, "model_facts", lambda *a, **k: pytest.fail("the model was read"))
