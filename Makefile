@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install install-test run test docs bench bench-gpu clean
+.PHONY: install install-test run test docs bench bench-overhead bench-gpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,15 @@ bench: install
 	$(BIN)/python bench/read_speed.py
 	$(BIN)/python bench/feeder.py $(FEEDER_ARGS)
 	$(BIN)/python bench/cache_bench.py $(CACHE_ARGS)
+	$(MAKE) bench-overhead
+
+# The pipeline's own cost above the forward pass (about 10 minutes on 2 cores): ours, the forward-pass ceiling and
+# sentence-transformers' encode, in float32 and bfloat16, with the CPU's flags and the load; bench/results_overhead.md.
+# Shorter: OVERHEAD_ARGS="--docs 60 --rounds 2"; another checkout beside this one: OVERHEAD_ARGS="--tree DIR".
+OVERHEAD_ARGS ?= --docs 240 --rounds 3
+bench-overhead: install
+	$(BIN)/python -c "import sentence_transformers" 2>/dev/null || $(PIP) install -e '.[bench]' --config-settings editable_mode=compat
+	$(BIN)/python bench/overhead_bench.py $(OVERHEAD_ARGS)
 
 # Issue 19's device benchmark, one command on a CUDA machine (fits in 5 minutes on one H200): bench/results_gpu.md.
 # Without CUDA it prints one line and exits 2. No install step: a GPU machine's own python3 holds its CUDA torch
