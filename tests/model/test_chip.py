@@ -107,7 +107,7 @@ def _bf16_cosines(runner, src: Path, tmp_path: Path, *args) -> tuple[list[float]
     assert meta["compute_dtype"] == "bfloat16"
     docs, tokens = [], []
     for x, y in zip(f32, bf16):
-        assert x["id"] == y["id"] and x["n_windows"] == y["n_windows"]
+        assert x["id"] == y["id"] and x.get("n_windows") == y.get("n_windows") and x.get("window") == y.get("window")
         if x["features"] is None:
             continue
         docs.append(float(_cosines(x["features"], y["features"])))
@@ -126,16 +126,18 @@ def test_bf16_on_cpu_keeps_cosine_to_float32_tiny_model(runner, tiny_model_dir, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("args", [("--strategy", "head"), ("--strategy", "chunk"),
+                                  ("--strategy", "chunk", "--level", "window"),
                                   ("--strategy", "head", "--level", "token")])
 def test_bf16_on_cpu_keeps_cosine_to_float32_default_model(runner, tmp_path, args):
+    """What --help and docs/hardware.md state: >= 0.9999 per document or window, >= 0.998 per token."""
     import pandas as pd
 
     frame = pd.read_csv(EXAMPLES / "corpus.csv").head(6)  # a few documents: seconds, not minutes
     src = tmp_path / "few.csv"
     frame.to_csv(src, index=False)
     docs, tokens = _bf16_cosines(runner, src, tmp_path, "--id-col", "id", "--pooling", "mean", *args)
-    assert len(docs) == 6 and min(docs) >= 0.9999, docs
-    assert min(tokens, default=1) >= 0.999  # each token's vector: 0.99948 the lowest measured
+    assert (len(docs) > 6 if "window" in args else len(docs) == 6) and min(docs) >= 0.9999, docs
+    assert min(tokens, default=1) >= 0.998  # each token's vector: 0.99948 the lowest measured here
 
 
 def test_non_finite_bf16_window_is_recomputed_in_float32(tiny_model_dir):
