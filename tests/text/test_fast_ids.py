@@ -68,3 +68,18 @@ def test_the_backend_copy_leaves_the_tokenizer_as_it_was():
     assert backend is not tok.backend_tokenizer and backend.encode_special_tokens
     assert tok.backend_tokenizer.to_str() == before
     assert ids_backend(tok) is backend   # built once
+
+
+def test_a_backend_that_cannot_be_copied_falls_back_to_the_transformers_call():
+    """A custom Python pre-tokenizer cannot be serialized: no copy, and the stage's ids are still the call's."""
+    from tokenizers.pre_tokenizers import PreTokenizer
+
+    class Words:
+        def pre_tokenize(self, pretok):
+            pretok.split(lambda i, s: s.split(" ", "removed"))
+
+    tok = AutoTokenizer.from_pretrained(str(longbert.model_path()))
+    tok.backend_tokenizer.pre_tokenizer = PreTokenizer.custom(Words())
+    assert ids_backend(tok) is None
+    (doc,) = tokenize_block(["two words"], tok, with_offsets=False)
+    assert doc.ids.tolist() == tok("two words", add_special_tokens=False, split_special_tokens=True)["input_ids"]
