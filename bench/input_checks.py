@@ -22,7 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's pipeline, not an installed one
 
 import pipeline.read as read_module
-import pipeline.engine.local as run_module   # the local engine
+import pipeline.engine.local as local_engine   # the local engine
+import pipeline.engine.stream as run_module   # its loop, which checks the inputs
 from pipeline.options.config import PipelineConfig
 from pipeline.read import scan
 from pipeline.read.recheck import check_stamps, verify_inputs
@@ -55,7 +56,7 @@ def main() -> None:
         cfg = PipelineConfig.from_options(inputs=(str(CORPUS),), output=str(Path(tmp) / "o.parquet"), progress=False,
                                           device=args.device, block_rows=args.block_rows)
         started = time.perf_counter()
-        summary = run_module.run(cfg)
+        summary = local_engine.run(cfg)
         run_s = time.perf_counter() - started
     plan = scan(cfg.read)
     alone_stamps = alone_verify = float("inf")

@@ -349,8 +349,8 @@ class Pipeline:
             cfg = with_io_options(self.cfg, inputs=paths, output=str(output), overwrite=overwrite, **options)
             from ..output.api_outputs import check_run_output
             check_run_output(cfg)   # the CLI's output rules, in the words of these arguments
-            from .local import run   # the local engine runs this pipeline's stages
-            return run(cfg, echo, pipe=self)
+            from .stream import run_corpus   # the local engine's loop, over this pipeline's stages
+            return run_corpus(cfg, echo, build=self.for_run)
 
 
 def _as_batch(batch: Batch | pa.Table) -> Batch:

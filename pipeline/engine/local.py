@@ -1,28 +1,17 @@
 """The local engine: ``run(cfg)`` scans the inputs, builds or takes a Pipeline, and streams its blocks
-to the output (``longbert extract`` without ``--engine ray``, and ``Pipeline.run``).
+to the output (``longbert extract`` without ``--engine ray``; ``Pipeline.run`` streams its own through
+the same pipeline.engine.stream loop).
 """
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-from ..batch import Batch
-from ..counts import BlockCounts
-from ..errors import RunError
-from ..model.facts import model_label
-from ..options.config import DEFAULT_MODEL, PipelineConfig
-from ..output.lock import holds_output
-from ..output.write import check_resume
-from ..read import read_block, verify_inputs
-from .calibrate import with_binary_center
-from .columns import as_written
+from ..options.config import PipelineConfig
 from .compose import Pipeline
-from .feed import feed_workers
-from .run import BatchProgress, Summary, fail_on_row_error, open_run, run_fingerprint, scan_inputs, writing
+from .run import Summary
+from .stream import run_corpus
 
 
-@holds_output
 def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=None) -> Summary:
     """Run the whole job on the local engine: inputs in, parquet out.
 
@@ -39,62 +28,4 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None, pipe=Non
         ConfigError / InputError / ModelError (exit 2): before anything is written.
         RunError (exit 1): part-way; the output path then holds no file that looks complete.
     """
-    started = time.perf_counter()
-    cfg, plan = scan_inputs(cfg)
-    pipe = Pipeline.from_config(cfg) if pipe is None else pipe.for_run(cfg)
-    cfg = pipe.cfg
-    schema = pipe.resolution().file_schema(plan.id_type)   # the rows stage's columns, then any a stage adds
-    check_resume(cfg, run_fingerprint(cfg, plan, schema))
-    if echo and cfg.write.progress:
-        name = cfg.model.model
-        echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
-    encode = pipe.encode_stage()
-    if encode is not None:
-        encode.load()
-        if pipe.resolution().facts.sha256 is None and encode.facts.sha256 is not None:
-            pipe = pipe.with_facts(encode.facts)   # a hub model hashed once its files came: the file's metadata
-            encode = pipe.encode_stage()
-            encode.load()
-    binary = with_binary_center(cfg, lambda: pipe, plan)   # --out-dtype binary: the centre of the signs
-    if binary is not cfg:
-        pipe = pipe.for_run(binary)
-        cfg = pipe.cfg
-    schema = pipe.resolution().file_schema(plan.id_type)   # a hub model's sha256 may be known now
-    sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
-    progress = BatchProgress(bar)
-
-    def started_block(batch: Batch) -> None:
-        progress.start_block(len(batch), sum(len(w.input_ids) for w in batch.unique))
-
-    with writing(sink, cfg, bar), batch_hook(encode, progress.batch):
-        outs = pipe.map(todo, read=lambda spec: Batch(rows=read_block(spec)), workers=feed_workers(),
-                        on_prepared=started_block)
-        for spec, out in zip(todo, outs):
-            if out.table is None:
-                raise RunError(f"no stage made the output table (stages: {', '.join(pipe.names)}); keep 'rows'")
-            table = as_written(out.table, schema, pipe.names)   # a column no stage declared: refused by name
-            summary.add(out.counts or BlockCounts())
-            summary.add_dropped(len(out), out.dropped)
-            if cfg.write.strict:
-                fail_on_row_error(table, spec)
-            sink.write(spec, table)
-            progress.end_block()
-        verify_inputs(plan.files)  # the inputs are still what the scan hashed (RunError, exit 1)
-        summary.n_bytes = sink.commit()
-    summary.seconds = time.perf_counter() - started
-    return summary
-
-
-@contextlib.contextmanager
-def batch_hook(encode, hook: Callable[[int, int], None]) -> Iterator[None]:
-    """While inside, the encode stage's encoder calls ``hook(windows, tokens)`` after each forward pass
-    (the run's progress bar); its own ``on_batch`` again after, so a pipeline kept across runs
-    (Pipeline.for_run) holds no finished run's bar. ``encode`` None: nothing."""
-    if encode is None:
-        yield
-        return
-    encode.encoder.on_batch = hook
-    try:
-        yield
-    finally:
-        encode.encoder.on_batch = encode.on_batch
+    return run_corpus(cfg, echo, build=Pipeline.from_config if pipe is None else pipe.for_run)

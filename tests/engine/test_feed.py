@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import pipeline.engine.local as local_engine
+import pipeline.engine.stream as stream
 from pipeline.options.config import PipelineConfig
 from pipeline.engine.feed import ordered_map
 from conftest import words, write_csv
@@ -82,7 +83,7 @@ def test_parallel_feeder_equals_single_thread_run(tmp_path, tiny_model_dir, monk
     csv_path = write_csv(tmp_path / "in.csv", rows)
     tables = {}
     for workers in (1, 4):
-        monkeypatch.setattr(local_engine, "feed_workers", lambda w=workers: w)
+        monkeypatch.setattr(stream, "feed_workers", lambda w=workers: w)
         out = tmp_path / f"out{workers}.parquet"
         cfg = PipelineConfig.from_options(inputs=(str(csv_path),), id_col="id", model=str(tiny_model_dir),
                                           strategy="chunk", block_rows=7, progress=False, output=str(out))
