@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from ..errors import ConfigError, RunError
@@ -89,7 +90,7 @@ def connect(db_file: Path | None, timeout: float) -> sqlite3.Connection:
         conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")                 # only takes effect in a new file
         if db_file is not None:
-            conn.execute("PRAGMA journal_mode = WAL").fetchone()     # persistent in the file; first statement
+            set_wal(conn, timeout)                                   # persistent in the file; first statement
             conn.execute("PRAGMA synchronous = NORMAL")              # per connection
             conn.execute("PRAGMA journal_size_limit = 67108864")     # truncate the WAL to 64 MiB after checkpoints
         init_schema(conn, db_file)
@@ -97,6 +98,26 @@ def connect(db_file: Path | None, timeout: float) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def set_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """``PRAGMA journal_mode = WAL``, retried for up to ``timeout`` s while another process holds a lock.
+
+    SQLite does not call the busy handler for this pragma: a new store's file, still in rollback mode
+    while another process creates its tables, answers SQLITE_BUSY at once (two runs started together
+    on one new --cache folder). Raises sqlite3.OperationalError (SQLITE_BUSY) when the lock stays taken.
+    """
+    deadline, pause = time.monotonic() + timeout, 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return
+        except sqlite3.OperationalError as err:
+            busy = (getattr(err, "sqlite_errorname", "") or "").startswith("SQLITE_BUSY")
+            if not busy or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def init_schema(conn: sqlite3.Connection, db_file: Path | None) -> None:

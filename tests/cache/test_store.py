@@ -266,6 +266,31 @@ def test_a_write_lock_held_past_the_timeout_is_a_run_error(tmp_path):
     assert store.put_many(KEY, ids, vectors_of(ids)) == 2
 
 
+def test_opening_a_new_store_waits_for_the_lock_of_one_being_created(tmp_path):
+    """A store's file still in rollback mode, locked by another process creating it: SQLite answers the WAL
+    pragma with SQLITE_BUSY at once (no busy handler), so two runs started together on one new --cache
+    folder had one fail. Opening waits for the lock instead, and fails only past the timeout."""
+    import threading
+
+    holder = sqlite3.connect(tmp_path / DB_NAME, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")          # a new, empty file locked, as a creating process holds it
+    with pytest.raises(ConfigError) as err:
+        WindowStore.open(tmp_path, timeout=0.2)
+    assert str(err.value) == (f"{tmp_path / DB_NAME}: another process held the store's write lock for over 0.2 s "
+                              "(database is locked); run again when it is done, or pass --cache another folder")
+    release = threading.Timer(0.5, lambda: holder.execute("ROLLBACK"))
+    release.start()
+    t0 = time.monotonic()
+    store = WindowStore.open(tmp_path, timeout=10)
+    waited = time.monotonic() - t0
+    release.join()
+    assert waited >= 0.4, waited               # it waited for the lock, not failed on it
+    assert store.stats()["journal_mode"] == "wal"
+    store.register(KEY, DIM, LABEL)
+    ids = block_ids(1, 0, 3)
+    assert store.put_many(KEY, ids, vectors_of(ids)) == 3
+
+
 # --- stats and clear ----------------------------------------------------------------------------
 
 def test_stats_count_a_known_sequence_and_clear_empties(tmp_path):
