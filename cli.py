@@ -139,6 +139,8 @@ def _env_cache(cfg: PipelineConfig) -> PipelineConfig:
 @click.version_option(package_name="longbert", message="%(version)s")
 def main() -> None:
     """longbert: BERT features for long documents, CSV in, parquet out."""
+    from pipeline.model.host_memory import reuse_freed_memory
+    reuse_freed_memory()   # before any forward pass: the large freed blocks serve the next batch (its docstring)
 
 
 @main.command()

@@ -32,7 +32,7 @@ __all__ = ["encode", "load_features", "LongBertVectorizer", "HybridClassifier", 
            "InputError", "ModelError", "RunError", "TextError", "TextsTypeError", "stages", "Batch", "Pipeline", "read", "pool",
            "aggregate", "save_features", "Stage", "Tokenize", "Segment", "Dedup", "Encode", "Aggregate", "TokenAggregate",
            "WindowAggregate", "Rows", "TokenRows", "WindowRows", "SegmentConfig", "PoolConfig", "EncodeConfig",
-           "ModelConfig", "Feature", "ModelFacts", "Window", "model_path"]
+           "ModelConfig", "Feature", "ModelFacts", "Window", "model_path", "reuse_freed_memory"]
 
 # public name -> (module of the stages package, attribute): loaded on first use
 _LAZY = {"encode": ("classify.vectorizer", "encode"), "LongBertVectorizer": ("classify.vectorizer", "LongBertVectorizer"),
@@ -50,7 +50,9 @@ _LAZY = {"encode": ("classify.vectorizer", "encode"), "LongBertVectorizer": ("cl
          "SegmentConfig": ("options.config", "SegmentConfig"), "PoolConfig": ("options.config", "PoolConfig"),
          "EncodeConfig": ("options.config", "EncodeConfig"), "ModelConfig": ("options.config", "ModelConfig"),
          "Feature": ("options.features_config", "Feature"), "ModelFacts": ("types", "ModelFacts"),
-         "Window": ("types", "Window")}
+         "Window": ("types", "Window"),
+         # process tuning for CPU forward passes (the commands call it themselves)
+         "reuse_freed_memory": ("model.host_memory", "reuse_freed_memory")}
 
 
 def _is_ours(origin: str | None) -> bool:

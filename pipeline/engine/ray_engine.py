@@ -32,6 +32,7 @@ from .calibrate import with_binary_center
 from .compose import Pipeline
 from ..options.config import PipelineConfig
 from ..errors import ConfigError, PipelineError, RunError
+from ..model.host_memory import reuse_freed_memory
 from ..read import BlockSpec, read_block, verify_inputs
 from ..output.lock import holds_output
 from .run import Summary, check, fail_on_row_error, open_run, run_fingerprint, writing
@@ -66,6 +67,7 @@ class RayBlock:
     def __init__(self, cfg: PipelineConfig, threads: int, id_type: pa.DataType):
         if cfg.model.threads is None:
             cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, threads=threads))
+        reuse_freed_memory()   # this worker process runs forward passes (pipeline.model.host_memory)
         self.pipe = Pipeline.from_config(cfg)
         self.pipe.encode_stage().load()   # once per actor, before the first batch
 
