@@ -278,7 +278,7 @@ def work_ours(args: argparse.Namespace) -> Result:
 def work_ceiling(args: argparse.Namespace) -> Result:
     """The model's forward pass alone on longbert's own head windows: tokenized, segmented and
     padded beforehand, batched exactly as longbert batches them (per block of --block-rows documents,
-    longest first, 32 windows / 16384 padded tokens at most), under torch.inference_mode. Timed: the
+    longest first, 32 windows / 8192 padded tokens at most on a CPU), under torch.inference_mode. Timed: the
     forward passes only, no pooling, no model load."""
     import numpy as np
     import torch
@@ -299,7 +299,7 @@ def work_ceiling(args: argparse.Namespace) -> Result:
         lengths = [int(w.input_ids.shape[0]) for w in prep.unique]
         n_windows += len(lengths)
         n_tokens += sum(lengths)
-        for batch in plan_batches(lengths, ext.cfg.encode.batch_size, ext.cfg.encode.token_budget):
+        for batch in plan_batches(lengths, ext.cfg.encode.batch_size, encoder.token_budget):
             seq = max(lengths[i] for i in batch)
             ids = np.full((len(batch), seq), pad, dtype=np.int64)             # (b, seq)
             mask = np.zeros((len(batch), seq), dtype=np.int64)                # (b, seq)

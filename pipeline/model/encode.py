@@ -66,7 +66,7 @@ class EncodeSpec:
 
     model: ModelConfig                 # name or folder, device, dtype, quantize, threads, prompt_name...
     features: tuple[Feature, ...]      # the run's features; their distinct poolings are computed (``pools``)
-    encode: EncodeConfig = EncodeConfig()   # batch_size (windows), token_budget (padded tokens per pass)
+    encode: EncodeConfig = EncodeConfig()   # batch_size (windows), token_budget_on(device) (padded tokens a pass)
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig) -> EncodeSpec:
@@ -156,7 +156,7 @@ class Encoder:
         n_layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)   # of the whole model
         view, pools = stop_early(model, spec.pools)
         encoder = cls(view, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, pools[0],
-                      spec.encode.batch_size, spec.encode.token_budget, device, pools=pools,
+                      spec.encode.batch_size, spec.encode.token_budget_on(device.type), device, pools=pools,
                       token_layers=spec.token_layers(n_layers))
         encoder.full_model = model   # every layer: what another run's options may wrap again
         return encoder

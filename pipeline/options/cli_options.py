@@ -93,8 +93,8 @@ SEGMENT_OPTIONS = [
 ]
 ENCODE_OPTIONS = [
     _opt(EncodeConfig, "batch_size", metavar="INTEGER", help="Windows per forward pass, at most."),
-    _opt(EncodeConfig, "max_batch_tokens", metavar="INTEGER", help="Padded tokens per forward pass, at most.",
-         shown=str(EncodeConfig().token_budget)),
+    _opt(EncodeConfig, "max_batch_tokens", metavar="INTEGER", help="Padded tokens per pass, at most.",
+         shown=f"{EncodeConfig().token_budget_on('cpu')} on a CPU, {EncodeConfig().token_budget_on('cuda')} on a GPU"),
 ]
 POOL_OPTIONS = [
     _opt(PoolConfig, "pooling", type=click.Choice(POOLINGS), help="cls | pooler | mean | max, per window.",

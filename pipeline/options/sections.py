@@ -177,11 +177,16 @@ class SegmentConfig:
         return head, tail
 
 
+CPU_TOKEN_BUDGET = 8192     # padded tokens per forward pass on a CPU when --max-batch-tokens is not given
+GPU_TOKEN_BUDGET = 16384    # the same on a GPU
+
+
 @config_section
 class EncodeConfig:
-    """How Encode batches windows: <= batch_size windows, <= token_budget padded positions a pass; ConfigError: < 1."""
+    """How Encode batches windows: <= batch_size windows, <= token_budget_on(device) padded positions a pass;
+    ConfigError: < 1."""
     batch_size: int = 32                   # windows per forward pass, at most
-    max_batch_tokens: int | None = None    # padded tokens per forward pass, at most; None: 16384
+    max_batch_tokens: int | None = None    # padded tokens per forward pass, at most; None: 8192 on a CPU, 16384 else
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -191,8 +196,19 @@ class EncodeConfig:
 
     @property
     def token_budget(self) -> int:
-        """Padded tokens per batch (windows x longest window); 16384 = 32 full 512-token windows."""
-        return self.max_batch_tokens or 16384
+        """Padded tokens per batch (windows x longest window) on a GPU: 16384 = 32 full 512-token windows,
+        unless max_batch_tokens is given. A CPU's default is smaller: ``token_budget_on("cpu")``."""
+        return self.token_budget_on("cuda")
+
+    def token_budget_on(self, device_type: str) -> int:
+        """Padded tokens per forward pass on ``device_type`` ("cpu", "cuda", "mps"): max_batch_tokens when
+        given, else CPU_TOKEN_BUDGET (8192: 16 full 512-token windows) on a CPU and GPU_TOKEN_BUDGET (16384)
+        elsewhere. On a 2-core Intel Xeon with AMX, ``extract --strategy head`` of 240 man pages took
+        3-4% less time at 8192 than at 16384 in bfloat16 and 1% less in float32, in fewer CPU seconds
+        (docs/performance.md, batch budget); a GPU gains from larger batches."""
+        if self.max_batch_tokens is not None:
+            return self.max_batch_tokens
+        return CPU_TOKEN_BUDGET if device_type == "cpu" else GPU_TOKEN_BUDGET
 
 
 @config_section

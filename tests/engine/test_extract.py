@@ -115,6 +115,20 @@ def test_plan_batches_longest_first_within_budget():
     assert plan_batches([600, 2], 8, 100) == [[0], [1]]
 
 
+def test_the_default_token_budget_is_the_devices_and_an_explicit_one_wins(tiny_model_dir):
+    from pipeline.model.encode import EncodeSpec, Encoder
+    from pipeline.model.facts import load_tokenizer
+    from pipeline.options.config import EncodeConfig, Feature, ModelConfig
+
+    assert (EncodeConfig().token_budget_on("cpu"), EncodeConfig().token_budget_on("cuda")) == (8192, 16384)
+    assert EncodeConfig(max_batch_tokens=40).token_budget_on("cpu") == 40
+    model = ModelConfig(model=str(tiny_model_dir), device="cpu")
+    encoder = Encoder.from_config(EncodeSpec(model, (Feature("head", "mean"),)), load_tokenizer(model))
+    assert encoder.token_budget == 8192
+    # 20 full windows of 512 positions: 16 to a pass on a CPU (32 windows would be 16,384 tokens)
+    assert plan_batches([512] * 20, encoder.batch_size, encoder.token_budget) == [list(range(16)), list(range(16, 20))]
+
+
 def test_plan_batches_closes_a_full_enough_batch_before_a_much_shorter_window():
     # 4 x 512 = 2,048 padded tokens: 400 (22% shorter) starts a new batch; 470 (8% shorter) would not
     assert plan_batches([512] * 4 + [400] * 4, 8, 8192) == [[0, 1, 2, 3], [4, 5, 6, 7]]
