@@ -41,13 +41,13 @@ sys.path.insert(0, str(ROOT))  # `pipeline` importable when run as bench/feeder.
 
 RESULTS = ROOT / "bench" / "results_feeder.md"
 TIMEOUT_S = 900
-# (label, worker, cores, feed workers): None = pipeline default (feed_workers(): torch's threads)
+# (label, worker, cores, feed workers): None = the pipeline default (feed_workers(): one), -1 = one per core
 CONTENDERS = (
     ("raw tokenizer, 1 core", "raw", 1, None),
     ("raw tokenizer, all cores", "raw", 0, None),
     ("feeder (forward stubbed), 1 core", "feeder", 1, None),
-    ("feeder, all cores, 1 feed thread (before issue 19)", "feeder", 0, 1),
-    ("feeder, all cores, feed threads = cores", "feeder", 0, None),
+    ("feeder, all cores, 1 feed thread (the default)", "feeder", 0, None),
+    ("feeder, all cores, one feed thread per core", "feeder", 0, -1),
 )
 STAGES = ("scan", "model load", "read", "tokenize", "segment", "dedup", "encode (less the forward)", "forward stub",
           "aggregate", "rows", "write")
@@ -239,7 +239,7 @@ def run_worker(worker: str, cores: int, feed: int | None, corpus: Path, work: Pa
     if cores == 1:
         cmd += ["--threads", "1"]
     if feed:
-        cmd += ["--feed-workers", str(feed)]
+        cmd += ["--feed-workers", str(len(os.sched_getaffinity(0)) if feed == -1 else feed)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}")
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['seconds']:.2f} s wall, {r['cpu']:.2f} CPU s, {r['tokens']:,} tokens", flush=True)
     md = table(results)
     notes = []
-    one, many = results.get("feeder (forward stubbed), 1 core"), results.get("feeder, all cores, feed threads = cores")
+    one, many = results.get("feeder (forward stubbed), 1 core"), results.get("feeder, all cores, 1 feed thread (the default)")
     if one and many:
         notes.append(f"all cores against one (feeder, tokens/s): {many['seconds'] and one['seconds'] / many['seconds']:.2f}x "
                      f"on {len(os.sched_getaffinity(0))} cores.")

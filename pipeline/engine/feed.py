@@ -1,5 +1,6 @@
 """Parallel feeding: map a function over blocks in worker threads, a bounded number ahead of the consumer,
-results in input order; pipeline.engine.run reads, tokenizes and segments blocks with it ahead of the encoder.
+results in input order; the corpus loop (pipeline.engine.stream) reads, tokenizes and segments blocks with
+it ahead of the encoder, in ``feed_workers()`` threads.
 
 Threads, not processes: the fast tokenizer's batch call and pyarrow's readers release the GIL, and a
 block's prepared windows (numpy arrays, many small objects) would cost a pickle round trip to come back
@@ -32,15 +33,18 @@ def passive_omp_wait() -> None:
 
 
 def feed_workers() -> int:
-    """How many blocks to prepare at once: torch's CPU threads (``--threads``, else the cores torch uses).
+    """How many blocks to prepare at once: one, on every machine.
 
-    One worker per core the run may use, so ``--threads 1`` keeps the CPU side on one thread ahead of
-    the model, as before, and a 16-core GPU machine prepares 16 blocks at once.
-    Example: --threads 1 -> 1; no --threads on a 2-core machine -> 2.
+    The fast tokenizer's batch call, most of the feeding work, already spreads a block over every core
+    (its Rust side's thread pool), and the work that holds Python's lock (read, segment, dedup) is small:
+    a second feed thread only makes two batch calls compete for the same cores. Measured with the
+    forward pass stubbed (bench/feeder.py --docs 2000, 2 cores): one feed thread against two, 3.24 s
+    against 3.57 s wall on an AMD EPYC and 2.98 s against 3.42 s on an Intel Xeon with AMX; with the
+    real model in bfloat16 on the Xeon (labelled.csv, chunk, blocks of 32 documents), 19.5 s against
+    19.7 s in each of 3 interleaved pairs (docs/performance.md, Feeding the model).
+    Example: -> 1 (a test or benchmark may replace it to compare).
     """
-    import torch
-
-    return max(1, int(torch.get_num_threads()))
+    return 1
 
 
 def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int,
