@@ -103,6 +103,15 @@ def stratified_sample(labels: np.ndarray, n: int, seed: int, min_per_class: int 
     return np.sort(np.concatenate(picked))
 
 
+def one_blas_thread():
+    """A context in which BLAS (OpenBLAS, MKL) runs one thread in this process (threadpoolctl): the probes'
+    logistic regressions are many small vector operations, where a second BLAS thread costs more than it
+    gives (cross_validate_lexical's ``jobs``). joblib's worker processes set the same for themselves."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 LEXICAL_CS = (0.01, 0.1, 1.0, 10.0, 100.0)   # the C grid of the lexical baseline's inner search
 LEXICAL_NAME = "tfidf_word_1-2gram_lr"       # its row's name in the probe's table and --out CSV
 
@@ -146,7 +155,7 @@ def lexical_model(folds: int, seed: int):
     return GridSearchCV(pipe, {"lr__C": list(LEXICAL_CS)}, cv=inner, scoring="accuracy")
 
 
-def cross_validate_lexical(texts: list[str], y: np.ndarray, folds: int, seed: int) -> dict[str, Any]:
+def cross_validate_lexical(texts: list[str], y: np.ndarray, folds: int, seed: int, jobs: int = 1) -> dict[str, Any]:
     """cross_validate_probe's keys for the lexical baseline (lexical_model) on the raw texts, under the
     same outer StratifiedKFold(folds, shuffle=True, random_state=seed) as every BERT feature, plus
     "dimension" (the mean TF-IDF vocabulary size over the outer training folds), "C" (the C chosen on
@@ -155,6 +164,10 @@ def cross_validate_lexical(texts: list[str], y: np.ndarray, folds: int, seed: in
     Args:
         texts: N documents (str); y: (N,) labels (str). The inner search splits each outer training
             fold into ``folds`` parts too (each class keeps >= folds - 1 rows there when it has >= folds).
+        jobs: processes for the outer folds (joblib; the scores do not depend on it). The fits run with
+            one BLAS thread each: L-BFGS on a ~50,000-term TF-IDF spends its time in vector operations
+            too small for threads, and on 2 cores of an Intel Xeon one C=100 fit on 240 man pages took
+            5.3 s with OpenBLAS's 2 threads and 0.39 s with one while another job shared the CPUs.
     Raises:
         ValueError: from scikit-learn, e.g. no term left by min_df=2 in a training fold.
     """
@@ -167,10 +180,10 @@ def cross_validate_lexical(texts: list[str], y: np.ndarray, folds: int, seed: in
     cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     smallest = int(np.unique(y.astype(str), return_counts=True)[1].min())   # its rows in an outer training fold:
     inner_folds = max(2, min(folds, smallest - -(-smallest // folds)))       # smallest - ceil(smallest / folds)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), one_blas_thread():
         warnings.simplefilter("ignore")
         scores = cross_validate(lexical_model(inner_folds, seed), X, y, cv=cv, scoring=("accuracy", "f1_macro"),
-                                return_estimator=True)
+                                return_estimator=True, n_jobs=jobs if jobs > 1 else None)
     acc, f1 = scores["test_accuracy"], scores["test_f1_macro"]
     dim = np.mean([len(e.best_estimator_.named_steps["tfidf"].vocabulary_) for e in scores["estimator"]])
     return {"folds": folds, "C": [float(e.best_params_["lr__C"]) for e in scores["estimator"]], "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),

@@ -13,7 +13,7 @@ import numpy as np
 from ..options.config import PipelineConfig
 from ..options.features_config import STRATEGIES, Feature
 from ..errors import ConfigError, InputError
-from .folds import LEXICAL_NAME, check_classes, cross_validate_lexical, cross_validate_probe, stratified_sample  # noqa: F401 - stratified_sample: re-exported
+from .folds import LEXICAL_NAME, check_classes, cross_validate_lexical, cross_validate_probe, one_blas_thread, stratified_sample  # noqa: F401 - stratified_sample: re-exported
 # the report, re-exported: the CLI and tests import them from here
 from .probe_ranking import CSV_COLUMNS, extract_command, format_corpus_probe, lexical_summary, write_ranking_csv  # noqa: F401
 from .probe_files import windows_per_doc
@@ -278,10 +278,11 @@ def _baseline_rows(ranked: list[dict[str, Any]], variants: list, texts: list[str
     """(the lexical row, the hybrid rows of the HYBRID_TOP best BERT features, the compact rows of the best)
     on the same documents and folds; ``ranked``: the BERT rows, best first."""
     lexical = {"feature": LEXICAL_NAME, "kind": "lexical", "windows_per_doc": 0.0,
-               **cross_validate_lexical(texts, y, folds, seed)}
+               **cross_validate_lexical(texts, y, folds, seed, jobs=_probe_jobs(folds))}
     top = [(r, variants[r["index"]][2]) for r in ranked[:HYBRID_TOP]]
-    return (lexical, hybrid_rows(top, texts, y, folds, seed, lexical["dimension"], lexical),
-            compact_rows(ranked[0], top[0][1], y, folds, seed))
+    with one_blas_thread():   # the fits made in this process (the TF-IDF halves); workers limit themselves
+        return (lexical, hybrid_rows(top, texts, y, folds, seed, lexical["dimension"], lexical),
+                compact_rows(ranked[0], top[0][1], y, folds, seed))
 
 
 def hybrid_rows(top: list[tuple[dict[str, Any], np.ndarray]], texts: list[str], y: np.ndarray, folds: int, seed: int,
