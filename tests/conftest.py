@@ -80,15 +80,29 @@ def invoke(runner: CliRunner, args: list[str]):
     return runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
 
 
-def extract_cli(tmp_path: Path, texts: list[str], *args, model: Path | str | None = None, name: str = "out.parquet",
-                ok: bool = True):
-    """Write ``texts`` to a CSV (one ``text`` column), run ``longbert extract`` on it in-process with
-    ``args`` (and ``--model``, ``--no-progress``, ``--overwrite``) and return (click's Result, the output path);
-    with ``ok`` the run must exit 0."""
-    src = write_csv(tmp_path / f"{name}.csv", [{"text": t} for t in texts])
+def extract_cli(tmp_path: Path, texts: list[str] | None, *args, model: Path | str | None = None,
+                name: str = "out.parquet", ok: bool = True, rows: list[dict] | None = None, ids: bool = False,
+                src: Path | str | None = None, runner: CliRunner | None = None, overwrite: bool = True):
+    """Run ``longbert extract SRC -o OUT [--model MODEL] --no-progress [--overwrite] ARGS`` in-process with
+    ``runner`` (a new CliRunner when None) and return (click's Result, OUT); with ``ok`` the run must exit 0.
+
+    OUT is ``tmp_path / name``; a ``name`` ending in / asks for a directory of parts (``-o OUT/``). ``--model``
+    is passed when ``model`` is not None, ``--overwrite`` when ``overwrite``. SRC is a CSV written with pandas
+    (replacing any file there) from ``rows`` (dicts, their keys the columns) when given, else from ``texts``
+    (one ``text`` column, after an ``id`` column d0, d1, ... with ``ids``), at ``src``, or at OUT's path with
+    ``.csv`` appended (``out.parquet.csv``) when ``src`` is None. With neither ``texts`` nor ``rows`` nothing
+    is written and ``src``, an existing input, is read as it is."""
     out = tmp_path / name
+    if texts is not None or rows is not None:
+        if rows is None:
+            rows = [{"id": f"d{i}", "text": t} if ids else {"text": t} for i, t in enumerate(texts)]
+        src = write_csv(Path(src) if src is not None else Path(f"{out}.csv"), rows)
+    elif src is None:
+        raise ValueError("extract_cli needs texts, rows or an existing src")
+    target = f"{out}/" if name.endswith("/") else out
     model_args = ["--model", model] if model is not None else []
-    result = invoke(CliRunner(), ["extract", src, "-o", out, *model_args, "--no-progress", "--overwrite", *args])
+    result = invoke(runner or CliRunner(), ["extract", src, "-o", target, *model_args, "--no-progress",
+                                            *(["--overwrite"] if overwrite else []), *args])
     if ok:
         assert result.exit_code == 0, result.output
     return result, out
@@ -183,10 +197,11 @@ def run_cut_at_part(monkeypatch, n: int, pipe, src, out: Path, **options) -> Non
     assert read_manifest(out)["complete"] is False
 
 
-def extract_features(tmp_path: Path, model, texts: list[str], *args):
+def extract_features(tmp_path: Path, model, texts: list[str], *args, runner: CliRunner | None = None):
     """extract_cli in float32 on the CPU; (click's Result, features (n, D) or None, metadata or None), the
     two None when the run did not exit 0."""
-    result, out = extract_cli(tmp_path, texts, "--device", "cpu", "--dtype", "float32", *args, model=model, ok=False)
+    result, out = extract_cli(tmp_path, texts, "--device", "cpu", "--dtype", "float32", *args, model=model, ok=False,
+                              runner=runner)
     if result.exit_code != 0:
         return result, None, None
     table = pq.read_table(out)

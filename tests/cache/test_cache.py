@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import invoke, words, write_csv
+from conftest import extract_cli, invoke, words, write_csv
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import cross_val_score
 from sklearn.pipeline import make_pipeline
@@ -52,13 +52,11 @@ def counts(output: str) -> tuple[int, int]:
 
 
 def extract(runner, model_dir, tmp_path, texts, name, *extra):
+    """conftest.extract_cli with SEG from NAME.csv (``texts`` with ids, written unless NAME.csv exists) to
+    NAME.parquet (exit 0): (its rows, the output)."""
     src = tmp_path / f"{name}.csv"
-    if not src.exists():
-        write_csv(src, [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)])
-    out = tmp_path / f"{name}.parquet"
-    result = invoke(runner, ["extract", src, "-o", out, "--model", model_dir, "--no-progress", "--overwrite",
-                             *SEG, *extra])
-    assert result.exit_code == 0, result.output
+    result, out = extract_cli(tmp_path, None if src.exists() else texts, *SEG, *extra, model=model_dir,
+                              name=f"{name}.parquet", ids=True, src=src, runner=runner)
     return pd.read_parquet(out), result.output
 
 

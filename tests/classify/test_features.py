@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import invoke, reference_vectors, words, write_csv
+from conftest import extract_cli, invoke, reference_vectors, words, write_csv
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
@@ -42,11 +42,10 @@ ROWS = [  # id, label, text: one empty row (null features), single-window rows, 
 
 
 def extract(runner, model_dir, tmp_path, rows, *extra, name="out.parquet"):
-    src = write_csv(tmp_path / "in.csv", rows)
-    out = tmp_path / name
-    target = f"{out}/" if name.endswith("/") else out  # a trailing / asks for a directory of parts
-    result = invoke(runner, ["extract", src, "-o", target, "--model", model_dir, "--no-progress", *extra])
-    assert result.exit_code == 0, result.output
+    """conftest.extract_cli on ``rows`` in in.csv without --overwrite (exit 0; a ``name`` ending in / asks for a
+    directory of parts): the output path."""
+    _, out = extract_cli(tmp_path, None, *extra, model=model_dir, name=name, rows=rows, src=tmp_path / "in.csv",
+                         runner=runner, overwrite=False)
     return out
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import invoke, read_features, reference_vectors, words, write_csv
+from conftest import extract_cli, invoke, read_features, reference_vectors, words, write_csv
 
 from pipeline.model.encode import plan_batches
 
@@ -22,10 +22,9 @@ def tiny_windows(tok, text: str, spans) -> list[list[int]]:
 
 
 def extract(runner, tiny_model_dir, tmp_path, rows, *extra, name="out.parquet"):
-    src = write_csv(tmp_path / "in.csv", rows)
-    out = tmp_path / name
-    result = invoke(runner, ["extract", src, "-o", out, "--model", tiny_model_dir, "--no-progress", *extra])
-    assert result.exit_code == 0, result.output
+    """conftest.extract_cli on ``rows`` written to in.csv, without --overwrite (exit 0): (features, output, Result)."""
+    result, out = extract_cli(tmp_path, None, *extra, model=tiny_model_dir, name=name, rows=rows,
+                              src=tmp_path / "in.csv", runner=runner, overwrite=False)
     return read_features(out), out, result
 
 

@@ -30,7 +30,7 @@ FEATURES = ["head:cls", "tail:max", "head_tail:mean", "chunk:mean:-2", "sliding:
 
 
 def run_extract(runner, model_dir, tmp_path, texts, *extra, name="out.parquet"):
-    result, out = extract_cli(tmp_path, texts, *SEG, *extra, model=model_dir, name=name)
+    result, out = extract_cli(tmp_path, texts, *SEG, *extra, model=model_dir, name=name, runner=runner)
     return out, result
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import invoke, words, write_csv
+from conftest import extract_cli, invoke, words, write_csv
 
 import pipeline.model.chip as chip
 from pipeline.options.config import ModelConfig
@@ -63,8 +63,8 @@ def test_dtype_auto_follows_the_chip(fake_cpu, text, quantize, expected):
 
 
 def _extract(runner, src: Path, out: Path, *args) -> tuple[str, list[dict], dict]:
-    result = invoke(runner, ["extract", src, "-o", out, "--overwrite", "--no-progress", "--device", "cpu", *args])
-    assert result.exit_code == 0, result.output
+    """conftest.extract_cli from ``src`` (as it is) to ``out`` on the CPU (exit 0): (output, rows, metadata)."""
+    result, _ = extract_cli(out.parent, None, "--device", "cpu", *args, name=out.name, src=src, runner=runner)
     table = pq.read_table(out)
     return result.output, table.to_pylist(), json.loads(table.schema.metadata[b"longbert"])
 

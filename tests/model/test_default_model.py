@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import CASES, invoke
+from conftest import CASES, extract_cli, invoke
 from transformers import BertModel, BertTokenizerFast
 
 
@@ -33,9 +33,7 @@ def extract_case(runner, tmp_path, name, *args):
     if not (CASES / name).exists():
         pytest.skip(f"{CASES / name} is not here")
     src = shutil.copy(CASES / name, tmp_path / name)
-    out = tmp_path / "out.parquet"
-    result = invoke(runner, ["extract", src, "--id-col", "id", "-o", out, "--no-progress", *args])
-    assert result.exit_code == 0, result.output
+    _, out = extract_cli(tmp_path, None, "--id-col", "id", *args, src=src, runner=runner, overwrite=False)
     return pq.read_table(out).to_pylist()
 
 
@@ -104,10 +102,7 @@ def test_int8_stays_within_the_stated_cosine(runner, tmp_path, real):
     measured with head) and every document >= 0.985 (0.9888 the lowest measured), and mean >= 0.98
     on B21's repeated-word documents (0.987 measured)."""
     def run(src, *args):
-        out = tmp_path / "out.parquet"
-        result = invoke(runner, ["extract", src, "--id-col", "id", "-o", out, "--overwrite", "--no-progress",
-                                 "--strategy", "head", *args])
-        assert result.exit_code == 0, result.output
+        _, out = extract_cli(tmp_path, None, "--id-col", "id", "--strategy", "head", *args, src=src, runner=runner)
         return pq.read_table(out).to_pylist()
 
     corpus = Path(__file__).resolve().parents[2] / "examples" / "corpus.csv"

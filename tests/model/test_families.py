@@ -104,7 +104,7 @@ def direct_vectors(model, tok, text: str, windows: list[list[int]], pooling: str
 
 
 def run_extract(runner, tmp_path, model_dir, texts, *args, ok=True):
-    return extract_cli(tmp_path, texts, *args, model=model_dir, ok=ok)
+    return extract_cli(tmp_path, texts, *args, model=model_dir, ok=ok, runner=runner)
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
@@ -236,10 +236,8 @@ def test_special_token_strings_in_a_document_are_text(runner, tmp_path, family, 
 def extract_b41(runner, tmp_path, *model_args) -> tuple[list[dict], list[str]]:
     with open(CASES / "B41.csv", newline="", encoding="utf-8") as fh:
         texts = [r["text"] for r in csv.DictReader(fh)]
-    out = tmp_path / "b41.parquet"
-    result = invoke(runner, ["extract", CASES / "B41.csv", "--id-col", "id", *model_args, "-o", out, "--overwrite",
-                             "--no-progress", "--level", "token"])
-    assert result.exit_code == 0, result.output
+    _, out = extract_cli(tmp_path, None, "--id-col", "id", *model_args, "--level", "token", name="b41.parquet",
+                         src=CASES / "B41.csv", runner=runner)
     return pq.read_table(out).to_pylist(), texts
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import invoke, words, write_csv
+from conftest import extract_cli, invoke, words, write_csv
 from transformers import AutoModel, AutoTokenizer
 
 ML, OVERLAP, K = 12, 4, 3    # C = 10 content tokens, step 6, chunks of 3 tokens
@@ -62,11 +62,11 @@ def direct_chunks(auto, text: str, layers=(-1,), agg="mean", pooling="mean", k=K
 
 
 def extract(runner, model_dir, tmp_path, texts, *extra, out="out.parquet", overlap=OVERLAP):
-    src = write_csv(tmp_path / "in.csv", [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)])
-    result = invoke(runner, ["extract", src, "-o", tmp_path / out, "--model", model_dir, "--no-progress",
-                             "--max-length", ML, "--overlap", overlap, "--overwrite", *extra])
-    assert result.exit_code == 0, result.output
-    return pq.read_table(tmp_path / out), result.output
+    """conftest.extract_cli on ``texts`` with ids in in.csv, with --max-length ML --overlap ``overlap``, to
+    ``out`` (exit 0): (the output table, the output)."""
+    result, path = extract_cli(tmp_path, texts, "--max-length", ML, "--overlap", overlap, *extra, model=model_dir,
+                               name=out, ids=True, src=tmp_path / "in.csv", runner=runner)
+    return pq.read_table(path), result.output
 
 
 TEXTS = [words(n, i) for i, n in enumerate(LENGTHS)]

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import CASES, invoke, run_case_script, write_csv
+from conftest import CASES, extract_cli, invoke, run_case_script, write_csv
 from families import FAMILY_NAMES, WORDS, build_family
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
@@ -32,7 +32,11 @@ HAS_POOLER = ("bert", "roberta", "xlm-roberta", "camembert", "albert", "mpnet")
 
 
 def extract(runner, csv: Path, model: Path, out: Path):
-    return invoke(runner, ["extract", csv, "--id-col", "id", "--model", model, "--no-progress", "-o", out])
+    """conftest.extract_cli from ``csv`` (as it is) with --id-col id to ``out``, without --overwrite and any exit
+    code allowed: click's Result."""
+    result, _ = extract_cli(out.parent, None, "--id-col", "id", model=model, name=out.name, src=csv, runner=runner,
+                            overwrite=False, ok=False)
+    return result
 
 
 def one_line(result) -> str:

@@ -50,7 +50,7 @@ def st_folder(tiny_model_dir, tmp_path_factory):
 
 def extract(runner, tmp_path, model, *args, texts=TEXTS):
     """conftest.extract_features on ``texts``: (result, features (n, D) or None, metadata or None)."""
-    return extract_features(tmp_path, model, texts, *args)
+    return extract_features(tmp_path, model, texts, *args, runner=runner)
 
 
 @pytest.mark.parametrize("normalize", [True, False])

@@ -56,7 +56,7 @@ def reference(model, prompt_name: str | None, texts=TEXTS) -> np.ndarray:
 
 def extract(runner, tmp_path, model, *args, texts=TEXTS):
     """conftest.extract_features on ``texts``: (result, features (n, D) or None, metadata or None)."""
-    return extract_features(tmp_path, model, texts, *args)
+    return extract_features(tmp_path, model, texts, *args, runner=runner)
 
 
 @pytest.mark.parametrize("prompt_name", [None, "passage", "none"])

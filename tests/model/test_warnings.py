@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import invoke, words, write_csv
+from conftest import extract_cli, words
 
 from pipeline.options.config import PipelineConfig
 from pipeline.options.option_warnings import option_warnings
@@ -13,11 +13,9 @@ ML = 16  # C = 14
 
 
 def run(runner, tiny_model_dir, tmp_path, *args):
-    src = write_csv(tmp_path / "in.csv", [{"text": words(n)} for n in (3, 40)])
-    out = tmp_path / "out.parquet"
-    result = invoke(runner, ["extract", src, "-o", out, "--model", tiny_model_dir, "--no-progress", "--overwrite",
-                             *args])
-    assert result.exit_code == 0, result.output
+    """conftest.extract_cli on two texts in in.csv (exit 0): (click's Result, the n_windows column)."""
+    result, out = extract_cli(tmp_path, [words(n) for n in (3, 40)], *args, model=tiny_model_dir,
+                              src=tmp_path / "in.csv", runner=runner)
     return result, pq.read_table(out).column("n_windows").to_pylist()
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import invoke, read_features, reference_vectors, words, write_csv
+from conftest import extract_cli, invoke, read_features, reference_vectors, words, write_csv
 
 import longbert
 from pipeline.options.config import PipelineConfig
@@ -24,11 +24,10 @@ def tiny_windows(tok, text: str, spans) -> list[list[int]]:
 
 
 def run(runner, model_dir, tmp_path, texts, *extra, name="out.parquet"):
-    src = write_csv(tmp_path / "in.csv", [{"text": t} for t in texts])
-    out = tmp_path / name
-    result = invoke(runner, ["extract", src, "-o", out, "--model", model_dir, "--no-progress", "--max-length", ML,
-                             *extra])
-    assert result.exit_code == 0, result.output
+    """conftest.extract_cli on ``texts`` in in.csv with --max-length ML, without --overwrite (exit 0):
+    (features, metadata, click's Result)."""
+    result, out = extract_cli(tmp_path, texts, "--max-length", ML, *extra, model=model_dir, name=name,
+                              src=tmp_path / "in.csv", runner=runner, overwrite=False)
     return read_features(out), json.loads(pq.read_schema(out).metadata[b"longbert"]), result
 
 

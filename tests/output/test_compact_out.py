@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import disk_full_at_part, invoke, words, write_csv
+from conftest import disk_full_at_part, extract_cli, invoke, words, write_csv
 
 from pipeline.classify.features import load_features
 from pipeline.errors import ConfigError
@@ -20,12 +20,12 @@ LENGTHS = [29, 3, 0, 14, 40, 7]   # several windows, one, an empty document (a n
 
 
 def run(runner, model_dir, tmp_path, *extra, out="out.parquet", lengths=LENGTHS):
-    src = write_csv(tmp_path / "in.csv", [{"id": f"d{i}", "text": words(n, i)} for i, n in enumerate(lengths)])
-    result = invoke(runner, ["extract", src, "-o", f"{tmp_path}/{out}", "--model", model_dir, "--no-progress",
-                             "--overwrite", "--max-length", ML,
-                             *(() if "--feature" in extra else ("--strategy", "chunk")), *extra])
-    assert result.exit_code == 0, result.output
-    return tmp_path / out
+    """conftest.extract_cli on texts of ``lengths`` with ids in in.csv, chunk unless ``extra`` has --feature
+    (exit 0): the output path."""
+    _, path = extract_cli(tmp_path, [words(n, i) for i, n in enumerate(lengths)], "--max-length", ML,
+                          *(() if "--feature" in extra else ("--strategy", "chunk")), *extra, model=model_dir, name=out,
+                          ids=True, src=tmp_path / "in.csv", runner=runner)
+    return path
 
 
 def int8_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

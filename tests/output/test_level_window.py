@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import disk_full_at_part, invoke, words, write_csv
+from conftest import disk_full_at_part, extract_cli, invoke, words
 from transformers import AutoModel, AutoTokenizer
 
 from pipeline.errors import InputError
@@ -60,11 +60,11 @@ def rules(strategy: str, n: int) -> list[list[list[int]]]:
 
 
 def run(runner, model_dir, tmp_path, rows, *extra, out="out.parquet"):
-    src = write_csv(tmp_path / "in.csv", rows)
-    result = invoke(runner, ["extract", src, "-o", f"{tmp_path}/{out}", "--model", model_dir, "--no-progress",
-                             "--max-length", ML, "--level", "window", "--head-tokens", 4, "--tail-tokens", 10,
-                             "--overlap", 4, *extra])
-    return result, tmp_path / out
+    """conftest.extract_cli on ``rows`` in in.csv at --level window, without --overwrite and any exit code allowed:
+    (click's Result, the output path)."""
+    return extract_cli(tmp_path, None, "--max-length", ML, "--level", "window", "--head-tokens", 4, "--tail-tokens",
+                       10, "--overlap", 4, *extra, model=model_dir, name=out, rows=rows, src=tmp_path / "in.csv",
+                       runner=runner, overwrite=False, ok=False)
 
 
 LENGTHS = [29, 3, 0, 14, 15, 40]   # several windows, one, an empty document, exactly C, C + 1, long
