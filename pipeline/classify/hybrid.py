@@ -287,7 +287,8 @@ def cross_validate_hybrids(texts: Sequence[str], matrices: Sequence[np.ndarray],
             (cross_validate_lexical's "C" and "inner_folds"): where that k is the hybrid's own search's
             (search_folds of the fold's labels), its search gave the same C on the same rows and the
             C is taken as it is; None: each fold searches.
-        jobs: processes for the BERT halves (joblib), one matrix at a time each.
+        jobs: processes (joblib) for the outer folds' lexical halves, then for the BERT halves, one
+            matrix at a time each; the scores do not depend on it.
 
     Returns:
         Per matrix, cross_validate_hybrid's keys; "seconds" is the shared lexical half's time split
@@ -302,18 +303,22 @@ def cross_validate_hybrids(texts: Sequence[str], matrices: Sequence[np.ndarray],
     texts = np.asarray([("" if t is None else str(t)) for t in texts], dtype=object)
     y = np.asarray(y)
     outer = list(StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(texts, y))
-    halves = []
-    for i, (tr, te) in enumerate(outer):
-        given = None
-        if lexical_Cs is not None and lexical_folds == search_folds(y[tr], 5):
-            given = float(lexical_Cs[i])
-        half = fit_text_half(texts[tr], y[tr], given, 5, seed)
-        halves.append((half, half.model.predict_proba(texts[te])))
+    given = [float(lexical_Cs[i]) if lexical_Cs is not None and lexical_folds == search_folds(y[tr], 5) else None
+             for i, (tr, _) in enumerate(outer)]
+    # the outer folds' lexical halves in parallel too (each a process with one BLAS thread, as joblib sets)
+    halves = Parallel(n_jobs=min(jobs, len(outer)))(
+        delayed(_text_half)(texts[tr], y[tr], texts[te], c, seed) for (tr, te), c in zip(outer, given))
     shared = (time.perf_counter() - t0) / max(1, len(matrices))
     scores = Parallel(n_jobs=jobs)(delayed(_bert_halves)(X, y, outer, halves, seed) for X in matrices)
     for score in scores:
         score["seconds"] += shared
     return scores
+
+
+def _text_half(train: np.ndarray, y: np.ndarray, test: np.ndarray, C: float | None, seed: int):
+    """(fit_text_half on one outer fold's training texts, its class probabilities of the fold's test texts)."""
+    half = fit_text_half(train, y, C, 5, seed)
+    return half, half.model.predict_proba(test)
 
 
 def _bert_halves(X: np.ndarray, y: np.ndarray, outer: list, halves: list, seed: int) -> dict[str, Any]:
