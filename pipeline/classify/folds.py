@@ -155,8 +155,68 @@ def lexical_model(folds: int, seed: int):
     return GridSearchCV(pipe, {"lr__C": list(LEXICAL_CS)}, cv=inner, scoring="accuracy")
 
 
+class FoldTfidf:
+    """TF-IDF of a training fold, fitted on word-n-gram counts made once for the whole corpus: the same
+    matrix as ``TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)`` fitted on the fold's
+    texts, without analysing the texts again for every fold and C.
+
+    Why it is the same: a document's n-gram counts do not depend on the other documents, and
+    TfidfVectorizer's vocabulary is sorted, so the fold's vocabulary (the columns whose document
+    frequency on the fold's rows is >= min_df) is a subset of the corpus's sorted columns in the same
+    order. IDF is scikit-learn's smooth one, log((1 + n) / (1 + df)) + 1, over the fold's n rows; tf is
+    1 + log(count); rows are L2-normalized (TfidfTransformer). Tested equal to TfidfVectorizer per fold.
+
+    Input: (N, V) sparse counts (``CountVectorizer(ngram_range=(1, 2)).fit_transform(texts)``), rows of
+    the corpus. Output of transform: (n, V_fold) float64 CSR.
+    """
+
+    def __init__(self, min_df: int = 2):
+        self.min_df = min_df
+
+    def get_params(self, deep: bool = True) -> dict:
+        return {"min_df": self.min_df}
+
+    def set_params(self, **params):
+        for key, value in params.items():
+            setattr(self, key, value)
+        return self
+
+    def fit(self, counts, y=None):
+        n = counts.shape[0]
+        df = np.bincount(counts.tocsr().indices, minlength=counts.shape[1])       # (V,) documents per term
+        self.columns_ = np.flatnonzero(df >= self.min_df)                          # the fold's vocabulary
+        if not len(self.columns_):
+            raise ValueError("After pruning, no terms remain. Try a lower min_df or a higher max_df.")
+        self.idf_ = np.log((1.0 + n) / (1.0 + df[self.columns_])) + 1.0           # (V_fold,) float64
+        self.n_features_ = len(self.columns_)
+        return self
+
+    def transform(self, counts):
+        from sklearn.preprocessing import normalize
+
+        X = counts.tocsr()[:, self.columns_].astype(np.float64)
+        X.data = np.log(X.data) + 1.0                                              # sublinear tf
+        X = X.multiply(self.idf_).tocsr()
+        return normalize(X, norm="l2", copy=False)
+
+    def fit_transform(self, counts, y=None):
+        return self.fit(counts).transform(counts)
+
+
+def _counted_lexical_model(folds: int, seed: int):
+    """lexical_model on count rows (FoldTfidf instead of TfidfVectorizer): the same scores and C."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+    from sklearn.pipeline import Pipeline
+
+    pipe = Pipeline([("tfidf", FoldTfidf(min_df=2)), ("lr", LogisticRegression(max_iter=2000))])
+    inner = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    return GridSearchCV(pipe, {"lr__C": list(LEXICAL_CS)}, cv=inner, scoring="accuracy")
+
+
 def cross_validate_lexical(texts: list[str], y: np.ndarray, folds: int, seed: int, jobs: int = 1) -> dict[str, Any]:
-    """cross_validate_probe's keys for the lexical baseline (lexical_model) on the raw texts, under the
+    """cross_validate_probe's keys for the lexical baseline (lexical_model's scores and C, computed from the
+    texts' n-gram counts made once: FoldTfidf) on the raw texts, under the
     same outer StratifiedKFold(folds, shuffle=True, random_state=seed) as every BERT feature, plus
     "dimension" (the mean TF-IDF vocabulary size over the outer training folds), "C" (the C chosen on
     each outer training fold), "inner_folds" (the k of that search) and "seconds".
@@ -175,17 +235,22 @@ def cross_validate_lexical(texts: list[str], y: np.ndarray, folds: int, seed: in
 
     from sklearn.model_selection import StratifiedKFold, cross_validate
 
+    from sklearn.feature_extraction.text import CountVectorizer
+
     t0 = time.perf_counter()
-    X = np.asarray([("" if t is None else str(t)) for t in texts], dtype=object)
+    docs = [("" if t is None else str(t)) for t in texts]
+    # the texts analysed once; each fold's TF-IDF is taken from these counts (FoldTfidf: the same matrix)
+    X = CountVectorizer(ngram_range=(1, 2)).fit_transform(docs).tocsr()
     cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     smallest = int(np.unique(y.astype(str), return_counts=True)[1].min())   # its rows in an outer training fold:
     inner_folds = max(2, min(folds, smallest - -(-smallest // folds)))       # smallest - ceil(smallest / folds)
     with warnings.catch_warnings(), one_blas_thread():
         warnings.simplefilter("ignore")
-        scores = cross_validate(lexical_model(inner_folds, seed), X, y, cv=cv, scoring=("accuracy", "f1_macro"),
-                                return_estimator=True, n_jobs=jobs if jobs > 1 else None)
+        scores = cross_validate(_counted_lexical_model(inner_folds, seed), X, y, cv=cv,
+                                scoring=("accuracy", "f1_macro"), return_estimator=True,
+                                n_jobs=jobs if jobs > 1 else None)
     acc, f1 = scores["test_accuracy"], scores["test_f1_macro"]
-    dim = np.mean([len(e.best_estimator_.named_steps["tfidf"].vocabulary_) for e in scores["estimator"]])
+    dim = np.mean([e.best_estimator_.named_steps["tfidf"].n_features_ for e in scores["estimator"]])
     return {"folds": folds, "C": [float(e.best_params_["lr__C"]) for e in scores["estimator"]], "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),
             "accuracy_std": float(acc.std()), "f1_macro": f1.tolist(), "f1_macro_mean": float(f1.mean()),
             "f1_macro_std": float(f1.std()), "dimension": int(round(dim)), "inner_folds": inner_folds,

@@ -63,10 +63,10 @@ def by_hand(texts, y, folds, seed):
     return np.array(acc), np.array(f1)
 
 
-@pytest.mark.parametrize("folds,seed", [(3, 0), (4, 7)])
-def test_lexical_scores_equal_a_hand_written_nested_cv(folds, seed):
+@pytest.mark.parametrize("folds,seed,jobs", [(3, 0, 1), (4, 7, 1), (4, 7, 2)])
+def test_lexical_scores_equal_a_hand_written_nested_cv(folds, seed, jobs):
     texts, y = corpus()
-    got = cross_validate_lexical(texts, y, folds, seed)
+    got = cross_validate_lexical(texts, y, folds, seed, jobs=jobs)   # jobs=2: the outer folds in 2 processes
     acc, f1 = by_hand(texts, y, folds, seed)
     np.testing.assert_allclose(got["accuracy"], acc)
     np.testing.assert_allclose(got["f1_macro"], f1)
@@ -133,3 +133,24 @@ def test_out_is_refused_for_feature_files(runner, tiny_model_dir, tmp_path):
     result = invoke(runner, ["probe", features, "--label-col", "label", "--out", tmp_path / "r.csv"])
     assert result.exit_code == 2
     assert "--out applies only to a corpus, not to extract's outputs" in result.output
+
+
+def test_fold_tfidf_from_corpus_counts_is_tfidfvectorizer_fitted_on_the_fold():
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    from pipeline.classify.folds import FoldTfidf
+
+    texts, y = corpus()
+    texts = np.asarray(texts, dtype=object)
+    counts = CountVectorizer(ngram_range=(1, 2)).fit_transform(texts).tocsr()
+    rng = np.random.default_rng(0)
+    train = np.sort(rng.choice(len(texts), size=len(texts) * 2 // 3, replace=False))
+    test = np.setdiff1d(np.arange(len(texts)), train)
+    vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2).fit(texts[train])
+    fold = FoldTfidf(min_df=2).fit(counts[train])
+    assert fold.n_features_ == len(vec.vocabulary_)
+    for rows in (train, test):
+        want = vec.transform(texts[rows]).toarray()
+        got = fold.transform(counts[rows]).toarray()
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
