@@ -203,7 +203,7 @@ class FoldTfidf:
         return self.fit(counts).transform(counts)
 
 
-def _counted_lexical_model(folds: int, seed: int):
+def counted_lexical_model(folds: int, seed: int):
     """lexical_model on count rows (FoldTfidf instead of TfidfVectorizer): the same scores and C."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GridSearchCV, StratifiedKFold
@@ -246,7 +246,7 @@ def cross_validate_lexical(texts: list[str], y: np.ndarray, folds: int, seed: in
     inner_folds = max(2, min(folds, smallest - -(-smallest // folds)))       # smallest - ceil(smallest / folds)
     with warnings.catch_warnings(), one_blas_thread():
         warnings.simplefilter("ignore")
-        scores = cross_validate(_counted_lexical_model(inner_folds, seed), X, y, cv=cv,
+        scores = cross_validate(counted_lexical_model(inner_folds, seed), X, y, cv=cv,
                                 scoring=("accuracy", "f1_macro"), return_estimator=True,
                                 n_jobs=jobs if jobs > 1 else None)
     acc, f1 = scores["test_accuracy"], scores["test_f1_macro"]

@@ -109,8 +109,22 @@ class TextHalf:
     model: Any
 
 
-def fit_text_half(texts: np.ndarray, y: np.ndarray, text_C: float | None, inner_folds: int, seed: int) -> TextHalf:
-    """The lexical half of a hybrid on (N,) texts (object) and (N,) labels.
+def counted_text_model(C: float):
+    """text_model on the rows of a corpus's word uni+bigram counts (pipeline.classify.folds.FoldTfidf):
+    the same TF-IDF and LogisticRegression(C), without analysing the texts again."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+
+    from .folds import FoldTfidf
+
+    return Pipeline([("tfidf", FoldTfidf(min_df=2)), ("lr", LogisticRegression(C=C, max_iter=2000))])
+
+
+def fit_text_half(texts: np.ndarray, y: np.ndarray, text_C: float | None, inner_folds: int, seed: int,
+                  counted: bool = False) -> TextHalf:
+    """The lexical half of a hybrid on (N,) texts (object) and (N,) labels; with ``counted``, ``texts``
+    are the rows of the corpus's n-gram counts (CountVectorizer(ngram_range=(1, 2))) and the models are
+    counted_text_model's (the same probabilities; the probe's hybrid rows).
 
     text_C None: C searched over LEXICAL_CS by pipeline.classify.folds.lexical_model with
     search_folds(y, inner_folds) folds (the probe's lexical row makes the same search on the same rows).
@@ -128,15 +142,16 @@ def fit_text_half(texts: np.ndarray, y: np.ndarray, text_C: float | None, inner_
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # ConvergenceWarning on tiny folds
         if text_C is None:                # C searched once on these rows, then used by every inner model
-            from .folds import lexical_model
+            from .folds import counted_lexical_model, lexical_model
 
-            search = lexical_model(search_folds(y, inner_folds), seed).fit(texts, y)
-            text_C = search.best_params_["lr__C"]
+            search = (counted_lexical_model if counted else lexical_model)(search_folds(y, inner_folds), seed)
+            text_C = search.fit(texts, y).best_params_["lr__C"]
+        model_of = counted_text_model if counted else text_model
         oof = np.zeros((len(y), len(classes)))
         for tr, te in splits:
-            tm = text_model(float(text_C)).fit(texts[tr], y[tr])
+            tm = model_of(float(text_C)).fit(texts[tr], y[tr])
             oof[np.ix_(te, np.searchsorted(classes, tm.classes_))] = tm.predict_proba(texts[te])
-        model = text_model(float(text_C)).fit(texts, y)
+        model = model_of(float(text_C)).fit(texts, y)
     return TextHalf(classes, k, splits, float(text_C), oof, model)
 
 
@@ -299,15 +314,18 @@ def cross_validate_hybrids(texts: Sequence[str], matrices: Sequence[np.ndarray],
     from joblib import Parallel, delayed
     from sklearn.model_selection import StratifiedKFold
 
+    from sklearn.feature_extraction.text import CountVectorizer
+
     t0 = time.perf_counter()
-    texts = np.asarray([("" if t is None else str(t)) for t in texts], dtype=object)
+    docs = [("" if t is None else str(t)) for t in texts]
+    counts = CountVectorizer(ngram_range=(1, 2)).fit_transform(docs).tocsr()   # the texts analysed once
     y = np.asarray(y)
-    outer = list(StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(texts, y))
+    outer = list(StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
     given = [float(lexical_Cs[i]) if lexical_Cs is not None and lexical_folds == search_folds(y[tr], 5) else None
              for i, (tr, _) in enumerate(outer)]
     # the outer folds' lexical halves in parallel too (each a process with one BLAS thread, as joblib sets)
     halves = Parallel(n_jobs=min(jobs, len(outer)))(
-        delayed(_text_half)(texts[tr], y[tr], texts[te], c, seed) for (tr, te), c in zip(outer, given))
+        delayed(_text_half)(counts[tr], y[tr], counts[te], c, seed) for (tr, te), c in zip(outer, given))
     shared = (time.perf_counter() - t0) / max(1, len(matrices))
     scores = Parallel(n_jobs=jobs)(delayed(_bert_halves)(X, y, outer, halves, seed) for X in matrices)
     for score in scores:
@@ -316,8 +334,8 @@ def cross_validate_hybrids(texts: Sequence[str], matrices: Sequence[np.ndarray],
 
 
 def _text_half(train: np.ndarray, y: np.ndarray, test: np.ndarray, C: float | None, seed: int):
-    """(fit_text_half on one outer fold's training texts, its class probabilities of the fold's test texts)."""
-    half = fit_text_half(train, y, C, 5, seed)
+    """(fit_text_half on one outer fold's training count rows, its class probabilities of the fold's test rows)."""
+    half = fit_text_half(train, y, C, 5, seed, counted=True)
     return half, half.model.predict_proba(test)
 
 
