@@ -7,6 +7,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
 
 from ..errors import InputError
 
@@ -155,7 +156,7 @@ def lexical_model(folds: int, seed: int):
     return GridSearchCV(pipe, {"lr__C": list(LEXICAL_CS)}, cv=inner, scoring="accuracy")
 
 
-class FoldTfidf:
+class FoldTfidf(TransformerMixin, BaseEstimator):
     """TF-IDF of a training fold, fitted on word-n-gram counts made once for the whole corpus: the same
     matrix as ``TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)`` fitted on the fold's
     texts, without analysing the texts again for every fold and C.
@@ -172,14 +173,6 @@ class FoldTfidf:
 
     def __init__(self, min_df: int = 2):
         self.min_df = min_df
-
-    def get_params(self, deep: bool = True) -> dict:
-        return {"min_df": self.min_df}
-
-    def set_params(self, **params):
-        for key, value in params.items():
-            setattr(self, key, value)
-        return self
 
     def fit(self, counts, y=None):
         n = counts.shape[0]
@@ -199,19 +192,24 @@ class FoldTfidf:
         X = X.multiply(self.idf_).tocsr()
         return normalize(X, norm="l2", copy=False)
 
-    def fit_transform(self, counts, y=None):
-        return self.fit(counts).transform(counts)
+
+
+def counted_text_model(C: float = 1.0):
+    """The lexical model on the rows of a corpus's word uni+bigram counts: FoldTfidf (the same TF-IDF as
+    TfidfVectorizer on the rows' texts) + LogisticRegression(C, max_iter=2000), as lexical_model's and
+    pipeline.classify.hybrid.text_model's, without analysing the texts again."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+
+    return Pipeline([("tfidf", FoldTfidf(min_df=2)), ("lr", LogisticRegression(C=C, max_iter=2000))])
 
 
 def counted_lexical_model(folds: int, seed: int):
-    """lexical_model on count rows (FoldTfidf instead of TfidfVectorizer): the same scores and C."""
-    from sklearn.linear_model import LogisticRegression
+    """lexical_model on count rows (counted_text_model's C searched over LEXICAL_CS): the same scores and C."""
     from sklearn.model_selection import GridSearchCV, StratifiedKFold
-    from sklearn.pipeline import Pipeline
 
-    pipe = Pipeline([("tfidf", FoldTfidf(min_df=2)), ("lr", LogisticRegression(max_iter=2000))])
     inner = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
-    return GridSearchCV(pipe, {"lr__C": list(LEXICAL_CS)}, cv=inner, scoring="accuracy")
+    return GridSearchCV(counted_text_model(), {"lr__C": list(LEXICAL_CS)}, cv=inner, scoring="accuracy")
 
 
 def cross_validate_lexical(texts: list[str], y: np.ndarray, folds: int, seed: int, jobs: int = 1) -> dict[str, Any]:

@@ -109,22 +109,11 @@ class TextHalf:
     model: Any
 
 
-def counted_text_model(C: float):
-    """text_model on the rows of a corpus's word uni+bigram counts (pipeline.classify.folds.FoldTfidf):
-    the same TF-IDF and LogisticRegression(C), without analysing the texts again."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import Pipeline
-
-    from .folds import FoldTfidf
-
-    return Pipeline([("tfidf", FoldTfidf(min_df=2)), ("lr", LogisticRegression(C=C, max_iter=2000))])
-
-
 def fit_text_half(texts: np.ndarray, y: np.ndarray, text_C: float | None, inner_folds: int, seed: int,
                   counted: bool = False) -> TextHalf:
     """The lexical half of a hybrid on (N,) texts (object) and (N,) labels; with ``counted``, ``texts``
     are the rows of the corpus's n-gram counts (CountVectorizer(ngram_range=(1, 2))) and the models are
-    counted_text_model's (the same probabilities; the probe's hybrid rows).
+    pipeline.classify.folds.counted_text_model's (the same probabilities; the probe's hybrid rows).
 
     text_C None: C searched over LEXICAL_CS by pipeline.classify.folds.lexical_model with
     search_folds(y, inner_folds) folds (the probe's lexical row makes the same search on the same rows).
@@ -146,6 +135,8 @@ def fit_text_half(texts: np.ndarray, y: np.ndarray, text_C: float | None, inner_
 
             search = (counted_lexical_model if counted else lexical_model)(search_folds(y, inner_folds), seed)
             text_C = search.fit(texts, y).best_params_["lr__C"]
+        from .folds import counted_text_model
+
         model_of = counted_text_model if counted else text_model
         oof = np.zeros((len(y), len(classes)))
         for tr, te in splits:
