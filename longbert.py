@@ -2,8 +2,8 @@
 
 Called by users: ``import longbert`` then ``longbert.encode(texts)``, ``longbert.load_features(path)``,
 ``longbert.LongBertVectorizer(...)``, ``longbert.HybridClassifier(...)``, ``longbert.PipelineConfig`` and the errors (``longbert.ConfigError``
-...); the stages (``longbert.Segment``...), the records their constructors take (``longbert.SegmentConfig``,
-``PoolConfig``, ``EncodeConfig``, ``ModelConfig``, ``Feature``, ``ModelFacts``, ``Window``) and
+...); the stages (``longbert.Segment``...), the records their constructors take (the window rules ``longbert.Head``,
+``Tail``, ``HeadTail``, ``Chunk``, ``Sliding``, ``Late``; ``SegmentConfig``, ``PoolConfig``, ``EncodeConfig``, ``ModelConfig``, ``Feature``, ``ModelFacts``, ``Window``) and
 ``longbert.model_path(name)``, a model's folder. The stages live in the package ``pipeline/`` beside this file; this module finds that package
 by its location, not by the name ``pipeline``, so a user's own ``pipeline.py`` (or ``pipeline/``) in
 the working directory neither breaks ``import longbert`` nor is replaced by ours:
@@ -31,7 +31,8 @@ _PRIVATE_NAME = "_longbert_pipeline"
 __all__ = ["encode", "load_features", "LongBertVectorizer", "HybridClassifier", "hybrid_inputs", "PipelineConfig", "PipelineError", "ConfigError",
            "InputError", "ModelError", "RunError", "TextError", "TextsTypeError", "stages", "Batch", "Pipeline", "read", "pool",
            "aggregate", "save_features", "Stage", "Tokenize", "Segment", "Dedup", "Encode", "Aggregate", "TokenAggregate",
-           "WindowAggregate", "Rows", "TokenRows", "WindowRows", "SegmentConfig", "PoolConfig", "EncodeConfig",
+           "WindowAggregate", "Rows", "TokenRows", "WindowRows", "WindowRule", "Head", "Tail", "HeadTail", "Chunk",
+           "Sliding", "Late", "SegmentConfig", "PoolConfig", "EncodeConfig",
            "ModelConfig", "Feature", "ModelFacts", "Window", "model_path", "reuse_freed_memory"]
 
 # public name -> (module of the stages package, attribute): loaded on first use
@@ -46,7 +47,8 @@ _LAZY = {"encode": ("classify.vectorizer", "encode"), "LongBertVectorizer": ("cl
          "Aggregate": ("output.aggregate", "Aggregate"), "TokenAggregate": ("output.aggregate", "TokenAggregate"),
          "WindowAggregate": ("output.aggregate", "WindowAggregate"), "Rows": ("output.rows", "Rows"),
          "TokenRows": ("output.rows", "TokenRows"), "WindowRows": ("output.rows", "WindowRows"),
-         # the records the stages' constructors take
+         # the records the stages' constructors take: the window rules of Segment, ...
+         **{name: ("text.rules", name) for name in ("WindowRule", "Head", "Tail", "HeadTail", "Chunk", "Sliding", "Late")},
          "SegmentConfig": ("options.config", "SegmentConfig"), "PoolConfig": ("options.config", "PoolConfig"),
          "EncodeConfig": ("options.config", "EncodeConfig"), "ModelConfig": ("options.config", "ModelConfig"),
          "Feature": ("options.features_config", "Feature"), "ModelFacts": ("types", "ModelFacts"),

@@ -19,6 +19,7 @@ from ..options.config import PipelineConfig, PoolConfig, SegmentConfig, WriteCon
 from ..output.aggregate import Aggregate, TokenAggregate, WindowAggregate
 from ..output.rows import Rows, TokenRows, WindowRows
 from ..output.schema import feature_columns
+from ..text.rules import as_config
 from ..text.segment import Segment
 from ..text.tokenize import Tokenize
 
@@ -155,7 +156,7 @@ def described_config(cfg: PipelineConfig, steps: Sequence[tuple[str, Any]]
                                    normalize=agg.normalize, **shorthand)
     seg = cfg.segment
     if Segment in found:
-        segments = dict(found[Segment][1].strategies)
+        segments = {k: as_config(rule, cfg.segment) for k, rule in found[Segment][1].strategies.items()}
         seg = segments.get(pool.features[0].strategy) or next(iter(segments.values()), seg)
     if Tokenize in found:
         kept = found[Tokenize][1].max_tokens_per_doc

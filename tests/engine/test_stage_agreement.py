@@ -122,8 +122,7 @@ def test_a_segment_longer_than_the_model_serves_is_refused_at_build(pipe):
 
 def test_aggregate_features_of_a_strategy_the_segment_does_not_make_are_refused(pipe):
     seg = pipe["segment"]
-    head = longbert.Segment({"head": dataclasses.replace(seg.strategies["chunk"], strategy="head")}, seg.cls_id,
-                            seg.sep_id)
+    head = longbert.Segment([longbert.Head(seg.strategies["chunk"].max_length)], seg.cls_id, seg.sep_id)
     with pytest.raises(ConfigError, match=r"stage 'aggregate' aggregates features \['chunk:mean'\], whose windows "
                                           r"stage 'segment' does not make \(its strategies are \['head'\]\)"):
         _parts(pipe, segment=head)

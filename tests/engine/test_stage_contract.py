@@ -63,8 +63,11 @@ def test_segment_params_name_what_it_holds(pipe, tok):
     params = pipe["segment"].get_params()
     assert params["cls_id"] == tok.cls_token_id and params["sep_id"] == tok.sep_token_id
     assert list(params["strategies"]) == ["chunk"] and params["strategies"]["chunk"].max_length == ML
-    with pytest.raises(ConfigError, match="strategies\\['head'\\] is a SegmentConfig of strategy 'chunk'"):
-        longbert.Segment({"head": SegmentConfig(strategy="chunk")}, 2, 3)
+    assert params["strategies"]["chunk"] == longbert.Chunk(ML)   # the options' record is taken as its rule
+    with pytest.raises(ConfigError, match="strategies\\['head'\\] is a window rule of strategy 'chunk'"):
+        longbert.Segment({"head": SegmentConfig(strategy="chunk", max_length=ML)}, 2, 3)
+    with pytest.raises(ConfigError, match="max_length is not resolved"):
+        longbert.Segment({"chunk": SegmentConfig(strategy="chunk")}, 2, 3)
 
 
 def test_a_stage_placed_before_what_it_reads_is_refused_when_the_chain_is_made(pipe):
