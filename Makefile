@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install install-test run test docs bench bench-overhead bench-gpu clean
+.PHONY: install install-test run test docs bench bench-overhead bench-memory bench-gpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,13 @@ OVERHEAD_ARGS ?= --docs 240 --rounds 3
 bench-overhead: install
 	$(BIN)/python -c "import sentence_transformers" 2>/dev/null || $(PIP) install -e '.[bench]' --config-settings editable_mode=compat
 	$(BIN)/python bench/overhead_bench.py $(OVERHEAD_ARGS)
+
+# Peak memory against corpus size (1x, 4x, 16x) at document, window and token level, float32 and int8, with the
+# default model and a tiny one: bench/results_memory.md. The whole grid takes about an hour on 2 cores; shorter:
+# MEMORY_ARGS="--models tiny --sizes 50,200,800" or "--levels token --out-dtypes float32 --sizes 40,160".
+MEMORY_ARGS ?= --sizes 30,120,480
+bench-memory: install
+	$(BIN)/python bench/memory_bench.py $(MEMORY_ARGS)
 
 # Issue 19's device benchmark, one command on a CUDA machine (fits in 5 minutes on one H200): bench/results_gpu.md.
 # Without CUDA it prints one line and exits 2. No install step: a GPU machine's own python3 holds its CUDA torch

@@ -174,11 +174,11 @@ def disk_full_at_part(monkeypatch, n: int):
 
     write, calls = PartsSink.write, []
 
-    def failing(self, spec, table):
+    def failing(self, spec, table, last=True):
         calls.append(spec.index)
         if len(calls) == n:
             raise OSError(28, "No space left on device")
-        write(self, spec, table)
+        write(self, spec, table, last)
 
     monkeypatch.setattr(PartsSink, "write", failing)
     return write

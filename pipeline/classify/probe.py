@@ -114,8 +114,10 @@ def _extract_sample(pipe, texts: list[str], picked: np.ndarray, rows: int, progr
                         "text": pa.array(texts[start:start + rows], type=pa.string())})
               for start in range(0, len(texts), rows))
     try:
-        for done in pipe.map(blocks, on_prepared=lambda b: tracker.start_block(len(b.docs), sum(
-                len(w.input_ids) for w in b.unique))):
+        # each block's model part in pieces of --block-tokens (late's hidden states are per window token):
+        # memory holds one piece's windows, and the sample's document vectors, nothing more
+        for _, done, last in pipe.map_pieces(blocks, on_prepared=lambda b: tracker.start_block(len(b.docs), sum(
+                len(w.input_ids) for w in b.unique)), max_tokens=pipe.cfg.encode.block_tokens):
             table = done.table
             totals.add(done.counts)
             for name, width in keep.items():
@@ -124,7 +126,9 @@ def _extract_sample(pipe, texts: list[str], picked: np.ndarray, rows: int, progr
                 columns[name].append(values.reshape(len(col), -1)[:, :width].astype(np.float32))   # (n, width)
             n_tokens += table.column(N_TOKENS).to_pylist()
             errors += table.column(ERROR).to_pylist()
-            tracker.end_block()
+            del done, table
+            if last:
+                tracker.end_block()
     finally:
         bar.close()
     return {name: np.concatenate(parts) for name, parts in columns.items()}, n_tokens, errors, totals

@@ -22,6 +22,7 @@ from ..cache.encode_stage import Encode
 from .agreement import check_agreement, described_config, parts_config
 from .columns import added_columns, checked_table, declared_label
 from .heap import release_free_heap
+from ..pieces import pieces
 from .feed import ordered_map
 from .params import StepsByName, pipeline_params, set_step_params, step_item, with_io_options
 from .resolved import Resolved
@@ -274,17 +275,47 @@ class Pipeline:
         Raises:
             ConfigError: a stage returned no Batch; whatever a stage raises.
         """
+        for _, out, _ in self.map_pieces(items, read, workers, on_prepared, max_tokens=None):
+            yield out
+
+    def map_pieces(self, items: Iterable[Any], read: Callable[[Any], Batch | pa.Table] | None = None,
+                   workers: int = 0, on_prepared: Callable[[Batch], None] | None = None,
+                   max_tokens: int | None = None) -> Iterator[tuple[Any, Batch, bool]]:
+        """As ``map``, with each prepared block's model part (``encode`` and the stages after it) run in
+        pieces of whole documents of at most ``max_tokens`` window tokens (pipeline.pieces), so that
+        memory holds one piece's vectors and output rows, never a whole block's: the engines write each
+        piece as it comes (--block-tokens).
+
+        Args:
+            items, read, workers, on_prepared: as ``map`` (on_prepared gets the whole prepared block).
+            max_tokens: window tokens per piece, at most (a document of more is a piece alone); None:
+                one piece per block.
+
+        Yields:
+            (item, piece, last): each piece's finished Batch, in row order within its block, blocks in
+            input order; ``last`` is True for a block's last piece. Every block yields at least one.
+
+        Raises:
+            ConfigError: a stage returned no Batch; whatever a stage raises.
+        """
         def step(item: Any) -> Batch:
             return self.prepare(read(item) if read is not None else item)
 
-        prepared = (r for _, r in ordered_map(step, items, workers, name="longbert-read")) if workers \
-            else (step(item) for item in items)
-        for batch in prepared:
+        prepared = ordered_map(step, items, workers, name="longbert-read") if workers \
+            else ((item, step(item)) for item in items)
+        for item, batch in prepared:
             if on_prepared is not None:
                 on_prepared(batch)
-            out = self.finish(batch)
-            release_free_heap()
-            yield out
+            parts = pieces(batch, max_tokens)
+            del batch   # each piece holds its own rows: the whole block's vectors are never held at once
+            piece = next(parts)
+            while piece is not None:
+                out = self.finish(piece)
+                following = next(parts, None)
+                release_free_heap()
+                yield item, out, following is None
+                del out   # the piece the consumer has written: not held while the next one is encoded
+                piece = following
 
     def for_run(self, cfg: PipelineConfig) -> Pipeline:
         """A new pipeline for a run with ``cfg``'s read and write options (kept columns, --out-dtype,

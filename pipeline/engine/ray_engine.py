@@ -35,7 +35,7 @@ from ..errors import ConfigError, PipelineError, RunError
 from ..model.host_memory import reuse_freed_memory
 from ..read import BlockSpec, read_block, verify_inputs
 from ..output.lock import holds_output
-from .run import Summary, check, fail_on_row_error, open_run, run_fingerprint, writing
+from .run import Summary, check, documents_of, fail_on_row_error, open_run, peak_memory, run_fingerprint, writing
 from ..output.write import check_resume
 
 SPEC = "spec"                   # the input column: one BlockSpec as JSON
@@ -71,20 +71,21 @@ class RayBlock:
         self.pipe = Pipeline.from_config(cfg)
         self.pipe.encode_stage().load()   # once per actor, before the first batch
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        """A batch of specs (column SPEC) -> their output rows (the project's schema) plus BLOCK and COUNTS."""
-        tables = []
+    def __call__(self, batch: pa.Table) -> Iterator[pa.Table]:
+        """A batch of specs (column SPEC) -> their output rows (the project's schema) plus BLOCK and COUNTS,
+        one table per piece of a block (--block-tokens, Pipeline.map_pieces), each handed to Ray as it
+        is made: the actor holds one piece's vectors, never a whole block's."""
         specs = [BlockSpec.from_json(text) for text in batch.column(SPEC).to_pylist()]
-        for spec, done in zip(specs, self.pipe.map(specs, read=read_block)):
+        max_tokens = self.pipe.cfg.encode.block_tokens
+        for spec, done, _ in self.pipe.map_pieces(specs, read=read_block, max_tokens=max_tokens):
             out, counts = done.table, done.counts
+            del done
             out = out.append_column(BLOCK, pa.array([spec.index] * out.num_rows, pa.int64()))
-            tables.append(out.append_column(COUNTS, pa.array([counts.to_json()] + [None] * (out.num_rows - 1),
-                                                             pa.string())))
-        return pa.concat_tables(tables)
+            yield out.append_column(COUNTS, pa.array([counts.to_json()] + [None] * (out.num_rows - 1), pa.string()))
 
 
 def split_counts(table: pa.Table) -> tuple[pa.Table, BlockCounts]:
-    """A whole block from Ray -> (its output rows without COUNTS, its BlockCounts)."""
+    """Rows of a block from Ray -> (those output rows without COUNTS, the BlockCounts they carry)."""
     counts = BlockCounts()
     for text in table.column(COUNTS).drop_null().to_pylist():
         counts.add(BlockCounts.from_json(text))
@@ -174,11 +175,13 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def in_block_order(batches: Iterator[pa.Table], specs: list[BlockSpec]) -> Iterator[tuple[BlockSpec, pa.Table]]:
-    """Regroup Ray's output batches into whole blocks and yield them in the order of ``specs``.
+def in_block_order(batches: Iterator[pa.Table], specs: list[BlockSpec]) -> Iterator[tuple[BlockSpec, pa.Table, bool]]:
+    """Regroup Ray's output batches by block and yield (spec, rows, complete) in the order of ``specs``:
+    the rows of the block whose turn it is as they come (an actor hands over each piece of a block as it
+    makes it), ``complete`` True with the rows that finish the block.
 
     Ray may split or merge the tables it returns; rows are grouped by their BLOCK column, a block is
-    complete when it has its spec's n_rows rows, and blocks that finish early wait for their turn.
+    complete when it has its spec's n_rows rows, and blocks that come early wait for their turn.
 
     Raises:
         RunError: a block came back with more rows than its spec, or blocks are missing at the end.
@@ -199,8 +202,14 @@ def in_block_order(batches: Iterator[pa.Table], specs: list[BlockSpec]) -> Itera
             if counts[index] > by_index[index].n_rows:
                 raise RunError(f"block {index} came back from Ray with {counts[index]} rows for "
                                f"{by_index[index].n_rows}; nothing more was written; run again")
-        while want is not None and counts.get(want.index) == want.n_rows:
-            yield want, pa.concat_tables(pending.pop(want.index))
+        # the block being written: its pieces go out as they come; a later block's wait for its turn
+        while want is not None and pending.get(want.index):
+            done = counts.get(want.index) == want.n_rows
+            parts = pending.pop(want.index)
+            for k, part in enumerate(parts):
+                yield want, part, done and k == len(parts) - 1
+            if not done:
+                break
             want = next(order, None)
     if want is not None:
         raise RunError(f"Ray returned no rows for block {want.index} (rows {want.first_row}.."
@@ -235,16 +244,19 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     logging.getLogger("ray.data").setLevel(logging.WARNING if cfg.write.progress else logging.ERROR)
     with writing(sink, cfg, bar):
         if todo:
-            for spec, block in _run_ray(ray, cfg, plan.id_type, todo):
-                table, counts = split_counts(block)
+            first_doc = 0   # the piece's first document within its block
+            for spec, piece, last in _run_ray(ray, cfg, plan.id_type, todo):
+                table, counts = split_counts(piece)
                 if cfg.write.strict:
-                    fail_on_row_error(table, spec)
-                sink.write(spec, table)
+                    fail_on_row_error(table, spec, first_doc)
+                sink.write(spec, table, last)
+                first_doc = 0 if last else first_doc + documents_of(table)
                 bar.update(table.num_rows)
                 summary.add(counts)
         verify_inputs(plan.files)  # the inputs are still what the scan hashed (RunError, exit 1)
         summary.n_bytes = sink.commit()
     summary.seconds = time.perf_counter() - started
+    summary.peak_bytes = peak_memory()   # the driver's: each actor holds its own model and one piece
     return summary
 
 
@@ -257,9 +269,9 @@ def driver_config(cfg: PipelineConfig) -> PipelineConfig:
 
 
 def _run_ray(ray, cfg: PipelineConfig, id_type: pa.DataType, specs: list[BlockSpec]
-             ) -> Iterator[tuple[BlockSpec, pa.Table]]:
-    """Map read_block + the block function over ``specs`` on an actor pool; yield (spec, output rows) in
-    plan order. Ray's errors become RunError (exit 1) with the cause's last line; a PipelineError
+             ) -> Iterator[tuple[BlockSpec, pa.Table, bool]]:
+    """Map read_block + the block function over ``specs`` on an actor pool; yield (spec, output rows of
+    a piece, whether the block is complete with it) in plan order (in_block_order). Ray's errors become RunError (exit 1) with the cause's last line; a PipelineError
     raised in an actor (e.g. a file changed during the run) keeps its class."""
     started_ray, cpus = _start_ray(ray, cfg)
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import sys
 import json
 import math
 import time
@@ -59,6 +60,7 @@ class Summary:
     notes: list[str] = field(default_factory=list)   # e.g. parts redone, a lock taken over
     rows_read: int = 0           # input rows this run gave the stages (Pipeline.run: what a filter saw)
     dropped: dict[str, int] = field(default_factory=dict)   # stage name -> rows it dropped (a filter's take)
+    peak_bytes: int = 0          # the process's peak resident memory when the run ended (peak_memory); 0: not measured
 
     def add(self, counts: BlockCounts) -> None:
         """Add one block's counts (the rows stage's BlockCounts), on any engine."""
@@ -74,7 +76,7 @@ class Summary:
 
     def line(self) -> str:
         """documents, tokens, windows (with --cache: "N windows encoded, M from the cache"), rows with
-        errors, seconds, output path (+ counts that are non-zero, in the order of _NOTED). When a stage
+        errors, seconds, the peak memory (when measured), output path (+ counts that are non-zero, in the order of _NOTED). When a stage
         dropped rows it begins with the rows read and each such stage's count: "10 rows read; 'my_filter'
         dropped 1; 9 documents written, ..."."""
         cached = f", {self.windows_cached} from the cache" if self.cache else ""
@@ -82,8 +84,9 @@ class Summary:
         if self.dropped:   # the README's one row per input row does not hold: say where the rows went
             drops = "; ".join(f"{name!r} dropped {n}" for name, n in self.dropped.items())
             docs = f"{self.rows_read} rows read; {drops}; {self.documents} documents written"
+        peak = f", peak memory {self.peak_bytes / 1e9:.2f} GB" if self.peak_bytes else ""
         text = (f"{docs}, {self.tokens} tokens, {self.windows} windows encoded{cached}, "
-                f"{self.errors} rows with errors, {self.seconds:.1f} s -> {self.output}")
+                f"{self.errors} rows with errors, {self.seconds:.1f} s{peak} -> {self.output}")
         extra = [self.id_note] if self.id_note else []
         extra += [self._noted(name, template) for name, template in _NOTED if getattr(self, name)]
         if self.tokens and self.unknown_tokens / self.tokens >= UNKNOWN_WARN_SHARE:
@@ -99,6 +102,20 @@ class Summary:
             more = self.skipped_files - len(self.skipped_names)
             text = f"{text[:-1]}: {', '.join(self.skipped_names)}{f' and {more} more' if more > 0 else ''})"
         return text
+
+
+def peak_memory() -> int:
+    """Bytes: the most resident memory this process has held since it started (``getrusage``'s
+    ru_maxrss: KiB on Linux, bytes on macOS); 0 where the system does not say (Windows).
+
+    The model's weights and the torch runtime are part of it: it is what a job on this machine needs.
+    """
+    try:
+        import resource
+    except ImportError:   # Windows
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) if sys.platform == "darwin" else int(peak) * 1024
 
 
 # Summary field <- BlockCounts field, for Summary.add
@@ -268,17 +285,28 @@ def resume_note(cfg: PipelineConfig, plan: Plan, done: set[int]) -> str:
             "rows) are done")
 
 
-def fail_on_row_error(table: pa.Table, spec: BlockSpec) -> None:
+def _starts_document(table: pa.Table) -> list[int]:
+    """Per output row, 1 where it is a document's first row, else 0: rows are documents, or at --level
+    window a document's windows, whose first row has window 0 (or null: no window)."""
+    if WINDOW not in table.column_names:
+        return [1] * table.num_rows
+    return [int(w is None or w == 0) for w in table.column(WINDOW).to_pylist()]
+
+
+def documents_of(table: pa.Table) -> int:
+    """The documents whose output rows ``table`` holds (rows, or at --level window the documents begun)."""
+    return sum(_starts_document(table))
+
+
+def fail_on_row_error(table: pa.Table, spec: BlockSpec, first_doc: int = 0) -> None:
     """--strict: raise RunError at the first row with an error, naming its id and its file and line
-    (the run then leaves no output)."""
+    (the run then leaves no output). ``table``: the output rows of the block's documents from its
+    ``first_doc``-th on (a piece of the block, pipeline.pieces)."""
     errors = table.column(ERROR).to_pylist()
-    # the document of each output row: rows are documents, or at --level window a document's windows,
-    # whose first row has window 0 (or null: no window)
-    windows = table.column(WINDOW).to_pylist() if WINDOW in table.column_names else [None] * len(errors)
-    docs = list(itertools.accumulate(int(w is None or w == 0) for w in windows))
+    docs = list(itertools.accumulate(_starts_document(table)))
     for i, error in enumerate(errors):
         if error is not None:
             row_id = table.column(0)[i].as_py()
             what = f"row with id {row_id!r}" if table.column_names[0] == ID else f"row {row_id}"
-            raise RunError(f"{what} ({row_location(spec, docs[i] - 1)}): {error}; --strict stops at the first row that "
+            raise RunError(f"{what} ({row_location(spec, first_doc + docs[i] - 1)}): {error}; --strict stops at the first row that "
                            "cannot be embedded (drop --strict to keep such rows with null features)")

@@ -22,7 +22,7 @@ from ..read import Plan, read_block, verify_inputs
 from .calibrate import with_binary_center
 from .columns import as_written
 from .feed import feed_workers
-from .run import BatchProgress, Summary, fail_on_row_error, open_run, run_fingerprint, scan_inputs, writing
+from .run import BatchProgress, Summary, documents_of, peak_memory, fail_on_row_error, open_run, run_fingerprint, scan_inputs, writing
 
 
 @holds_output
@@ -84,21 +84,27 @@ def stream_corpus(plan: Plan, pipe, echo: Callable[[str], None] | None = None,
         progress.start_block(len(batch), sum(len(w.input_ids) for w in batch.unique))
 
     with writing(sink, cfg, bar), batch_hook(encode, progress.batch):
-        outs = pipe.map(todo, read=lambda spec: Batch(rows=read_block(spec)), workers=feed_workers(),
-                        on_prepared=started_block)
-        for spec, out in zip(todo, outs):
+        outs = pipe.map_pieces(todo, read=lambda spec: Batch(rows=read_block(spec)), workers=feed_workers(),
+                               on_prepared=started_block, max_tokens=cfg.encode.block_tokens)
+        first_doc = 0   # the piece's first document within its block
+        for spec, out, last in outs:   # a block's pieces, each written as it comes (pipeline.pieces)
             if out.table is None:
                 raise RunError(f"no stage made the output table (stages: {', '.join(pipe.names)}); keep 'rows'")
             table = as_written(out.table, schema, pipe.names)   # a column no stage declared: refused by name
             summary.add(out.counts or BlockCounts())
             summary.add_dropped(len(out), out.dropped)
+            del out   # the piece's vectors: not held while the next piece is encoded
             if cfg.write.strict:
-                fail_on_row_error(table, spec)
-            sink.write(spec, table)
-            progress.end_block()
+                fail_on_row_error(table, spec, first_doc)
+            sink.write(spec, table, last)
+            first_doc = 0 if last else first_doc + documents_of(table)
+            del table
+            if last:
+                progress.end_block()
         verify_inputs(plan.files)  # the inputs are still what the scan hashed (RunError, exit 1)
         summary.n_bytes = sink.commit()
     summary.seconds = time.perf_counter() - started
+    summary.peak_bytes = peak_memory()
     return summary
 
 

@@ -95,6 +95,9 @@ ENCODE_OPTIONS = [
     _opt(EncodeConfig, "batch_size", metavar="INTEGER", help="Windows per forward pass, at most."),
     _opt(EncodeConfig, "max_batch_tokens", metavar="INTEGER", help="Padded tokens per pass, at most.",
          shown=f"{EncodeConfig().token_budget_on('cpu')} on a CPU, {EncodeConfig().token_budget_on('cuda')} on a GPU"),
+    _opt(EncodeConfig, "block_tokens", metavar="INTEGER",
+         help="Window tokens whose vectors are held at once: a block of more is encoded and written in pieces of "
+              "whole documents, so memory stays flat whatever --block-rows and the corpus."),
 ]
 POOL_OPTIONS = [
     _opt(PoolConfig, "pooling", type=click.Choice(POOLINGS), help="cls | pooler | mean | max, per window.",

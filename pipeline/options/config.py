@@ -111,6 +111,8 @@ class PipelineConfig:
             if d["read"][key] == default:  # added later: a run without them keeps its fingerprint (resume)
                 d["read"].pop(key)
         d["model"].pop("threads")
+        if self.model.quantize == "none":   # int8's activation scale is per forward batch: pieces change its vectors
+            d["encode"].pop("block_tokens")   # else where a block is cut into pieces changes no row or vector
         if not any(f.strategy == "late" for f in self.feature_list()):  # added later: other runs keep their fingerprint
             for key in ("chunk_tokens", "late_overlap"):
                 d["segment"].pop(key)

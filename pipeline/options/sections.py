@@ -181,18 +181,28 @@ CPU_TOKEN_BUDGET = 8192     # padded tokens per forward pass on a CPU when --max
 GPU_TOKEN_BUDGET = 16384    # the same on a GPU
 
 
+# Window tokens (specials included) of the documents whose vectors are held at once: a block of more
+# is encoded, aggregated and written in pieces of whole documents (pipeline.pieces). 32,768 tokens are
+# 64 full windows; at --level token with 384 dimensions their float32 token vectors are 50 MB.
+BLOCK_TOKENS = 32768
+
+
 @config_section
 class EncodeConfig:
     """How Encode batches windows: <= batch_size windows, <= token_budget_on(device) padded positions a pass;
     ConfigError: < 1."""
     batch_size: int = 32                   # windows per forward pass, at most
     max_batch_tokens: int | None = None    # padded tokens per forward pass, at most; None: 8192 on a CPU, 16384 else
+    block_tokens: int = BLOCK_TOKENS       # window tokens a block's model part holds at once (pipeline.pieces)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ConfigError(f"--batch-size={self.batch_size} must be >= 1")
         if self.max_batch_tokens is not None and self.max_batch_tokens < 1:
             raise ConfigError(f"--max-batch-tokens={self.max_batch_tokens} must be >= 1")
+        if self.block_tokens < 512:
+            raise ConfigError(f"--block-tokens={self.block_tokens} must be >= 512 (one window); the default "
+                              f"is {BLOCK_TOKENS}")
 
     @property
     def token_budget(self) -> int:

@@ -156,12 +156,14 @@ def _list_array(items: list[np.ndarray | None], list_type: pa.ListType) -> pa.Ar
     leaf = inner.value_type if fixed else inner
     dtype = leaf.to_pandas_dtype()
     offsets = np.zeros(len(items) + 1, dtype=np.int32)
-    chunks = []
     for i, item in enumerate(items):
         offsets[i + 1] = offsets[i] + (item.shape[0] if item is not None else 0)
+    width = inner.list_size if fixed else 1
+    flat_values = np.empty(int(offsets[-1]) * width, dtype=dtype)   # one copy of the values, filled in place
+    for i, item in enumerate(items):
         if item is not None:
-            chunks.append(item.astype(dtype).reshape(-1))
-    flat = pa.array(np.concatenate(chunks) if chunks else np.zeros(0, dtype), type=leaf)
+            flat_values[offsets[i] * width:offsets[i + 1] * width] = item.reshape(-1)
+    flat = pa.array(flat_values, type=leaf)
     values = pa.FixedSizeListArray.from_arrays(flat, list_size=inner.list_size) if fixed else flat
     mask = pa.array([item is None for item in items], type=pa.bool_())
     return pa.ListArray.from_arrays(pa.array(offsets), values, type=list_type, mask=mask)

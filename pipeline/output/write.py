@@ -38,6 +38,57 @@ def fits_float16(values: np.ndarray, axis: int | None = None) -> np.ndarray:
     """
     return (np.abs(values) < FLOAT16_LIMIT).all(axis=axis)
 
+
+def writer_options(schema: pa.Schema) -> dict:
+    """The ParquetWriter options of an output of ``schema``: dictionary encoding only for the columns whose
+    values are not floating point (ids, kept columns, token ids...).
+
+    Why: a column of vectors has hardly two equal values, so its dictionary is abandoned for plain
+    encoding after its first page anyway, but the writer first hashes every value of the row group:
+    writing one document of 77,508 tokens with 384-wide float32 token vectors (113 MB) took 1.67 GB
+    more memory with the dictionary and 0.44 GB without it (pyarrow 26, docs/performance.md, memory).
+    The values written are the same either way.
+
+    Example: fields id (string), features (fixed_size_list<float>[384]), token_ids (list<int32>) ->
+    {"use_dictionary": ["id", "token_ids.list.element"]}.
+    """
+    def leaf(name: str, t: pa.DataType) -> tuple[str, pa.DataType]:   # Parquet's path of a list's values
+        while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            name, t = f"{name}.list.element", t.value_type
+        return name, t
+
+    leaves = [leaf(f.name, f.type) for f in schema]
+    return {"use_dictionary": [path for path, t in leaves if not pa.types.is_floating(t)]}
+
+
+ROW_GROUP_BYTES = 8 << 20   # a block's rows are held until they reach this, then written as one row group
+
+
+@dataclass
+class RowGroups:
+    """The rows of the block being written, held until they make a row group: at least ROW_GROUP_BYTES
+    (8 MiB) of Arrow data, or the block's end. A block's rows are one row group when they are smaller (the
+    layout of a block written whole), and at most one row group is held at any time.
+
+    Example: pieces of 3, 3 and 2 MiB with ``last`` on the third -> one row group of 8 MiB; pieces of
+    50 MiB (--level token) -> one row group each, written as they come.
+    """
+
+    held: list = field(default_factory=list)   # pa.Table pieces not yet written
+    held_bytes: int = 0
+    peak_bytes: int = 0                        # the most ever held (tests, the memory benchmark)
+
+    def add(self, writer: pq.ParquetWriter, table: pa.Table, last: bool) -> None:
+        """Hold ``table``; write what is held as one row group when it reaches ROW_GROUP_BYTES or ``last``."""
+        self.held.append(table)
+        self.held_bytes += table.nbytes
+        self.peak_bytes = max(self.peak_bytes, self.held_bytes)
+        if last or self.held_bytes >= ROW_GROUP_BYTES:
+            group = self.held[0] if len(self.held) == 1 else pa.concat_tables(self.held)
+            self.held, self.held_bytes = [], 0
+            writer.write_table(group, row_group_size=max(group.num_rows, 1))
+
+
 @dataclass
 class FileSink:
     """One parquet file, written row group by row group (one per block, in block order) to a hidden
@@ -54,25 +105,30 @@ class FileSink:
 
     overwrite: bool = False
     redone: int = 0             # parts redone by --resume (always 0: a file is never resumed)
+    _groups: RowGroups = field(default_factory=lambda: RowGroups())
 
     def open(self, blocks: list | None = None) -> set[int]:
         """Create the temporary file; returns the block indices already done (none for a file)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_partials(self.path)
         self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.partial")
-        self._writer = pq.ParquetWriter(self._tmp, self.schema)
+        self._writer = pq.ParquetWriter(self._tmp, self.schema, **writer_options(self.schema))
         return set()
 
-    def write(self, spec, table: pa.Table) -> None:
-        """Append the block of ``spec`` (a BlockSpec) as one row group; blocks come in order 0, 1, 2, ...
+    def write(self, spec, table: pa.Table, last: bool = True) -> None:
+        """Append rows of the block of ``spec`` (a BlockSpec); blocks come in order 0, 1, 2, ..., each in
+        one or more pieces, the last with ``last`` True. A block's rows are written as one row group, or
+        as several of at least ROW_GROUP_BYTES when the block is larger (``RowGroups``).
+
         Raises RunError: the sink is not open (``open()``), or a block out of order."""
         if self._writer is None or spec.index != self._next:
             raise RunError(f"the sink got block {spec.index} but expects block {self._next}" if self._writer
                            else "the sink is not open: call open() first, or write your own vectors with "
                                 "longbert.save_features(path, ids, X)")
-        self._writer.write_table(table)
-        self._next += 1
+        self._groups.add(self._writer, table, last)
         self.rows += table.num_rows
+        if last:
+            self._next += 1
 
     def commit(self) -> int:
         """Close, fsync and rename into place, then fsync the folder; returns the file's size in bytes.
@@ -154,6 +210,8 @@ class PartsSink:
     parts: dict[int, dict] = field(default_factory=dict)     # block index -> {file, block, first_row, rows, bytes}
     n_blocks: int = 0
     redone: int = 0            # parts --resume found listed but damaged (size, footer or rows) and redoes
+    _open: tuple | None = None  # (block index, its part's ParquetWriter, rows written) while a block comes in pieces
+    _groups: RowGroups = field(default_factory=lambda: RowGroups())
 
     def open(self, blocks: list) -> set[int]:
         """Create the directory or pick up a previous run; returns the indices of the blocks already done.
@@ -198,16 +256,31 @@ class PartsSink:
         """Rows in the finished parts."""
         return sum(p["rows"] for p in self.parts.values())
 
-    def write(self, spec, table: pa.Table) -> None:
-        """Write the block of ``spec`` (a BlockSpec: index, first_row) as its part, then record it in the
-        manifest; blocks may come in any order."""
+    def write(self, spec, table: pa.Table, last: bool = True) -> None:
+        """Write rows of the block of ``spec`` (a BlockSpec: index, first_row) to its part, in one or more
+        pieces, the last with ``last`` True; then record the part in the manifest. Blocks may come in any
+        order, but one block's pieces come together. Row groups as FileSink's (``RowGroups``).
+
+        Raises:
+            RunError: a piece of another block while one is being written.
+        """
         index = spec.index
-        name = part_name(index, done=False)
         tmp = self.path / f".part-{index:05d}.partial"
-        pq.write_table(table, tmp)
+        if self._open is None:
+            self._open = (index, pq.ParquetWriter(tmp, table.schema, **writer_options(table.schema)), 0)
+        elif self._open[0] != index:
+            raise RunError(f"the sink got a piece of block {index} while block {self._open[0]} is not finished")
+        _, writer, rows = self._open
+        self._groups.add(writer, table, last)
+        self._open = (index, writer, rows + table.num_rows)
+        if not last:
+            return
+        writer.close()
+        self._open = None
+        name = part_name(index, done=False)
         size = tmp.stat().st_size
         replace_durably(tmp, self.path / name)
-        self.parts[index] = {"file": name, "block": index, "first_row": spec.first_row, "rows": table.num_rows,
+        self.parts[index] = {"file": name, "block": index, "first_row": spec.first_row, "rows": rows + table.num_rows,
                              "documents": spec.n_rows, "bytes": size}   # rows > documents at --level window
         self._save(complete=False)
 
@@ -225,6 +298,12 @@ class PartsSink:
 
     def abort(self) -> None:
         """Keep finished parts for --resume; drop a half-written one."""
+        if self._open is not None:
+            try:
+                self._open[1].close()
+            except Exception:  # noqa: BLE001 - the run already failed; the file is removed below
+                pass
+            self._open = None
         for stale in self.path.glob(".part-*.partial"):
             stale.unlink()
 

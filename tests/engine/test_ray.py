@@ -220,8 +220,9 @@ def test_ray_strict_row_error_leaves_no_output(ray_address, tiny_model_dir, tmp_
 
 
 def test_results_are_regrouped_into_blocks_in_plan_order():
-    """in_block_order: Ray may split a block's rows over batches or return blocks early; each block
-    comes out whole, in plan order; a block that never comes back is an error, not a gap."""
+    """in_block_order: Ray may split a block's rows over batches or return blocks early; the rows of
+    the block whose turn it is come out as they arrive (a block's pieces), blocks in plan order, and
+    the rows that complete a block are marked; a block that never comes back is an error, not a gap."""
     from pipeline.errors import RunError
     from pipeline.engine.ray_engine import BLOCK, in_block_order
     from pipeline.read import BlockSpec, Columns
@@ -233,9 +234,9 @@ def test_results_are_regrouped_into_blocks_in_plan_order():
 
     arrivals = [batch(1, [3]), batch(0, [0, 1]), batch(1, [4]), batch(0, [2]), batch(2, [5, 6])]
     out = list(in_block_order(iter(arrivals), specs))
-    assert [spec.index for spec, _ in out] == [0, 1, 2]
-    assert [t.column("v").to_pylist() for _, t in out] == [[0, 1, 2], [3, 4], [5, 6]]
-    assert all(t.column_names == ["v"] for _, t in out)
+    assert [(spec.index, t.column("v").to_pylist(), last) for spec, t, last in out] == [
+        (0, [0, 1], False), (0, [2], True), (1, [3], False), (1, [4], True), (2, [5, 6], True)]
+    assert all(t.column_names == ["v"] for _, t, _ in out)
     with pytest.raises(RunError, match="Ray returned no rows for block 2"):
         list(in_block_order(iter(arrivals[:4]), specs))
 
@@ -293,9 +294,9 @@ def test_more_cpus_per_worker_than_cores_exits_2_before_a_local_ray_starts(tiny_
 
 
 def _summary_counts(line: str) -> dict[str, str]:
-    """The summary line's counts by name, without the seconds and the output path."""
+    """The summary line's counts by name, without the seconds, the peak memory and the output path."""
     head, _, extra = line.partition(" -> ")
-    parts = [p.strip() for p in head.split(",")[:-1]] + [p.strip() for p in extra.split("(", 1)[-1].rstrip(")").split(";")]
+    parts = [p.strip() for p in head.split(",") if not p.strip().endswith(" s")] + [p.strip() for p in extra.split("(", 1)[-1].rstrip(")").split(";")]
     return {" ".join(p.split()[1:]): p.split()[0] for p in parts if p and p[0].isdigit()}
 
 
@@ -323,7 +324,7 @@ def test_ray_workers_share_the_store_and_summary_equals_local(ray_address, tiny_
     def line(result) -> str:  # the summary without its seconds and output path
         assert result.exit_code == 0, result.output
         text = result.output.splitlines()[-1]
-        return text.split(" rows with errors, ")[0] + " | " + text.split(" s -> ")[1].partition(" (")[2]
+        return text.split(" rows with errors, ")[0] + " | " + text.split(" -> ")[1].partition(" (")[2]
 
     def windows(text: str) -> int:  # encoded + from the cache
         return sum(int(text.split(what)[0].split()[-1]) for what in (" windows encoded", " from the cache"))

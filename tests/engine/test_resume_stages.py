@@ -30,11 +30,11 @@ def _interrupted(pipe, src, out, monkeypatch) -> None:
     write = PartsSink.write
     calls = []
 
-    def failing(self, spec, table):
+    def failing(self, spec, table, last=True):
         if len(calls) == 2:
             raise RunError("interrupted by the test")
         calls.append(spec)
-        return write(self, spec, table)
+        return write(self, spec, table, last)
 
     with monkeypatch.context() as m:
         m.setattr(PartsSink, "write", failing)

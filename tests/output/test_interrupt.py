@@ -22,11 +22,11 @@ def test_ctrl_c_after_8_of_10_parts_counts_them_and_resume_finishes(runner, tiny
     args = ["extract", src, "--model", tiny_model_dir, "--block-rows", "1", "--no-progress", "-o", f"{out}/"]
     real, calls = write_mod.PartsSink.write, []
 
-    def interrupted_at_the_ninth(self, spec, table):
+    def interrupted_at_the_ninth(self, spec, table, last=True):
         calls.append(spec.index)
         if len(calls) == 9:
             raise KeyboardInterrupt
-        return real(self, spec, table)
+        return real(self, spec, table, last)
 
     monkeypatch.setattr(write_mod.PartsSink, "write", interrupted_at_the_ninth)
     result = invoke(runner, args)

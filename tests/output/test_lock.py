@@ -182,16 +182,16 @@ def test_a_folder_removed_part_way_is_named_not_disk_space(runner, tiny_model_di
     import pipeline.output.write as write
 
     src = write_csv(tmp_path / "in.csv", [{"text": words(5, i)} for i in range(6)])
-    real = write.pq.write_table
+    real = write.pq.ParquetWriter
     calls = []
 
-    def gone(table, where, *a, **k):
+    def gone(where, *a, **k):   # each part is opened as a ParquetWriter, its pieces written to it
         calls.append(where)
         if len(calls) == 2:   # the second part: its folder is gone
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(where))
-        return real(table, where, *a, **k)
+        return real(where, *a, **k)
 
-    monkeypatch.setattr(write.pq, "write_table", gone)
+    monkeypatch.setattr(write.pq, "ParquetWriter", gone)
     result = invoke(runner, ["extract", src, "--model", tiny_model_dir, "--block-rows", "2", "--no-progress",
                              "-o", f"{tmp_path / 'parts'}/"])
     assert result.exit_code == 1
