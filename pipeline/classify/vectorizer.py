@@ -103,7 +103,7 @@ def encode(texts: Sequence[str], *, show_progress_bar: bool | None = None, retur
 
 
 def _encode_texts(pipe, items: list, errors: list[str | None], show: bool) -> Any:
-    """``encode``'s loop: the texts without an error through ``pipe.map`` in blocks; fills ``errors``
+    """``encode``'s loop: the texts without an error through ``pipe.map_pieces`` in blocks; fills ``errors``
     in place with each row's error and returns the gathered value (``_Collect.value``)."""
     from tqdm.auto import tqdm
 
@@ -114,13 +114,18 @@ def _encode_texts(pipe, items: list, errors: list[str | None], show: bool) -> An
     starts = range(0, len(good), _BLOCK_ROWS)
     blocks = (block_from_texts([items[i] for i in good[s:s + _BLOCK_ROWS]]) for s in starts)
     vectors_only = pipe.without("rows")   # the vectors are read from the batch: no output table is built
+    max_tokens = resolved.cfg.encode.block_tokens   # each block's model part in pieces (pipeline.pieces)
     with forgotten_on_failure(pipe), tqdm(total=len(items), unit="text", disable=not show, desc="longbert") as bar:
-        for start, done in zip(starts, vectors_only.map(blocks)):
-            rows = np.asarray(good[start:start + _BLOCK_ROWS], dtype=np.int64)
+        first = 0   # the piece's first row within its block
+        for (block_start, _), done, last in vectors_only.map_pieces(zip(starts, blocks), read=lambda item: item[1],
+                                                                    max_tokens=max_tokens):
+            start = block_start + first
+            rows = np.asarray(good[start:start + len(done)], dtype=np.int64)
             result.add(done, rows)
             for i, error in zip(rows[done.out_docs], done.errors):
                 errors[i] = errors[i] or error
             bar.update(len(rows))
+            first = 0 if last else first + len(done)
         bar.update(len(items) - len(good))
     return result.value(resolved.dim if len(columns) == 1 else sum(d for _, d in columns))
 
@@ -303,12 +308,16 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         starts = range(0, len(texts), _BLOCK_ROWS)
         offsets = iter(starts)   # the token check, before each block's forward pass, numbers rows from its start
         blocks = (block_from_texts(texts[s:s + _BLOCK_ROWS]) for s in starts)
-        checked = pipe.map(blocks, on_prepared=lambda b: raise_on_errors([d.error for d in b.docs], next(offsets)))
+        pieces = pipe.map_pieces(zip(starts, blocks), read=lambda item: item[1], max_tokens=pipe.cfg.encode.block_tokens,
+                                 on_prepared=lambda b: raise_on_errors([d.error for d in b.docs], next(offsets)))
         with forgotten_on_failure(pipe):
-            for start, done in zip(starts, checked):
+            first = 0   # the piece's first row within its block
+            for (block_start, _), done, last in pieces:
+                start = block_start + first
                 table = done.table
                 raise_on_errors(table.column(ERROR).to_pylist(), start)
                 out[start:start + table.num_rows] = np.hstack([features_matrix(table.column(c)) for c in columns])
+                first = 0 if last else first + table.num_rows
         return out
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:

@@ -124,3 +124,19 @@ def test_vector_columns_are_written_without_a_dictionary(tmp_path, tiny_model_di
         "positions.list.element", "offsets.list.element.list.element",
         "token_features.list.element.list.element"}
     assert not any(has_dictionary[p] for p in floats)
+
+
+@pytest.mark.parametrize("level", ["document", "token"])
+def test_encode_in_pieces_gives_each_text_its_own_vectors(tiny_model_dir, level):
+    """longbert.encode runs each block in pieces too: every text's vector at its own position."""
+    texts = [words(300 + 40 * i, i) for i in range(5)]
+    options = dict(model=str(tiny_model_dir), strategy="chunk", max_length=64, level=level)
+    whole = longbert.encode(texts, block_tokens=100000, **options)
+    pieced = longbert.encode(texts, block_tokens=512, **options)
+    if level == "token":
+        assert len(pieced) == len(whole) == 5
+        for u, v in zip(whole, pieced):
+            np.testing.assert_allclose(u, v, atol=1e-6)
+    else:
+        assert pieced.shape == whole.shape == (5, 32)
+        np.testing.assert_allclose(pieced, whole, atol=1e-6)
