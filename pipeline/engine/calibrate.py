@@ -24,8 +24,15 @@ from ..output.write import load_manifest
 from ..read import Plan, read_block
 
 
-def with_binary_center(cfg: PipelineConfig, pipeline: Callable[[], object], plan: Plan) -> PipelineConfig:
-    """``cfg`` with ``write.binary_center`` filled for an --out-dtype binary run (any other run: as it is).
+def with_binary_center(cfg: PipelineConfig, pipeline: Callable[[], object], plan: Plan
+                       ) -> tuple[PipelineConfig, str | None]:
+    """``cfg`` with ``write.binary_center`` filled for an --out-dtype binary run (any other run: as it is),
+    and a note for the summary when the centre rests on few documents.
+
+    The centre is, in this order: the resumed run's (its manifest), the one of the output named by
+    --binary-center (``file_centers``), or the mean of the first ``CALIBRATION_DOCS`` documents. Of one
+    document its own mean is the vector itself, whose bits would all be 0: such a run keeps the signs
+    of x itself and says so; of 2 to 63 documents the note says how many it rests on.
 
     Args:
         cfg: the run's config. pipeline: returns the Pipeline whose stages up to ``rows`` compute the
@@ -33,18 +40,81 @@ def with_binary_center(cfg: PipelineConfig, pipeline: Callable[[], object], plan
         plan: the run's plan of blocks (the first documents are read from its first blocks).
 
     Returns:
-        The config, ``binary_center`` set to ((column, (D,) centre as floats, or None for the signs of x),
-        ...): the resumed run's, or the first ``CALIBRATION_DOCS`` documents' means.
+        (the config, ``binary_center`` set to ((column, (D,) centre as floats, or None for the signs of
+        x), ...); the summary's note or None).
 
     Raises:
-        whatever the stages raise on the first documents (RunError, ModelError...).
+        ConfigError: a --binary-center file that is not a binary output, or whose columns differ.
+        Whatever the stages raise on the first documents (RunError, ModelError...).
     """
     if cfg.write.out_dtype != "binary" or cfg.write.binary_center is not None:
-        return cfg
+        return cfg, None
+    note = None
     centers = resumed_centers(cfg)
+    if centers is None and cfg.write.binary_center_file is not None:
+        pipe = pipeline()
+        centers = file_centers(cfg.write.binary_center_file, binary_columns(pipe))
     if centers is None:
-        centers = tuple((name, tuple(map(float, c))) for name, c in first_documents_centers(pipeline(), plan).items())
-    return dataclasses.replace(cfg, write=dataclasses.replace(cfg.write, binary_center=centers))
+        found, n_docs = first_documents_centers(pipeline(), plan)
+        if n_docs == 1:
+            centers = tuple((name, None) for name in found)
+            note = ("binary: one document has no centre of its own (its mean is itself, every bit 0): its bits are "
+                    "the signs of x; pass --binary-center with a larger run's output to compare bits across files")
+        else:
+            centers = tuple((name, tuple(map(float, c))) for name, c in found.items())
+            if 1 < n_docs < CALIBRATION_DOCS:
+                note = (f"binary: the centre is the mean of {n_docs} documents (fewer than {CALIBRATION_DOCS}); pass "
+                        "--binary-center with a larger run's output to take its centre")
+    return dataclasses.replace(cfg, write=dataclasses.replace(cfg.write, binary_center=centers)), note
+
+
+def binary_columns(pipe) -> dict[str, int]:
+    """{column: D} of the binary columns ``pipe``'s run writes: each feature column and, per token, token_features."""
+    resolved = pipe.resolution()
+    columns = dict(resolved.columns)
+    if resolved.cfg.pool.per_token:
+        columns[TOKEN_FEATURES] = resolved.token_dim
+    return columns
+
+
+def file_centers(path: str, columns: dict[str, int]) -> tuple:
+    """The centres of an earlier --out-dtype binary output (``path``: a .parquet file or a DIR/ of parts),
+    from its metadata's ``compact`` entry, for this run's ``columns`` ({column: D}).
+
+    Returns:
+        ((column, (D,) centre as floats, or None: that file kept the signs of x), ...) in ``columns``' order.
+
+    Raises:
+        ConfigError: the file cannot be read, holds no binary output, or lacks one of ``columns`` or
+            gives it another dimension (naming both).
+    """
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ..errors import ConfigError
+    from ..output.write import DONE_MANIFEST
+
+    where = Path(path)
+    try:
+        target = where / DONE_MANIFEST if where.is_dir() else where
+        raw = (pq.read_schema(target).metadata or {}).get(b"longbert")
+        compact = (json.loads(raw) if raw else {}).get("compact") or {}
+    except (OSError, ValueError, pa.ArrowException) as err:
+        raise ConfigError(f"--binary-center {path!r} cannot be read as a longbert output ({err}); pass a .parquet "
+                          "file or a finished DIR/ that `longbert extract --out-dtype binary` wrote") from None
+    if compact.get("form") != "binary":
+        raise ConfigError(f"--binary-center {path!r} holds no --out-dtype binary output (no centre in its metadata); "
+                          "pass a file that `longbert extract --out-dtype binary` wrote")
+    theirs = {c["column"]: c for c in compact.get("columns", [])}
+    for name, dim in columns.items():
+        if name not in theirs or theirs[name].get("dim") != dim:
+            have = {c: e.get("dim") for c, e in theirs.items()}
+            raise ConfigError(f"--binary-center {path!r} has the columns {have}, this run writes {columns}; pass an "
+                              "output of the same features and model")
+    return tuple((name, tuple(map(float, theirs[name]["center"])) if "center" in theirs[name] else None)
+                 for name in columns)
 
 
 def resumed_centers(cfg: PipelineConfig) -> tuple | None:
@@ -60,11 +130,11 @@ def resumed_centers(cfg: PipelineConfig) -> tuple | None:
     return tuple((c["column"], tuple(c["center"]) if "center" in c else None) for c in compact["columns"])
 
 
-def first_documents_centers(pipe, plan: Plan, n_docs: int = CALIBRATION_DOCS) -> dict[str, np.ndarray]:
-    """{column: (D,) float32 centre} from the first ``n_docs`` rows of ``plan`` run through ``pipe``'s
-    stages before ``rows``: the mean of their valid vectors per feature column (documents, or windows
-    at --level window) and, when the stages give per-token vectors, of their tokens' (``token_features``).
-    A column with no valid vector among them gets zeros."""
+def first_documents_centers(pipe, plan: Plan, n_docs: int = CALIBRATION_DOCS) -> tuple[dict[str, np.ndarray], int]:
+    """({column: (D,) float32 centre}, documents read) from the first ``n_docs`` rows of ``plan`` run
+    through ``pipe``'s stages before ``rows``: the mean of their valid vectors per feature column
+    (documents, or windows at --level window) and, when the stages give per-token vectors, of their
+    tokens' (``token_features``). A column with no valid vector among them gets zeros."""
     stop = pipe.names.index("rows") if "rows" in pipe.names else len(pipe.names)
     vectors: dict[str, list[np.ndarray]] = {}
     tokens: list[np.ndarray] = []
@@ -83,4 +153,4 @@ def first_documents_centers(pipe, plan: Plan, n_docs: int = CALIBRATION_DOCS) ->
     centers = {name: binary_center(np.concatenate(parts)) for name, parts in vectors.items()}
     if tokens:
         centers[TOKEN_FEATURES] = binary_center(np.concatenate(tokens).astype(np.float32))
-    return centers
+    return centers, n_docs - left

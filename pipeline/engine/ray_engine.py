@@ -236,11 +236,13 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     cfg, tokenizer, plan = check(cfg)
     cfg, schema = output_for(cfg, tokenizer, plan.id_type)
     check_resume(cfg, run_fingerprint(cfg, plan, schema))
-    binary = with_binary_center(cfg, lambda: Pipeline.from_config(driver_config(cfg), tokenizer), plan)
+    binary, binary_note = with_binary_center(cfg, lambda: Pipeline.from_config(driver_config(cfg), tokenizer), plan)
     if binary is not cfg:   # --out-dtype binary: the centre, found here once, reaches the actors in the config
         cfg, schema = output_for(binary, tokenizer, plan.id_type)
     ray = import_ray()
     sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
+    if binary_note:
+        summary.notes.append(binary_note)
     logging.getLogger("ray.data").setLevel(logging.WARNING if cfg.write.progress else logging.ERROR)
     with writing(sink, cfg, bar):
         if todo:

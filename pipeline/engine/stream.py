@@ -72,12 +72,14 @@ def stream_corpus(plan: Plan, pipe, echo: Callable[[str], None] | None = None,
             pipe = pipe.with_facts(encode.facts)   # a hub model hashed once its files came: the file's metadata
             encode = pipe.encode_stage()
             encode.load()
-    binary = with_binary_center(cfg, lambda: pipe, plan)   # --out-dtype binary: the centre of the signs
+    binary, binary_note = with_binary_center(cfg, lambda: pipe, plan)   # --out-dtype binary: the centre of the signs
     if binary is not cfg:
         pipe = pipe.for_run(binary)
         cfg = pipe.cfg
     schema = pipe.resolution().file_schema(plan.id_type)   # a hub model's sha256 may be known now
     sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
+    if binary_note:
+        summary.notes.append(binary_note)
     progress = BatchProgress(bar)
 
     def started_block(batch: Batch) -> None:

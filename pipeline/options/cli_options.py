@@ -96,8 +96,7 @@ ENCODE_OPTIONS = [
     _opt(EncodeConfig, "max_batch_tokens", metavar="INTEGER", help="Padded tokens per pass, at most.",
          shown=f"{EncodeConfig().token_budget_on('cpu')} on a CPU, {EncodeConfig().token_budget_on('cuda')} on a GPU"),
     _opt(EncodeConfig, "block_tokens", metavar="INTEGER",
-         help="Window tokens whose vectors are held at once: a block of more is encoded and written in pieces of "
-              "whole documents, so memory stays flat whatever --block-rows and the corpus."),
+         help="Window tokens held at once; more run in pieces."),
 ]
 POOL_OPTIONS = [
     _opt(PoolConfig, "pooling", type=click.Choice(POOLINGS), help="cls | pooler | mean | max, per window.",
@@ -121,6 +120,8 @@ POOL_OPTIONS = [
 WRITE_OPTIONS = [
     _opt(WriteConfig, "output", "-o", "--output", help="Output .parquet file, or DIR/ for numbered parts and a manifest."),
     _opt(WriteConfig, "out_dtype", type=click.Choice(OUT_DTYPES), help="Storage dtype of the vectors. int8: a byte per value and a float32 FEATURE_scale column (x = q * scale); binary: 8 signs per byte, bit 1 where x > the first 64 documents' mean."),
+    _opt(WriteConfig, "binary_center_file", "--binary-center", "binary_center_file", metavar="FILE",
+         help="binary: take the centre of this earlier binary output."),
     _opt(WriteConfig, "overwrite", is_flag=True, help="Replace an existing output."),
     _opt(WriteConfig, "resume", is_flag=True, help="Continue a DIR/ output: only the blocks without a finished part are run."),
     _opt(WriteConfig, "strict", is_flag=True, help="Exit 1 at the first row that cannot be embedded."),

@@ -302,12 +302,19 @@ class WriteConfig:
                                            # binary: per column (name, the (D,) centre of its signs, or None: 0);
                                            # None: the engine calibrates it on the first documents
                                            # (pipeline.engine.calibrate), stored in the metadata
+    binary_center_file: str | None = None  # binary: an earlier binary output whose centre this run takes
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "output", expand_user(str(self.output), "--output"))  # frozen: set once, here
         if self.cache is not None:
             object.__setattr__(self, "cache", expand_user(str(self.cache), "--cache"))
         check_choice("--out-dtype", self.out_dtype, OUT_DTYPES)
+        if self.binary_center_file is not None:
+            object.__setattr__(self, "binary_center_file", expand_user(str(self.binary_center_file),
+                                                                       "--binary-center"))
+            if self.out_dtype != "binary":
+                raise ConfigError(f"--binary-center {self.binary_center_file!r} gives the centre of binary vectors; "
+                                  "add --out-dtype binary, or drop --binary-center")
         if not self.is_directory and not self.output.lower().endswith(".parquet"):
             raise ConfigError(f"--output {self.output!r} is neither a .parquet file nor a directory (ending in /); "
                               f"longbert writes parquet: use e.g. -o {Path(self.output).with_suffix('.parquet')} "

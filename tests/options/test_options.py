@@ -31,7 +31,7 @@ def test_the_three_commands_compose_the_same_option_groups():
     assert set(probe) - set(extract) == {"label_col", "folds", "seed", "plot", "sample", "out"}
     assert set(probe) & set(extract) == {"inputs"} | INPUT_AND_WINDOW | {
         "model", "device", "dtype", "quantize", "threads", "allow_pickle", "folder_settings", "prompt_name", "batch_size",
-        "max_batch_tokens", "progress", "cache"}
+        "max_batch_tokens", "block_tokens", "progress", "cache"}
     # one declaration: each shared option is the same object, with the same flags, type and help
     for name in set(stats) & set(extract) - {"inputs"}:
         assert same(stats[name], extract[name]), name

@@ -1,0 +1,77 @@
+"""--out-dtype binary's centre: taken from an earlier output (--binary-center), so that two files' bits
+compare, and small inputs said plainly: one document keeps the signs of x itself (never all zeros), a few
+documents are named in the summary. Bits are checked against float32 vectors of the same texts."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import extract_cli, words
+
+COMMON = ("--max-length", "16", "--strategy", "chunk")
+
+
+def _floats(tmp_path, model, texts, name):
+    _, out = extract_cli(tmp_path, texts, *COMMON, model=model, name=name)
+    return np.array(pq.read_table(out).column("features").to_pylist(), dtype=np.float32)   # (n, D)
+
+
+def _bits(path, dim) -> np.ndarray:
+    packed = np.array(pq.read_table(path).column("features").to_pylist(), dtype=np.uint8)
+    return np.unpackbits(packed, axis=1, count=dim).astype(bool)                           # (n, D)
+
+
+def test_one_document_keeps_the_signs_of_x_and_says_so(tmp_path, tiny_model_dir):
+    text = [words(12, 3)]
+    x = _floats(tmp_path, tiny_model_dir, text, "f.parquet")
+    result, out = extract_cli(tmp_path, text, *COMMON, "--out-dtype", "binary", model=tiny_model_dir, name="b.parquet")
+    bits = _bits(out, x.shape[1])
+    np.testing.assert_array_equal(bits, x > 0)
+    assert 0 < bits.sum() < x.shape[1]
+    assert "binary: one document has no centre of its own" in result.output and "--binary-center" in result.output
+
+
+def test_a_few_documents_are_named_in_the_summary(tmp_path, tiny_model_dir):
+    texts = [words(12, 3), words(9, 20)]
+    x = _floats(tmp_path, tiny_model_dir, texts, "f.parquet")
+    result, out = extract_cli(tmp_path, texts, *COMMON, "--out-dtype", "binary", model=tiny_model_dir, name="b.parquet")
+    np.testing.assert_array_equal(_bits(out, x.shape[1]), x > x.astype(np.float64).mean(0).astype(np.float32))
+    assert "binary: the centre is the mean of 2 documents (fewer than 64)" in result.output
+
+
+@pytest.mark.parametrize("parts", [False, True])
+def test_queries_take_the_corpus_centre(tmp_path, tiny_model_dir, parts):
+    corpus = [words(10 + 3 * i, 7 * i) for i in range(5)]
+    query = [words(11, 4)]
+    center = _floats(tmp_path, tiny_model_dir, corpus, "fc.parquet").astype(np.float64).mean(0).astype(np.float32)
+    q = _floats(tmp_path, tiny_model_dir, query, "fq.parquet")
+    name = "corpus/" if parts else "corpus.parquet"
+    _, corpus_out = extract_cli(tmp_path, corpus, *COMMON, "--out-dtype", "binary", model=tiny_model_dir, name=name)
+    result, out = extract_cli(tmp_path, query, *COMMON, "--out-dtype", "binary", "--binary-center",
+                              str(corpus_out), model=tiny_model_dir, name="q.parquet")
+    np.testing.assert_array_equal(_bits(out, q.shape[1]), q > center)
+    assert "binary:" not in result.output   # the centre is the corpus's: no note about this run's documents
+
+
+def test_binary_center_refusals(tmp_path, tiny_model_dir):
+    text = [words(12, 3)]
+    _, floats = extract_cli(tmp_path, text, *COMMON, model=tiny_model_dir, name="f.parquet")
+    result, _ = extract_cli(tmp_path, text, *COMMON, "--binary-center", str(floats), model=tiny_model_dir,
+                            name="x.parquet", ok=False)
+    assert result.exit_code == 2
+    assert f"--binary-center {str(floats)!r} gives the centre of binary vectors; add --out-dtype binary" in result.output
+    result, _ = extract_cli(tmp_path, text, *COMMON, "--out-dtype", "binary", "--binary-center", str(floats),
+                            model=tiny_model_dir, name="y.parquet", ok=False)
+    assert result.exit_code == 2
+    assert f"--binary-center {str(floats)!r} holds no --out-dtype binary output" in result.output
+    _, tokens = extract_cli(tmp_path, text, *COMMON, "--out-dtype", "binary", "--level", "token",
+                            model=tiny_model_dir, name="t.parquet")
+    result, _ = extract_cli(tmp_path, text, "--max-length", "16", "--out-dtype", "binary", "--feature", "head:cls",
+                            "--feature", "chunk:mean", "--binary-center", str(tokens),
+                            model=tiny_model_dir, name="z.parquet", ok=False)
+    assert result.exit_code == 2 and "pass an output of the same features and model" in result.output
+    result, _ = extract_cli(tmp_path, text, *COMMON, "--out-dtype", "binary", "--binary-center",
+                            str(tmp_path / "missing.parquet"), model=tiny_model_dir, name="m.parquet", ok=False)
+    assert result.exit_code == 2 and "cannot be read as a longbert output" in result.output
+    assert "Traceback" not in result.output
