@@ -310,11 +310,12 @@ class Pipeline:
             del batch   # each piece holds its own rows: the whole block's vectors are never held at once
             piece = next(parts)
             while piece is not None:
-                out = self.finish(piece)
+                out = [self.finish(piece)]
                 following = next(parts, None)
                 release_free_heap()
-                yield item, out, following is None
-                del out   # the piece the consumer has written: not held while the next one is encoded
+                # handed over, not kept: this frame holds no reference to the finished piece while the
+                # consumer writes it (its vectors and its output rows are then held once) or after
+                yield item, out.pop(), following is None
                 piece = following
 
     def for_run(self, cfg: PipelineConfig) -> Pipeline:

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import longbert
-from pipeline.output.write import ROW_GROUP_BYTES, RowGroups
+from pipeline.output.row_groups import ROW_GROUP_BYTES, RowGroups
 from pipeline.pieces import piece_bounds, window_tokens
 
 from conftest import extract_cli, words
