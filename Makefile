@@ -19,7 +19,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
-	$(PIP) install -e '.[plot,test,ray]' --config-settings editable_mode=compat
+	$(PIP) install -e '.[plot,test,ray,s3]' --config-settings editable_mode=compat
 	touch $@
 
 $(VENV)/.installed-docs: $(VENV)/.installed pyproject.toml

@@ -225,6 +225,9 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     """
     started = time.perf_counter()
     cfg, tokenizer, plan = check(cfg)
+    if cfg.write.cache:   # a store that cannot be opened (no endpoint, no bucket, no credentials): exit 2 here
+        from ..cache.stores import open_store
+        open_store(cfg.write.cache).close()
     cfg, schema = output_for(cfg, tokenizer, plan.id_type)
     check_resume(cfg, run_fingerprint(cfg, plan, schema))
     binary = with_binary_center(cfg, lambda: Pipeline.from_config(driver_config(cfg), tokenizer), plan)
