@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install install-test run test docs bench bench-overhead bench-gpu clean
+.PHONY: install install-test run test docs bench bench-overhead bench-store bench-gpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,12 @@ OVERHEAD_ARGS ?= --docs 240 --rounds 3
 bench-overhead: install
 	$(BIN)/python -c "import sentence_transformers" 2>/dev/null || $(PIP) install -e '.[bench]' --config-settings editable_mode=compat
 	$(BIN)/python bench/overhead_bench.py $(OVERHEAD_ARGS)
+
+# The window store in S3 against the SQLite store (a few minutes on 2 cores): first and second run times, and
+# requests and bytes per 1,000 windows, on a local S3 server (moto, started by the script); bench/results_s3.md.
+# Shorter: STORE_ARGS="--docs 40 --repeats 1".
+bench-store: install-test
+	$(BIN)/python bench/s3_store_bench.py $(STORE_ARGS)
 
 # Issue 19's device benchmark, one command on a CUDA machine (fits in 5 minutes on one H200): bench/results_gpu.md.
 # Without CUDA it prints one line and exits 2. No install step: a GPU machine's own python3 holds its CUDA torch

@@ -55,6 +55,7 @@ class ObjectStore:
         self._index: dict[str, dict[bytes, tuple[str, int, int]]] = {}   # pool -> key -> (path, offset, values)
         self._spare: dict[str, dict[bytes, list]] = {}             # pool -> key -> other objects holding it
         self._objects: collections.OrderedDict[str, bytes] = collections.OrderedDict()   # path -> verified bytes
+        self._held = 0                                               # bytes in _objects
         self._damaged: set[str] = set()
         self._counts: dict[str, list[int]] = {}                     # pool -> [lookups, hits, rejected]
         self.read_only = False
@@ -136,10 +137,13 @@ class ObjectStore:
                           f"`longbert cache {self.uri} --clear`", StoreWarning, stacklevel=2)
 
     def _keep(self, path: str, data: bytes) -> None:
+        """Hold an object's verified bytes, dropping the least recently kept beyond CACHED_BYTES."""
+        if path in self._objects:
+            self._held -= len(self._objects.pop(path))
         self._objects[path] = data
-        self._objects.move_to_end(path)
-        while sum(len(v) for v in self._objects.values()) > CACHED_BYTES and len(self._objects) > 1:
-            self._objects.popitem(last=False)
+        self._held += len(data)
+        while self._held > CACHED_BYTES and len(self._objects) > 1:
+            self._held -= len(self._objects.popitem(last=False)[1])
 
     def _fetch(self, paths: set[str]) -> None:
         """Read the objects in ``paths`` not in memory (at once), checking each one's sha256."""
@@ -302,7 +306,8 @@ class ObjectStore:
         Keys as WindowStore.stats: path, journal_mode, size_bytes, entries, lookups, hits, rejected,
         hit_rate, bytes_per_1000, models (per pool key: label and dim read from one of its objects)."""
         by_pool: dict[str, list] = {}
-        for obj in self._listing():
+        listing = self._listing()
+        for obj in listing:
             named = parse_name(obj["path"])
             if named is not None:
                 entry = by_pool.setdefault(obj["path"].split("/")[1], [0, 0, obj["path"]])
@@ -325,7 +330,8 @@ class ObjectStore:
         entries, size = sum(m["entries"] for m in models), sum(m["bytes"] for m in models)
         lookups, hits = sum(m["lookups"] for m in models), sum(m["hits"] for m in models)
         return {"path": self.uri, "journal_mode": "objects", "size_bytes": size, "wal_bytes": 0,
-                "entries": entries, "objects": sum(1 for _ in by_pool), "lookups": lookups, "hits": hits,
+                "entries": entries, "objects": sum(parse_name(o["path"]) is not None for o in listing),
+                "lookups": lookups, "hits": hits,
                 "rejected": sum(m["rejected"] for m in models), "hit_rate": hits / lookups if lookups else None,
                 "bytes_per_1000": size * 1000 / entries if entries else None, "models": models}
 
@@ -338,12 +344,14 @@ class ObjectStore:
             raise run_error(self.uri, "deleting the stored windows", err) from None
         with self._lock:
             self._index, self._spare, self._objects, self._counts = {}, {}, collections.OrderedDict(), {}
+            self._held = 0
 
     def close(self) -> None:
         """Drop what this store object holds in memory and its connection; nothing is pending (every put
         was written when it returned). The next call lists and connects again."""
         with self._lock:
             self._index, self._spare, self._objects = {}, {}, collections.OrderedDict()
+            self._held = 0
             self.client.close()
 
 

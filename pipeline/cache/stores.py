@@ -7,6 +7,7 @@ Pipeline, Ray workers) and by ``longbert cache`` (pipeline.cache.store_report); 
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 
 from ..errors import ConfigError
@@ -17,17 +18,19 @@ from .store_api import Store
 @dataclass(frozen=True)
 class Scheme:
     """Where a scheme's store lives: ``pipeline.cache.<module>.<opener>(uri) -> Store``, imported on first
-    use; ``library`` is the module it needs, from the ``extra`` of ``pip install 'longbert[extra]'``."""
+    use; ``library`` is the module it needs, from the ``extra`` of ``pip install 'longbert[extra]'``;
+    ``env``: the prefixes of the environment variables that configure it (what Ray workers are given)."""
 
     module: str
     opener: str
     library: str | None = None
     extra: str | None = None
+    env: tuple[str, ...] = ()
 
 
 SCHEMES: dict[str, Scheme] = {
     "": Scheme("store", "open_folder"),                                  # a folder: DIR/windows.sqlite3
-    "s3": Scheme("object_store", "open_s3", library="obstore", extra="s3"),  # S3, MinIO, SeaweedFS, R2, Ceph
+    "s3": Scheme("object_store", "open_s3", library="obstore", extra="s3", env=("AWS_",)),  # S3, MinIO, R2...
 }
 assert set(SCHEMES) == {"", *STORE_SCHEMES}   # options.paths checks URIs against the same schemes
 
@@ -65,6 +68,16 @@ def open_store(uri: str, option: str = "--cache") -> Store:
                               f"installed; pip install 'longbert[{scheme.extra}]'") from None
     module = importlib.import_module(f"{__package__}.{scheme.module}")
     return getattr(module, scheme.opener)(canonical)
+
+
+def store_env(uri: str | None) -> dict[str, str]:
+    """The environment variables that configure the store ``uri`` names, as this process has them (for an
+    s3:// URI every AWS_* variable set): Ray's workers are started with them, so they reach the store the
+    driver checked. {} for a folder or None. Example: "s3://b/p" -> {"AWS_ENDPOINT_URL": "http://...", ...}."""
+    if not uri:
+        return {}
+    prefixes = scheme_of(str(uri)).env
+    return {k: v for k, v in os.environ.items() if prefixes and k.startswith(prefixes)}
 
 
 def is_folder(uri: str | None) -> bool:

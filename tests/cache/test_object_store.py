@@ -306,3 +306,98 @@ def test_store_object_pickles_as_its_uri_and_the_stage_keeps_the_uri(s3, tiny_mo
     assert copy.uri == uri and type(copy) is type(store)
     stage = Encode(ModelConfig(model=str(tiny_model_dir)), [Feature("chunk", "mean")], store=uri)
     assert pickle.loads(pickle.dumps(stage)).store == uri
+
+
+# ---------------------------------------------------------------- the store and its objects, without a model
+
+
+POOL = "ab" * 32
+
+
+def _ids(n: int, seed: int = 0) -> list[np.ndarray]:
+    """n distinct windows: [CLS]=2, the window's number, 0 to 29 random ids, [SEP]=3."""
+    rng = np.random.default_rng(seed)
+    return [np.concatenate([[2, 1000 + i], rng.integers(5, 50, int(rng.integers(0, 30))), [3]]) for i in range(n)]
+
+
+def test_blocks_round_trip_and_refuse_damage():
+    from pipeline.cache.object_blocks import BlockDamaged, index_length, pack_block, parse_index, parse_name, verify
+
+    keys, values = [bytes([i]) * 32 for i in range(3)], [b"\x00" * 16, b"\x01" * 8, b""]
+    name, data = pack_block(POOL, 4, "label", "vectors", keys, values)
+    sha, n = parse_name(f"windows-v1/{POOL}/{name}")
+    assert n == 3 and verify(sha, data) and len(data) == index_length(3) + 24
+    header, entries = parse_index(data[:index_length(3)], 3)
+    assert header == {"pool": POOL, "dim": 4, "label": "label", "kind": "vectors"}
+    assert [(k, data[o:o + 4 * v]) for k, o, v in entries] == list(zip(keys, values))
+    assert not verify(sha, data[:-1]) and not verify(sha, data[:-1] + b"\x02")
+    with pytest.raises(BlockDamaged):
+        parse_index(data[:index_length(3) - 1], 3)
+    with pytest.raises(BlockDamaged):
+        parse_index(data, 2)
+    assert parse_name("x/notes.txt") is None and parse_name(f"{sha}-3-0a1b.lbw") == (sha, 3)
+
+
+def test_requests_per_1000_windows_and_values(s3):
+    """1,000 windows put in 4 blocks: 4 PUTs of one object each; another process's store object reads
+    them back with 1 LIST and 4 GETs (the open check adds one LIST), bit for bit."""
+    uri, client, counted = s3
+    ids = _ids(1000)
+    vectors = np.random.default_rng(1).standard_normal((1000, 384)).astype(np.float32)
+    writer = open_store(uri)
+    writer.register(POOL, 384, "test")
+    for start in range(0, 1000, 250):
+        assert writer.put_many(POOL, ids[start:start + 250], vectors[start:start + 250]) == 250
+    assert counted.count("PUT") == 4 and len(objects(client, uri)) == 4
+    counted.reset()
+    reader = pickle.loads(pickle.dumps(writer))                # as another process: nothing in memory
+    reader.register(POOL, 384, "test")
+    got = np.concatenate([reader.lookup(POOL, ids[s:s + 250])[0] for s in range(0, 1000, 250)])
+    assert got.tobytes() == vectors.tobytes()
+    assert (counted.count("LIST"), counted.count("GET"), counted.count("PUT", ok_only=False)) == (1, 4, 0)
+    stats = reader.stats()
+    assert (stats["entries"], stats["objects"], stats["hits"], stats["lookups"]) == (1000, 4, 1000, 1000)
+    assert stats["size_bytes"] == sum(len(v) for v in objects(client, uri).values())
+
+
+def test_token_vectors_and_a_racing_duplicate(s3):
+    uri, client, counted = s3
+    ids = _ids(6, seed=3)
+    tokens = [np.full((len(i) - 2, 8), k, dtype=np.float32) for k, i in enumerate(ids)]
+    a, b = open_store(uri), open_store(uri)
+    for store in (a, b):
+        store.register(POOL, 8, "tokens")
+        assert store.get_tokens(POOL, ids) == [None] * 6      # both list an empty pool first: a race
+    a.put_tokens(POOL, ids, tokens)
+    b.put_tokens(POOL, ids, tokens)                            # the same object: create-if-absent says it is there
+    assert len(objects(client, uri)) == 1 and counted.count("PUT") == 1 and counted.count("PUT", ok_only=False) == 2
+    c = open_store(uri)
+    c.register(POOL, 8, "tokens")
+    for got, want in zip(c.get_tokens(POOL, ids), tokens):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="token vectors must be"):
+        c.put_tokens(POOL, ids[:1], [tokens[1]])
+    with pytest.raises(ValueError, match="is not registered"):
+        c.get_many("cd" * 32, ids)
+
+
+def test_a_damaged_object_falls_back_to_another_copy(s3):
+    uri, client, _ = s3
+    bucket = uri.split("/")[2]
+    ids = _ids(5, seed=4)
+    vectors = np.arange(5 * 4, dtype=np.float32).reshape(5, 4)
+    for part in (slice(0, 5), slice(0, 3)):                    # two racing writers' blocks overlap in 3 windows
+        store = open_store(uri)
+        store.register(POOL, 4, "t")
+        if part == slice(0, 3):
+            store._index[POOL] = {}                            # as a writer that listed before the first put
+        store.put_many(POOL, ids[part], vectors[part])
+    stored = objects(client, uri)
+    big = next(k for k in stored if k.endswith("-5.lbw"))
+    client.put_object(Bucket=bucket, Key=big, Body=stored[big][:-4])
+    reader = open_store(uri)
+    reader.register(POOL, 4, "t")
+    with pytest.warns(StoreWarning, match="is damaged"):
+        found = reader.get_many(POOL, ids)
+    assert [f is not None for f in found] == [True] * 3 + [False] * 2   # the 3 from the other object
+    np.testing.assert_array_equal(np.stack(found[:3]), vectors[:3])
