@@ -136,11 +136,31 @@ def _env_cache(cfg: PipelineConfig) -> PipelineConfig:
     return dataclasses.replace(cfg, write=dataclasses.replace(cfg.write, cache=folder))
 
 
+def _plain_store_warnings() -> None:
+    """Print the window store's warnings (pipeline.errors.StoreWarning) as one ``Warning: ...`` line, without
+    the source file and line Python's default format adds; other warnings keep that format."""
+    import warnings
+
+    from pipeline.errors import StoreWarning
+    default = warnings.formatwarning
+    if getattr(default, "plain_store_warnings", False):
+        return   # installed already (the CLI called again in one process)
+
+    def plain(message, category, filename, lineno, line=None):
+        if issubclass(category, StoreWarning):
+            return f"Warning: {message}\n"
+        return default(message, category, filename, lineno, line)
+
+    plain.plain_store_warnings = True
+    warnings.formatwarning = plain
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="longbert", message="%(version)s")
 def main() -> None:
     """longbert: BERT features for long documents, CSV in, parquet out."""
     from pipeline.model.host_memory import reuse_freed_memory
+    _plain_store_warnings()
     reuse_freed_memory()   # before any forward pass: the large freed blocks serve the next batch (its docstring)
 
 

@@ -246,7 +246,7 @@ class Encode(Stage):
 
     def with_io(self, config: PipelineConfig, facts: ModelFacts) -> Encode:
         """This stage for a run with ``config``'s write options: the same weights and values, ``facts``,
-        and the run's --cache folder (an open store given to this stage is kept); this very stage when
+        and the run's --cache folder or URI (an open store given to this stage is kept); this very stage when
         neither its facts nor its store change (its loaded encoder and open store are kept)."""
         given = self.store is not None and not isinstance(self.store, str)
         store = self.store if given else (config.write.cache or None)

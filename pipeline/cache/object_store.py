@@ -27,6 +27,7 @@ import numpy as np
 from .object_blocks import BlockDamaged, index_length, pack_block, parse_index, parse_name, pool_folder, verify
 from .object_blocks import LAYOUT
 from .object_client import Client, Refused, run_error
+from ..errors import StoreWarning
 from .store_api import lookup
 from .store_keys import window_keys
 
@@ -34,10 +35,6 @@ WHOLE_BELOW = 64 << 20         # a pool key whose objects total less is read who
 CACHED_BYTES = 256 << 20       # objects kept in memory after a read, least recently used dropped first
 MAX_OBJECT = 64 << 20          # a put of more bytes (token vectors of many windows) is split into objects
 THREADS = 16                   # objects read at once
-
-
-class StoreWarning(UserWarning):
-    """The object store left something out: a damaged object, or windows it may not write."""
 
 
 class ObjectStore:

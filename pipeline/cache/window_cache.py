@@ -4,7 +4,8 @@ store, only the missing ones are encoded, and those are added.
 Used by the encode stage (pipeline.cache.encode_stage.Encode, after de-duplication) on every engine, so extract
 (local and Ray), probe, ``LongBertVectorizer`` and ``longbert.encode`` share one behaviour. It calls
 only the methods of pipeline.cache.store_api.Store, so any store that has them plugs in; the
-embedded default, opened for ``--cache DIR``, is pipeline.cache.store.WindowStore (SQLite). The keys
+embedded default, opened for ``--cache DIR``, is pipeline.cache.store.WindowStore (SQLite); every store
+named by a URI is opened by pipeline.cache.stores.open_store (``s3://``: pipeline.cache.object_store). The keys
 are built in pipeline.cache.store_keys.
 
 Keys: one pool key per pooled window vector of the run (``pool.window_pools``: pooling, layers,

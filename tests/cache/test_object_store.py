@@ -24,9 +24,8 @@ from s3_server import CountedMotoServer
 from test_cache import TEXTS, assert_same, counts, extract, unique_windows
 
 import pipeline.cache.encode_stage as encode_stage
-from pipeline.cache.object_store import StoreWarning
 from pipeline.cache.stores import open_store
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, StoreWarning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHUNK = ("--strategy", "chunk")
@@ -401,3 +400,41 @@ def test_a_damaged_object_falls_back_to_another_copy(s3):
         found = reader.get_many(POOL, ids)
     assert [f is not None for f in found] == [True] * 3 + [False] * 2   # the 3 from the other object
     np.testing.assert_array_equal(np.stack(found[:3]), vectors[:3])
+
+
+def test_the_cli_prints_a_store_warning_as_one_line(monkeypatch):
+    import cli
+
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)   # restored after the test
+    cli._plain_store_warnings()
+    once = warnings.formatwarning
+    cli._plain_store_warnings()
+    assert warnings.formatwarning is once                  # not wrapped again by a second call
+    assert warnings.formatwarning("the object x is damaged", StoreWarning, "/a/b.py", 7) == \
+        "Warning: the object x is damaged\n"
+    assert "/a/b.py:7" in warnings.formatwarning("other", UserWarning, "/a/b.py", 7)
+
+
+def test_a_run_closes_the_store_it_was_given_but_not_the_vectorizers(tiny_model_dir, tmp_path, s3):
+    """Pipeline.run closes, through the encode stage, a store passed open (here the S3 store) and the one
+    it opened from its URI; the closed store opens again on the next run, which encodes nothing."""
+    import longbert
+    from pipeline.classify.loaded import memory_store
+    from pipeline.options.config import PipelineConfig
+
+    uri, _, _ = s3
+    src = write_csv(tmp_path / "in.csv", [{"id": f"d{i}", "text": t} for i, t in enumerate(TEXTS)])
+    given = open_store(uri)
+    closed = []
+    real = given.close
+    given.close = lambda: (closed.append(1), real())[1]
+    cfg = PipelineConfig.from_options(model=str(tiny_model_dir), max_length=16, strategy="chunk", progress=False)
+    pipe = longbert.Pipeline.from_config(cfg, store=given)
+    first = pipe.run(str(src), str(tmp_path / "a.parquet"))
+    assert closed == [1] and first.windows_cached == 0
+    second = pipe.run(str(src), str(tmp_path / "b.parquet"))
+    assert closed == [1, 1] and (second.windows, second.windows_cached) == (0, first.windows)
+    memory = memory_store()
+    pipe = longbert.Pipeline.from_config(cfg, store=memory)
+    pipe.run(str(src), str(tmp_path / "c.parquet"))
+    assert memory.stats()["entries"] > 0                     # not closed: its windows are still there
