@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="CSV with columns id,text")
     ap.add_argument("--strategy", default="chunk", help="extract's --strategy (default chunk)")
     ap.add_argument("--repeats", type=int, default=3, help="second runs per store; the fastest is reported")
+    ap.add_argument("--block-rows", type=int, default=None,
+                    help="extract's --block-rows (rows per block: one object per block and pooling); default its own")
     ap.add_argument("--output", type=Path, default=RESULTS, help=f"markdown file (default {RESULTS.name})")
     args = ap.parse_args(argv)
     rows = read_corpus(args.corpus, "text", "id")
@@ -59,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
                       AWS_REGION="us-east-1")
     import boto3
     boto3.client("s3", endpoint_url=server.url, region_name="us-east-1").create_bucket(Bucket=bucket)
-    common = ["extract", work / "corpus.csv", "--strategy", args.strategy, "--no-progress", "--overwrite"]
+    common = ["extract", work / "corpus.csv", "--strategy", args.strategy, "--no-progress", "--overwrite",
+              *(["--block-rows", args.block_rows] if args.block_rows else [])]
     stores = {"SQLite folder": work / "store", "S3 (local server)": f"s3://{bucket}/bench"}
     firsts, seconds, io = {}, {name: [] for name in stores}, {}
     for name, store in stores.items():
@@ -76,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     with open_store(f"s3://{bucket}/bench") as opened:
         stored = opened.stats()
     server.stop()
-    lines = [f"{args.docs} documents of {args.corpus.name}, --strategy {args.strategy}, the default model; "
+    blocks = f" --block-rows {args.block_rows}" if args.block_rows else ""
+    lines = [f"{args.docs} documents of {args.corpus.name}, --strategy {args.strategy}{blocks}, the default model; "
              f"{datetime.date.today()}; {machine()}", "",
              "| store | first run | windows encoded | second run | windows from the store | first run: PUT / LIST / "
              "GET per 1,000 windows | second run: PUT / LIST / GET per 1,000 | bytes sent / received per 1,000 "
@@ -93,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", f"Second run, S3 / SQLite: {ratio:.2f}x. Stored in S3: {stored['size_bytes']:,} bytes in "
               f"{stored['objects']} objects, {stored['bytes_per_1000'] / 1e6:.2f} MB per 1,000 windows.",
               f"Command: .venv/bin/python bench/s3_store_bench.py --docs {args.docs} --strategy {args.strategy} "
-              f"--repeats {args.repeats}"]
+              f"--repeats {args.repeats}{blocks}"]
     text = "\n".join(lines)
     print(text)
     args.output.write_text(text + "\n", encoding="utf-8")
