@@ -438,3 +438,31 @@ def test_a_run_closes_the_store_it_was_given_but_not_the_vectorizers(tiny_model_
     pipe = longbert.Pipeline.from_config(cfg, store=memory)
     pipe.run(str(src), str(tmp_path / "c.parquet"))
     assert memory.stats()["entries"] > 0                     # not closed: its windows are still there
+
+
+def test_a_large_store_reads_indexes_first_then_only_the_objects_asked_for(s3, monkeypatch):
+    """Above WHOLE_BELOW bytes a pool's objects are indexed by a ranged GET of their first 512 + 36 N bytes,
+    and an object's vectors are read only when one of its windows is asked for (then checked whole)."""
+    import pipeline.cache.object_store as object_store
+
+    uri, client, counted = s3
+    bucket = uri.split("/")[2]
+    monkeypatch.setattr(object_store, "WHOLE_BELOW", 0)
+    ids, vectors = _ids(40, seed=5), np.random.default_rng(6).standard_normal((40, 16)).astype(np.float32)
+    writer = open_store(uri)
+    writer.register(POOL, 16, "t")
+    for start in range(0, 40, 10):
+        writer.put_many(POOL, ids[start:start + 10], vectors[start:start + 10])
+    stored = objects(client, uri)
+    last = sorted(stored)[-1]
+    client.put_object(Bucket=bucket, Key=last, Body=stored[last][:-1])          # cut by one byte
+    counted.reset()
+    reader = open_store(uri)
+    reader.register(POOL, 16, "t")
+    first = reader.lookup(POOL, ids[:10])
+    assert counted.count("GET") == 4 + 1                        # 4 indexes, then the one object asked for
+    np.testing.assert_array_equal(first[0], vectors[:10])
+    with pytest.warns(StoreWarning, match="is damaged"):
+        found = reader.get_many(POOL, ids)
+    missing = [i for i, f in enumerate(found) if f is None]
+    assert len(missing) == 10 and all(np.array_equal(found[i], vectors[i]) for i in range(40) if i not in missing)
