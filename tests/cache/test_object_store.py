@@ -242,7 +242,7 @@ def test_missing_credentials_are_exit_2_naming_them(runner, tiny_model_dir, tmp_
         monkeypatch.delenv(name)
     result = _run(runner, tiny_model_dir, tmp_path, uri)
     assert result.exit_code == 2
-    assert f"no credentials for http://127.0.0.1:" in result.output and " and ".join(unset) in result.output
+    assert "no credentials for http://127.0.0.1:" in result.output and " and ".join(unset) in result.output
     assert sum(counted.requests.values()) == 0                # nothing sent
 
 
