@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install install-test run test docs bench bench-overhead bench-memory bench-gpu clean
+.PHONY: install install-test run test docs bench bench-overhead bench-memory bench-store bench-gpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
-	$(PIP) install -e '.[plot,test,ray]' --config-settings editable_mode=compat
+	$(PIP) install -e '.[plot,test,ray,s3]' --config-settings editable_mode=compat
 	touch $@
 
 $(VENV)/.installed-docs: $(VENV)/.installed pyproject.toml
@@ -70,6 +70,12 @@ bench-overhead: install
 MEMORY_ARGS ?= --sizes 30,120,480
 bench-memory: install
 	$(BIN)/python bench/memory_bench.py $(MEMORY_ARGS)
+
+# The window store in S3 against the SQLite store (a few minutes on 2 cores): first and second run times, and
+# requests and bytes per 1,000 windows, on a local S3 server (moto, started by the script); bench/results_s3.md.
+# Shorter: STORE_ARGS="--docs 40 --repeats 1".
+bench-store: install-test
+	$(BIN)/python bench/s3_store_bench.py $(STORE_ARGS)
 
 # Issue 19's device benchmark, one command on a CUDA machine (fits in 5 minutes on one H200): bench/results_gpu.md.
 # Without CUDA it prints one line and exits 2. No install step: a GPU machine's own python3 holds its CUDA torch

@@ -124,15 +124,35 @@ def _plot_format(plot: Path) -> Path:
 
 def _env_cache(cfg: PipelineConfig) -> PipelineConfig:
     """$LONGBERT_CACHE as the default of --cache (used when neither the command line nor --config set it),
-    made absolute: Ray workers, whose working folder may be another, open the same store."""
-    from pipeline.options.paths import default_cache
+    a folder made absolute: Ray workers, whose working folder may be another, open the same store (a URI
+    such as s3://BUCKET/PREFIX is kept as it is)."""
+    from pipeline.options.paths import default_cache, store_scheme
 
     folder = default_cache(cfg.write.cache)
-    if folder is not None:
+    if folder is not None and store_scheme(folder) == "":
         folder = str(Path(folder).expanduser().absolute())
     if folder == cfg.write.cache:
         return cfg
     return dataclasses.replace(cfg, write=dataclasses.replace(cfg.write, cache=folder))
+
+
+def _plain_store_warnings() -> None:
+    """Print the window store's warnings (pipeline.errors.StoreWarning) as one ``Warning: ...`` line, without
+    the source file and line Python's default format adds; other warnings keep that format."""
+    import warnings
+
+    from pipeline.errors import StoreWarning
+    default = warnings.formatwarning
+    if getattr(default, "plain_store_warnings", False):
+        return   # installed already (the CLI called again in one process)
+
+    def plain(message, category, filename, lineno, line=None):
+        if issubclass(category, StoreWarning):
+            return f"Warning: {message}\n"
+        return default(message, category, filename, lineno, line)
+
+    plain.plain_store_warnings = True
+    warnings.formatwarning = plain
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -140,6 +160,7 @@ def _env_cache(cfg: PipelineConfig) -> PipelineConfig:
 def main() -> None:
     """longbert: BERT features for long documents, CSV in, parquet out."""
     from pipeline.model.host_memory import reuse_freed_memory
+    _plain_store_warnings()
     reuse_freed_memory()   # before any forward pass: the large freed blocks serve the next batch (its docstring)
 
 
@@ -272,6 +293,7 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
         longbert probe examples/labelled.csv --label-col label --sample 300 --plot out/probe.png
     """
     from pipeline.options.option_warnings import no_effect_warnings
+    from pipeline.options.paths import store_scheme
     from pipeline.errors import ConfigError
     from pipeline.classify.probe import format_corpus_probe, probe_corpus
     from pipeline.classify.probe_files import format_probe, probe_files
@@ -296,7 +318,7 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
                 click.echo(f"chart -> {plot}")
             return
         cfg = _env_cache(_build(inputs=inputs, progress=progress, **options))
-        if cfg.write.cache:  # the window store is the one thing a corpus probe writes besides --plot
+        if cfg.write.cache and store_scheme(cfg.write.cache) == "":  # the store: what a probe writes besides --plot
             from pipeline.output.spare_inputs import Written, check_spares_inputs
             check_spares_inputs(inputs, [Written("--cache", cfg.write.cache, folder=True)])
         for line in no_effect_warnings(options, PROBE_IGNORES, "probe extracts every strategy x pooling x layers "
@@ -317,35 +339,26 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
 
 
 @main.command()
-@click.argument("folder", required=False)
+@click.argument("folder", required=False, metavar="[FOLDER|s3://BUCKET/PREFIX]")
 @click.option("--clear", is_flag=True,
-              help="Delete every stored window vector (a file that is not a readable store is deleted and made again).")
+              help="Delete every stored window vector (only the store's own files or objects).")
 def cache(folder: str | None, clear: bool) -> None:
-    """Size, entries per model and hit rate of the window store in FOLDER (default: $LONGBERT_CACHE),
-    the store that extract and probe fill with --cache FOLDER.
+    """Size, entries per model and hit rate of the window store in FOLDER or s3://BUCKET/PREFIX (default:
+    $LONGBERT_CACHE), the store that extract and probe fill with --cache.
 
     \b
     Example:
-        longbert cache ~/.cache/longbert
         longbert cache ~/.cache/longbert --clear
+        longbert cache s3://my-bucket/longbert
     """
     from pipeline.errors import ConfigError
     from pipeline.options.paths import default_cache
-    from pipeline.cache.store import DB_NAME, WindowStore
-    from pipeline.cache.store_report import clear_store, format_stats
+    from pipeline.cache.store_report import format_stats, report_store
     try:
         folder = default_cache(folder)
         if folder is None:
             raise ConfigError("no store folder; pass FOLDER or set LONGBERT_CACHE")
-        if not clear and not (Path(folder).expanduser() / DB_NAME).is_file():
-            raise ConfigError(f"{folder}: no window store there (no {DB_NAME}); runs with --cache {folder} make one")
-        folded = True
-        if clear:
-            stats = clear_store(folder)
-        else:
-            with WindowStore.open(folder) as store:
-                folded = store.checkpoint()  # the windows a run left in the write-ahead log go into the file first
-                stats = store.stats()
+        stats, folded = report_store(folder, clear)
         click.echo(format_stats(stats, folded=folded))
     except PipelineError as err:
         _fail(err)

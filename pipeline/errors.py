@@ -55,3 +55,9 @@ class RunError(PipelineError):
     """The run failed part-way (a row-level problem under --strict, a write that failed). Exit 1."""
 
     exit_code = 1
+
+
+class StoreWarning(UserWarning):
+    """The window store left something out and the run went on: a damaged stored object (its windows
+    encoded again), or new windows not stored (credentials that may only read). The CLI prints it as
+    one ``Warning:`` line."""

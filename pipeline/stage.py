@@ -236,6 +236,8 @@ def stable_value(value: Any) -> Any:
         return {"weights": f"given id:{id(value)}" if value.given else "loaded from the model options"}
     if kind == "WindowStore" and hasattr(value, "db_file"):
         return {"store": None if value.db_file is None else str(value.db_file)}
+    if kind == "ObjectStore" and hasattr(value, "uri"):
+        return {"store": str(value.uri)}
     return {"object": f"{type(value).__module__}.{type(value).__qualname__}", "id": id(value)}
 
 

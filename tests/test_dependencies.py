@@ -26,6 +26,7 @@ NEEDED = {
     "safetensors": "0.4.3",     # required by transformers 4.56
     "scikit-learn": "1.6",      # __sklearn_tags__ with InputTags (LongBertVectorizer)
     "matplotlib": "3.5",        # Axes.bar_label, set_xticks(ticks, labels)
+    "obstore": "0.12",          # the release tested: put(mode="create"), S3Store(config=, retry_config=)
 }
 
 

@@ -112,7 +112,8 @@ class Encode(Stage):
             (its config.json and tokenizer files, pipeline.model.facts.model_facts; no weights load).
         encode: the batch limits (batch_size windows, token_budget padded tokens a forward pass).
         store: an open window store (any pipeline.cache.store_api.Store: the vectorizer's in-memory one,
-            or another implementation), or the folder of the SQLite store (--cache DIR); None: none.
+            or another implementation), or a store's URI (--cache: a folder of the SQLite store, or
+            s3://BUCKET/PREFIX), opened on the first call by pipeline.cache.stores.open_store; None: none.
         with_tokens: also keep each window's per-token vectors (per-token output).
         weights: an already loaded model for ``model``, or a ``Weights`` to share; None: loaded here.
         on_batch: called with (windows, tokens) after each forward pass (a progress bar), or None.
@@ -120,7 +121,7 @@ class Encode(Stage):
     Raises:
         ConfigError: no feature, or a value of the wrong kind. ModelError: tokenizer or facts None and
             the model cannot be read (as model_facts). ModelError / ConfigError: on the first call, as
-            load_model and WindowCache.open.
+            open_store (before the weights load), load_model and WindowCache.open.
 
     Example:
         >>> enc = Encode(ModelConfig(model=model_path()), [Feature("chunk", "mean")])
@@ -148,7 +149,7 @@ class Encode(Stage):
         self.tokenizer, self.facts, self.with_tokens, self.on_batch = tokenizer, facts, with_tokens, on_batch
         self.store = str(store) if isinstance(store, Path) else store
         self.weights = weights if isinstance(weights, Weights) else Weights(weights)
-        self._encoder = self._cache = None
+        self._encoder = self._cache = self._opened = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -172,9 +173,9 @@ class Encode(Stage):
 
     def __getstate__(self) -> dict:
         """The parameters only: the weights pickle as their sha256 (loaded again on the first call, see
-        Weights), the store by its folder; the encoder, the open cache and the lock are made again."""
+        Weights), the store by its URI; the encoder, the open store and cache and the lock are made again."""
         state = dict(self.__dict__)
-        state["_encoder"] = state["_cache"] = state["_lock"] = None
+        state["_encoder"] = state["_cache"] = state["_lock"] = state["_opened"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -206,17 +207,22 @@ class Encode(Stage):
         return self._encoder
 
     def load(self) -> None:
-        """Load the weights (once per Weights) and open the store.
+        """Open the store (a URI: pipeline.cache.stores.open_store), then load the weights (once per
+        Weights), so a store that cannot be opened fails before the model loads.
 
         Raises:
-            ModelError: as pipeline.model.load.load_model. ConfigError: as WindowCache.open.
+            ConfigError: as open_store and WindowCache.open. ModelError: as pipeline.model.load.load_model.
         """
         with self._lock:
             if self._encoder is not None:
                 return
+            from .stores import open_store
             from .window_cache import WindowCache
 
             spec = self.spec
+            store = self.store
+            if isinstance(store, str) and store:
+                store = self._opened = self._opened or open_store(store)
             encoder = self.weights.encoder(spec, self.tokenizer, self.facts.sha256)
             encoder.pool_prompt = pools_prompt(self.facts)   # a window's prompt: pooled or not
             encoder.on_batch = self.on_batch
@@ -224,12 +230,23 @@ class Encode(Stage):
                 sha = self.weights.sha256 or _files_sha256(self.model.model)
                 if sha is not None:
                     self.facts = dataclasses.replace(self.facts, sha256=sha)
-            self._cache = WindowCache.open(spec, self.facts, self.store)   # None without a store
+            self._cache = WindowCache.open(spec, self.facts, store or None)   # None without a store
             self._encoder = encoder
+
+    def close(self) -> None:
+        """End a run's use of the store (called at the end of every run): its ``close`` writes what is
+        pending and releases connections; a closed store connects again on its next call (both
+        built-in stores do), so the stage stays usable. A store given open is closed too (the Store
+        contract: ``close`` at a run's end), except an in-memory SQLite store, whose close would drop
+        its windows (the vectorizer's, kept for the process). Nothing opened: nothing done."""
+        with self._lock:
+            store = self._cache.store if self._cache is not None else None
+        if store is not None and getattr(store, "db_file", True) is not None:
+            store.close()
 
     def with_io(self, config: PipelineConfig, facts: ModelFacts) -> Encode:
         """This stage for a run with ``config``'s write options: the same weights and values, ``facts``,
-        and the run's --cache folder (an open store given to this stage is kept); this very stage when
+        and the run's --cache folder or URI (an open store given to this stage is kept); this very stage when
         neither its facts nor its store change (its loaded encoder and open store are kept)."""
         given = self.store is not None and not isinstance(self.store, str)
         store = self.store if given else (config.write.cache or None)

@@ -35,7 +35,7 @@ from .store_api import lookup
 from .store_keys import checksum, verifies, window_keys
 from .token_store import TokenRows
 
-__all__ = ["BUSY_TIMEOUT_S", "DB_NAME", "NotAStore", "StoreDamaged", "WindowStore", "close_stores"]
+__all__ = ["BUSY_TIMEOUT_S", "DB_NAME", "NotAStore", "StoreDamaged", "WindowStore", "close_stores", "open_folder"]
 
 _CHUNK = 500                   # keys per SELECT ... IN (...): below SQLite's 999 variables of old builds
 _ORPHANS: list[sqlite3.Connection] = []  # connections inherited through fork: never used, never closed
@@ -366,6 +366,11 @@ class WindowStore(TokenRows):
         self._sql(lambda conn: (conn.execute("VACUUM"), conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()))
 
 
+def open_folder(path: str) -> WindowStore:
+    """``WindowStore.open(path)``: the opener of a folder in pipeline.cache.stores.SCHEMES."""
+    return WindowStore.open(path)
+
+
 _OPEN: weakref.WeakSet[WindowStore] = weakref.WeakSet()  # this process's file stores, for close_stores
 
 
@@ -376,7 +381,7 @@ def close_stores(folder: str | Path | None = None) -> None:
     """
     for store in list(_OPEN):
         store.close()
-    if folder and (Path(folder).expanduser() / DB_NAME).is_file():
+    if folder and "://" not in str(folder) and (Path(folder).expanduser() / DB_NAME).is_file():
         try:
             WindowStore.open(folder, timeout=CHECKPOINT_WAIT_MS / 1000).close()
         except Exception:  # noqa: BLE001 - the run is over; a store it cannot open now is reported by the next

@@ -1,9 +1,35 @@
-"""``longbert cache DIR``: the window store's report, and ``--clear``."""
+"""``longbert cache DIR`` (or ``s3://BUCKET/PREFIX``): the window store's report, and ``--clear``."""
 from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import ConfigError
 from .store import DB_NAME, NotAStore, StoreDamaged, WindowStore
+from .stores import is_folder, open_store
+
+
+def report_store(uri: str, clear: bool = False) -> tuple[dict, bool]:
+    """``longbert cache URI [--clear]``: the store's stats() after an optional clear, and whether a folder's
+    write-ahead log was folded into its file (True for other stores).
+
+    Raises:
+        ConfigError: a folder without a store (and not --clear); as open_store and clear_store.
+    """
+    if not is_folder(uri):
+        store = open_store(uri)
+        try:
+            if clear:
+                store.clear()
+            return store.stats(), True
+        finally:
+            store.close()
+    if clear:
+        return clear_store(uri), True
+    if not (Path(uri).expanduser() / DB_NAME).is_file():
+        raise ConfigError(f"{uri}: no window store there (no {DB_NAME}); runs with --cache {uri} make one")
+    with WindowStore.open(uri) as store:
+        folded = store.checkpoint()   # the windows a run left in the write-ahead log go into the file first
+        return store.stats(), folded
 
 
 def clear_store(path: str | Path) -> dict:

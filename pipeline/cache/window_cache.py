@@ -4,7 +4,8 @@ store, only the missing ones are encoded, and those are added.
 Used by the encode stage (pipeline.cache.encode_stage.Encode, after de-duplication) on every engine, so extract
 (local and Ray), probe, ``LongBertVectorizer`` and ``longbert.encode`` share one behaviour. It calls
 only the methods of pipeline.cache.store_api.Store, so any store that has them plugs in; the
-embedded default, opened for ``--cache DIR``, is pipeline.cache.store.WindowStore (SQLite). The keys
+embedded default, opened for ``--cache DIR``, is pipeline.cache.store.WindowStore (SQLite); every store
+named by a URI is opened by pipeline.cache.stores.open_store (``s3://``: pipeline.cache.object_store). The keys
 are built in pipeline.cache.store_keys.
 
 Keys: one pool key per pooled window vector of the run (``pool.window_pools``: pooling, layers,
@@ -53,7 +54,7 @@ class WindowCache:
     """A run's view of a window store: the registered pool key of each pooled window vector and
     where that vector lies in the encoder's concatenated window vector (pool.pool_offsets)."""
 
-    store: Store                       # any pipeline.cache.store_api.Store; --cache DIR: the SQLite WindowStore
+    store: Store                       # any pipeline.cache.store_api.Store, as pipeline.cache.stores.open_store gives
     keys: list[str]                    # pool key per pool, in the encoder's pool order
     slices: list[tuple[int, int]]      # [start, end) of each pool's vector in the concatenation
     dim: int                           # length of the concatenated window vector
@@ -62,8 +63,9 @@ class WindowCache:
 
     @classmethod
     def open(cls, spec: EncodeSpec, facts: ModelFacts, store: Store | str | Path | None = None) -> WindowCache | None:
-        """The run's view of ``store``: an open Store, or the folder of the SQLite store (--cache DIR,
-        opened here); None when no store is given ("" counts as none).
+        """The run's view of ``store``: an open Store, or a store's URI (--cache: a folder or
+        s3://BUCKET/PREFIX, opened here by pipeline.cache.stores.open_store); None when no store is given
+        ("" counts as none).
 
         Args:
             spec: the model options (dtype and quantization enter the keys), the features (one key per
@@ -73,7 +75,8 @@ class WindowCache:
 
         Raises:
             ConfigError: ``store`` lacks a Store method; the model's weights were not hashed (no local
-                config.json and weight files), or as WindowStore.open (not a writable folder, not a store).
+                config.json and weight files), or as open_store (not a writable folder, not a store, an
+                endpoint or bucket that does not answer).
         """
         if store is None or isinstance(store, str) and not store:   # "" counts as none, as default_cache has it
             return None
@@ -85,9 +88,9 @@ class WindowCache:
                               "and weight files to hash; download the model into a folder (e.g. huggingface-cli "
                               f"download {model.model} --local-dir DIR) and pass --model DIR, or drop --cache")
         if isinstance(store, (str, Path)):
-            from .store import WindowStore   # the embedded default, in the --cache folder
+            from .stores import open_store   # a folder (the embedded SQLite default) or s3://BUCKET/PREFIX
 
-            store = WindowStore.open(str(store))
+            store = open_store(str(store))
         pools = spec.pools
         slices = pool_offsets(pools, facts.hidden_size)
         n_layers, hidden, quant = facts.num_hidden_layers, facts.hidden_size, quantize_label(model.quantize)

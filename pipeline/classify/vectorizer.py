@@ -54,8 +54,8 @@ def encode(texts: Sequence[str], *, show_progress_bar: bool | None = None, retur
             cosine similarity as a dot product; None: off, or a sentence-transformers folder's Normalize.
         show_progress_bar: a tqdm bar counting texts on stderr; None: shown when stderr is a terminal.
         return_errors: also return the reason for each text (None where the text is fine).
-        cache: a window store folder (extract's --cache DIR: windows found there are not encoded
-            again, new ones are added), ":memory:" for the process's in-memory store
+        cache: a window store folder or "s3://BUCKET/PREFIX" (extract's --cache: windows found there are
+            not encoded again, new ones are added), ":memory:" for the process's in-memory store
             (``memory_store``, as LongBertVectorizer uses), or None (no store).
         feature: extract's --feature spec(s) instead of strategy/pooling/layers/layer_agg, e.g.
             "chunk:mean:-2" or ["head:cls", "chunk:mean"] (several: their vectors side by side, in that order).
@@ -200,8 +200,9 @@ class LongBertVectorizer(TransformerMixin, BaseEstimator):
         preprocess: a function applied to each text before tokenizing; it returns str.
         cache: ":memory:" (default): window vectors are kept in the process's in-memory store
             (``memory_store``), so folds, clones and candidates that see a text again do not encode
-            it again; a folder: extract's ``--cache DIR`` store, kept across processes and runs;
-            None: no store. Values never depend on it.
+            it again; a folder or "s3://BUCKET/PREFIX": extract's ``--cache`` store, kept across
+            processes, machines and runs (a pickled vectorizer carries the URI); None: no store. Values
+            never depend on it.
 
     Example:
         >>> clf = make_pipeline(LongBertVectorizer(strategy="chunk"), LogisticRegression(max_iter=1000))

@@ -86,7 +86,7 @@ class Pipeline:
         Args:
             cfg: a PipelineConfig (PipelineConfig.from_options, or a config file's).
             tokenizer, model: already loaded ones for cfg.model (not loaded again). store: an open
-                pipeline.cache.store.WindowStore (None: cfg's --cache folder, or none).
+                pipeline.cache.store_api.Store (None: cfg's --cache folder or s3:// URI, or none).
 
         Raises:
             ConfigError / ModelError: options the model cannot serve, a model that cannot be read.

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..cache.stores import open_store, store_env
 from ..counts import BlockCounts
 from .resolved import output_for
 from .calibrate import with_binary_center
@@ -234,6 +235,8 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     """
     started = time.perf_counter()
     cfg, tokenizer, plan = check(cfg)
+    if cfg.write.cache:   # a store that cannot be opened (no endpoint, no bucket, no credentials): exit 2 here
+        open_store(cfg.write.cache).close()
     cfg, schema = output_for(cfg, tokenizer, plan.id_type)
     check_resume(cfg, run_fingerprint(cfg, plan, schema))
     binary, binary_note = with_binary_center(cfg, lambda: Pipeline.from_config(driver_config(cfg), tokenizer), plan)
@@ -281,10 +284,12 @@ def _run_ray(ray, cfg: PipelineConfig, id_type: pa.DataType, specs: list[BlockSp
         ctx.execution_options.preserve_order = True
         ctx.enable_progress_bars = False  # the driver's bar counts documents as they are written
         ds = ray.data.from_items([{SPEC: s.to_json()} for s in specs], override_num_blocks=len(specs))
+        env = store_env(cfg.write.cache)   # s3://: the driver's AWS_* variables, so the actors reach its store
         ds = ds.map_batches(
             RayBlock, fn_constructor_kwargs={"cfg": cfg, "threads": max(1, round(cpus)), "id_type": id_type},
             batch_size=1, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=cfg.ray.workers),
-            num_cpus=cpus, num_gpus=cfg.ray.gpus_per_worker or None)
+            num_cpus=cpus, num_gpus=cfg.ray.gpus_per_worker or None,
+            **({"runtime_env": {"env_vars": env}} if env else {}))
         try:
             yield from in_block_order(ds.iter_batches(batch_size=None, batch_format="pyarrow"), specs)
         except PipelineError:

@@ -66,45 +66,50 @@ def stream_corpus(plan: Plan, pipe, echo: Callable[[str], None] | None = None,
         name = cfg.model.model
         echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
     encode = pipe.encode_stage()
-    if encode is not None:
-        encode.load()
-        if pipe.resolution().facts.sha256 is None and encode.facts.sha256 is not None:
-            pipe = pipe.with_facts(encode.facts)   # a hub model hashed once its files came: the file's metadata
-            encode = pipe.encode_stage()
+    try:
+        if encode is not None:
             encode.load()
-    binary, binary_note = with_binary_center(cfg, lambda: pipe, plan)   # --out-dtype binary: the centre of the signs
-    if binary is not cfg:
-        pipe = pipe.for_run(binary)
-        cfg = pipe.cfg
-    schema = pipe.resolution().file_schema(plan.id_type)   # a hub model's sha256 may be known now
-    sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
-    if binary_note:
-        summary.notes.append(binary_note)
-    progress = BatchProgress(bar)
+            if pipe.resolution().facts.sha256 is None and encode.facts.sha256 is not None:
+                pipe = pipe.with_facts(encode.facts)   # a hub model hashed once its files came: the file's metadata
+                encode.close()
+                encode = pipe.encode_stage()
+                encode.load()
+        binary, binary_note = with_binary_center(cfg, lambda: pipe, plan)   # --out-dtype binary: the centre of the signs
+        if binary is not cfg:
+            pipe = pipe.for_run(binary)
+            cfg = pipe.cfg
+        schema = pipe.resolution().file_schema(plan.id_type)   # a hub model's sha256 may be known now
+        sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
+        if binary_note:
+            summary.notes.append(binary_note)
+        progress = BatchProgress(bar)
 
-    def started_block(batch: Batch) -> None:
-        progress.start_block(len(batch), sum(len(w.input_ids) for w in batch.unique))
+        def started_block(batch: Batch) -> None:
+            progress.start_block(len(batch), sum(len(w.input_ids) for w in batch.unique))
 
-    with writing(sink, cfg, bar), batch_hook(encode, progress.batch):
-        outs = pipe.map_pieces(todo, read=lambda spec: Batch(rows=read_block(spec)), workers=feed_workers(),
-                               on_prepared=started_block, max_tokens=cfg.encode.block_tokens)
-        first_doc = 0   # the piece's first document within its block
-        for spec, out, last in outs:   # a block's pieces, each written as it comes (pipeline.pieces)
-            if out.table is None:
-                raise RunError(f"no stage made the output table (stages: {', '.join(pipe.names)}); keep 'rows'")
-            table = as_written(out.table, schema, pipe.names)   # a column no stage declared: refused by name
-            summary.add(out.counts or BlockCounts())
-            summary.add_dropped(len(out), out.dropped)
-            del out   # the piece's vectors: not held while the next piece is encoded
-            if cfg.write.strict:
-                fail_on_row_error(table, spec, first_doc)
-            sink.write(spec, table, last)
-            first_doc = 0 if last else first_doc + documents_of(table)
-            del table
-            if last:
-                progress.end_block()
-        verify_inputs(plan.files)  # the inputs are still what the scan hashed (RunError, exit 1)
-        summary.n_bytes = sink.commit()
+        with writing(sink, cfg, bar), batch_hook(encode, progress.batch):
+            outs = pipe.map_pieces(todo, read=lambda spec: Batch(rows=read_block(spec)), workers=feed_workers(),
+                                   on_prepared=started_block, max_tokens=cfg.encode.block_tokens)
+            first_doc = 0   # the piece's first document within its block
+            for spec, out, last in outs:   # a block's pieces, each written as it comes (pipeline.pieces)
+                if out.table is None:
+                    raise RunError(f"no stage made the output table (stages: {', '.join(pipe.names)}); keep 'rows'")
+                table = as_written(out.table, schema, pipe.names)   # a column no stage declared: refused by name
+                summary.add(out.counts or BlockCounts())
+                summary.add_dropped(len(out), out.dropped)
+                del out   # the piece's vectors: not held while the next piece is encoded
+                if cfg.write.strict:
+                    fail_on_row_error(table, spec, first_doc)
+                sink.write(spec, table, last)
+                first_doc = 0 if last else first_doc + documents_of(table)
+                del table
+                if last:
+                    progress.end_block()
+            verify_inputs(plan.files)  # the inputs are still what the scan hashed (RunError, exit 1)
+            summary.n_bytes = sink.commit()
+    finally:
+        if encode is not None:
+            encode.close()   # the window store, closed through the stage that opened it
     summary.seconds = time.perf_counter() - started
     summary.peak_bytes = peak_memory()
     return summary

@@ -127,8 +127,8 @@ WRITE_OPTIONS = [
     _opt(WriteConfig, "strict", is_flag=True, help="Exit 1 at the first row that cannot be embedded."),
     (PROGRESS := _opt(WriteConfig, "progress", "--progress/--no-progress", help="Show the progress bar.")),
     (CACHE := _opt(WriteConfig, "cache", type=click.Path(file_okay=False), metavar="DIR",
-                   help="Window store folder (made if missing): windows found there are not encoded again, new "
-                        "ones are added; shared by runs on one machine (not over a network file system). See "
+                   help="Window store: a folder (made if missing; one machine's runs) or s3://BUCKET/PREFIX "
+                        "(many machines'). Windows found there are not encoded again, new ones are added. See "
                         "`longbert cache`.", shown="$LONGBERT_CACHE if set, else none")),
 ]
 RAY_OPTIONS = [

@@ -3,6 +3,7 @@ quoted option, a --config file, the environment, the Python API)."""
 from __future__ import annotations
 
 import os
+import re
 
 from ..errors import ConfigError
 
@@ -37,17 +38,54 @@ def expand_user(path: str, option: str) -> str:
 
 
 ENV_VAR = "LONGBERT_CACHE"  # the default of --cache
+STORE_SCHEMES = ("s3",)     # --cache URIs besides a folder (pipeline.cache.stores.SCHEMES opens each)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
+
+
+def store_scheme(value: str) -> str:
+    """The scheme of a --cache value: "" for a folder (a path, or ``file://PATH``), else the URI's scheme
+    in lower case, known or not. A drive letter is not a scheme.
+
+    Example: "s3://bucket/prefix" -> "s3"; "~/c" -> ""; "file:///tmp/c" -> ""; "gs://b" -> "gs".
+    """
+    found = _SCHEME.match(str(value))
+    scheme = found.group(1).lower() if found else ""
+    return "" if scheme == "file" else scheme
+
+
+def check_store_uri(value: str, option: str = "--cache") -> str:
+    """A --cache value made canonical: a folder ``~``-expanded (``file://`` removed), an ``s3://BUCKET/PREFIX``
+    with its slashes tidied; nothing is opened or made.
+
+    Example: "s3://b//runs/" -> "s3://b/runs"; "file:///tmp/c" -> "/tmp/c".
+
+    Raises:
+        ConfigError: a scheme no store opens (naming those that do), or an s3:// URI without a bucket.
+    """
+    text, scheme = str(value), store_scheme(value)
+    if scheme == "":
+        path = text.split("://", 1)[1] if _SCHEME.match(text) else text
+        return expand_user(path, option)
+    if scheme not in STORE_SCHEMES:
+        raise ConfigError(f"{option} {text!r}: no window store opens {scheme}:// URIs; pass a folder or "
+                          f"{' or '.join(s + '://BUCKET/PREFIX' for s in STORE_SCHEMES)}")
+    bucket, _, prefix = text.split("://", 1)[1].partition("/")
+    if not bucket:
+        raise ConfigError(f"{option} {text!r} names no bucket; write {scheme}://BUCKET/PREFIX, e.g. "
+                          f"{scheme}://my-bucket/longbert")
+    prefix = "/".join(p for p in prefix.split("/") if p)
+    return f"{scheme}://{bucket}/{prefix}" if prefix else f"{scheme}://{bucket}"
 
 
 def default_cache(value: str | None) -> str | None:
-    """The store folder to use: ``value`` (``--cache``) if given, else ``$LONGBERT_CACHE``, else None;
-    ``~`` expanded. An empty string counts as not given.
+    """The store to use: ``value`` (``--cache``) if given, else ``$LONGBERT_CACHE``, else None; a folder
+    ``~``-expanded, a URI made canonical (check_store_uri). An empty string counts as not given.
 
     Example: default_cache(None) with LONGBERT_CACHE=~/c -> "/home/ana/c".
 
     Raises:
-        ConfigError: as expand_user.
+        ConfigError: as expand_user and check_store_uri.
     """
     if value:
-        return expand_user(str(value), "--cache")
-    return expand_user(os.environ[ENV_VAR], ENV_VAR) if os.environ.get(ENV_VAR) else None
+        return check_store_uri(str(value), "--cache")
+    return check_store_uri(os.environ[ENV_VAR], ENV_VAR) if os.environ.get(ENV_VAR) else None

@@ -9,7 +9,7 @@ from typing import Literal
 
 from .defaults import DEFAULT_MODEL, FOLDER_SETTINGS
 from ..errors import ConfigError
-from .paths import expand_user
+from .paths import check_store_uri, expand_user
 from .values import config_section
 from .features_config import (STRATEGIES, Feature, Pooling, Strategy, check_aggregate, check_choice, check_late,
                               feature_fault, window_dim)
@@ -297,7 +297,8 @@ class WriteConfig:
                                            # binary: signs packed 8 to a byte (pipeline.output.schema)
     strict: bool = False                   # any row error makes the run exit 1
     progress: bool = True
-    cache: str | None = None               # --cache DIR: window store (pipeline.cache.store); changes no value
+    cache: str | None = None               # --cache DIR or s3://BUCKET/PREFIX: the window store
+                                           # (pipeline.cache.stores.open_store); changes no value
     binary_center: tuple[tuple[str, tuple[float, ...] | None], ...] | None = None
                                            # binary: per column (name, the (D,) centre of its signs, or None: 0);
                                            # None: the engine calibrates it on the first documents
@@ -307,7 +308,7 @@ class WriteConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "output", expand_user(str(self.output), "--output"))  # frozen: set once, here
         if self.cache is not None:
-            object.__setattr__(self, "cache", expand_user(str(self.cache), "--cache"))
+            object.__setattr__(self, "cache", check_store_uri(str(self.cache), "--cache"))
         check_choice("--out-dtype", self.out_dtype, OUT_DTYPES)
         if self.binary_center_file is not None:
             object.__setattr__(self, "binary_center_file", expand_user(str(self.binary_center_file),
