@@ -47,14 +47,33 @@ def _split(X) -> tuple[np.ndarray, np.ndarray]:
     return texts, V
 
 
-def _is_texts(X) -> bool:
-    """True when X is plain texts (every element a str: a list, tuple, 1-D array or Series of str), False for
-    anything else (hybrid_inputs pairs among them)."""
-    items = X.tolist() if hasattr(X, "tolist") else X
+def _is_pairs(X) -> bool:
+    """True when X is hybrid_inputs pairs: a non-empty list or tuple whose every element is a 2-tuple
+    (text, vector), the vector not a str. Example: [("a b", np.zeros(4))] -> True; ["a b"] -> False."""
+    return (isinstance(X, (list, tuple)) and len(X) > 0
+            and all(isinstance(p, tuple) and len(p) == 2 and not isinstance(p[1], str) for p in X))
+
+
+def _texts_or_pairs(X, caller: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """(texts (N,) object, None) of plain texts in any form LongBertVectorizer takes (a list, tuple, 1-D
+    array or Series of str, an (N, 1) array or a one-column DataFrame: pipeline.text.texts.as_texts), or
+    (texts, vectors (N, D) float32) of hybrid_inputs pairs. Example: pd.DataFrame({"text": ["a", "b"]})
+    -> (array(["a", "b"]), None): the column's texts, never its name.
+
+    Raises:
+        TextsTypeError (a TypeError and a ValueError): X is neither, naming what was given.
+        TextError (a ValueError): an element of plain texts is not a str, naming its position.
+    """
+    from ..errors import TextsTypeError
+    from ..text.texts import as_texts
+
+    if _is_pairs(X):
+        return _split(X)
     try:
-        return len(items) > 0 and all(isinstance(t, str) for t in items)
-    except TypeError:
-        return False
+        texts = as_texts(X, f"HybridClassifier.{caller}")
+    except TextsTypeError as err:
+        raise TextsTypeError(f"{err}; or pass hybrid_inputs(texts, vectors): (text, vector) pairs") from None
+    return np.asarray(texts, dtype=object), None
 
 
 def _inner_folds(y: np.ndarray, folds: int) -> int:
@@ -164,7 +183,8 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
             strategy, pooling, layers, aggregate, feature, ...; nested parameters such as
             ``vectorizer__strategy`` reach them); None: LongBertVectorizer() with its defaults. Cloned at fit.
 
-    X is either N plain texts (a list, tuple, 1-D array or Series of str), encoded by the vectorizer
+    X is either N plain texts in any form LongBertVectorizer takes (a list, tuple, 1-D array or Series
+    of str, an (N, 1) array or a one-column DataFrame such as ``df[["text"]]``), encoded by the vectorizer
     once per call (its ":memory:" window store, the default, keeps each window's vector, so folds and
     clones of a cross-validation encode each distinct text once), or ``hybrid_inputs(texts, vectors)``:
     N (text, (D,) vector) pairs of vectors computed beforehand (the vectorizer is then not used); y (N,) labels.
@@ -188,21 +208,22 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         self.seed = seed
         self.vectorizer = vectorizer
 
-    def _texts_vectors(self, X, fitting: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _texts_vectors(self, X, fitting: bool, caller: str) -> tuple[np.ndarray, np.ndarray]:
         """(texts (N,) object, vectors (N, D) float32) of X: hybrid_inputs pairs as given, or plain texts
-        encoded by vectorizer_ (set by fit: a clone of vectorizer, LongBertVectorizer() when None; None
-        when fit was given pairs).
+        (any form _texts_or_pairs takes) encoded by vectorizer_ (set by fit: a clone of vectorizer,
+        LongBertVectorizer() when None; None when fit was given pairs).
 
         Raises:
-            ValueError: X is neither; or plain texts after a fit on pairs (no vectorizer was fitted).
+            TextsTypeError (a ValueError): X is neither. ValueError: plain texts after a fit on pairs (no
+                vectorizer was fitted).
             TextError, ConfigError, ModelError: from LongBertVectorizer (a text that cannot be embedded,
                 a bad option, a model that does not load).
         """
-        if not _is_texts(X):
+        texts, V = _texts_or_pairs(X, caller)
+        if V is not None:
             if fitting:
                 self.vectorizer_ = None
-            return _split(X)
-        texts = np.asarray(X.tolist() if hasattr(X, "tolist") else list(X), dtype=object)   # (N,)
+            return texts, V
         if fitting:
             from .vectorizer import LongBertVectorizer
 
@@ -213,14 +234,16 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         return texts, self.vectorizer_.transform(texts.tolist())   # (N, D) float32
 
     def fit(self, X, y):
-        """Fit on N plain texts or (text, vector) pairs and (N,) labels; returns self.
+        """Fit on N plain texts (a list, tuple, 1-D array or Series of str, an (N, 1) array or a one-column
+        DataFrame) or (text, vector) pairs and (N,) labels; returns self.
 
         Raises:
-            ValueError: X is neither plain texts nor hybrid_inputs pairs, a class has fewer than 2 rows,
-                or (from scikit-learn) no term survives min_df=2.
+            TextsTypeError (a TypeError and a ValueError): X is neither plain texts nor hybrid_inputs
+                pairs, naming what was given (e.g. a DataFrame of two columns).
+            ValueError: a class has fewer than 2 rows, or (from scikit-learn) no term survives min_df=2.
             TextError, ConfigError, ModelError: from the vectorizer, on plain texts.
         """
-        texts, V = self._texts_vectors(X, fitting=True)
+        texts, V = self._texts_vectors(X, fitting=True, caller="fit")
         y = np.asarray(y)
         return self._fit(V, y, fit_text_half(texts, y, self.text_C, self.inner_folds, self.seed))
 
@@ -241,21 +264,41 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
             self.bert_model_ = bert_model(self.bert_C).fit(V, y)
         return self
 
-    def _level_one(self, X) -> np.ndarray:
-        texts, V = self._texts_vectors(X, fitting=False)
-        return np.hstack([self.text_model_.predict_proba(texts), self.bert_model_.predict_proba(V)])
+    def _level_one(self, X, caller: str) -> np.ndarray:
+        """(N, 2 x n_classes) base-model probabilities of X, after the fitted check.
 
-    def predict_proba(self, X) -> np.ndarray:
-        """(N, n_classes) float64 probabilities, columns in classes_ order, of N plain texts or (text, vector)
-        pairs. Raises NotFittedError before fit, ValueError as fit (and for plain texts after a fit on pairs)."""
+        Raises:
+            NotFittedError: before fit (before X is looked at).
+        """
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "meta_model_")
-        return self.meta_model_.predict_proba(self._level_one(X))
+        texts, V = self._texts_vectors(X, fitting=False, caller=caller)
+        return np.hstack([self.text_model_.predict_proba(texts), self.bert_model_.predict_proba(V)])
+
+    def predict_proba(self, X) -> np.ndarray:
+        """(N, n_classes) float64 probabilities, columns in classes_ order, of N plain texts (any form fit
+        takes) or (text, vector) pairs.
+
+        Raises:
+            NotFittedError: before fit. ValueError, TextsTypeError: as fit (and for plain texts after a fit on pairs).
+        """
+        level_one = self._level_one(X, "predict_proba")   # NotFittedError first
+        return self.meta_model_.predict_proba(level_one)
 
     def predict(self, X) -> np.ndarray:
-        """(N,) labels (classes_ dtype): the most probable class of predict_proba."""
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        """(N,) labels (classes_ dtype): the most probable class of predict_proba. Raises as predict_proba."""
+        level_one = self._level_one(X, "predict")   # NotFittedError first
+        return self.classes_[np.argmax(self.meta_model_.predict_proba(level_one), axis=1)]
+
+    def __sklearn_tags__(self):
+        """A classifier of texts, as LongBertVectorizer declares: 1-D input of str (or pairs), not a 2-D
+        numeric array, so scikit-learn's check_estimator runs only the checks that apply to text input."""
+        tags = super().__sklearn_tags__()
+        tags.input_tags.one_d_array = True
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        return tags
 
 
 def cross_validate_hybrid(texts: Sequence[str], X: np.ndarray, y: np.ndarray, folds: int, seed: int,

@@ -126,7 +126,7 @@ def test_nested_params_clone_and_set_params(tiny_model_dir):
 
 
 def test_x_of_neither_kind_is_refused_with_both_kinds_named():
-    with pytest.raises(ValueError, match="plain texts .* or hybrid_inputs.*got a ndarray of neither"):
+    with pytest.raises(ValueError, match=r"a list of texts was expected, got a numpy array of shape \(4, 3\).*or pass hybrid_inputs"):
         HybridClassifier().fit(np.zeros((4, 3)), ["a", "b", "a", "b"])
 
 
