@@ -78,7 +78,7 @@ def test_estimator_contract_clone_params_score_and_cross_val_score():
     X = hybrid_inputs(texts, V)
     model = longbert.HybridClassifier(text_C=1.0, meta_C=0.5, inner_folds=3)
     assert model.get_params() == {"text_C": 1.0, "bert_C": 1.0, "meta_C": 0.5, "inner_folds": 3, "seed": 0,
-                                  "vectorizer": None}
+                                  "vectorizer": None, "analyzer": "word"}
     twin = clone(model).set_params(text_C=10.0)
     assert twin.get_params()["text_C"] == 10.0 and model.text_C == 1.0 and not hasattr(twin, "meta_model_")
     fitted = twin.fit(X, y)

@@ -114,7 +114,8 @@ def test_nested_params_clone_and_set_params(tiny_model_dir):
     assert params["vectorizer"] is vec and params["meta_C"] == 0.5
     assert {k: params[f"vectorizer__{k}"] for k in ("strategy", "max_length", "model")} == \
         {"strategy": "head", "max_length": ML, "model": str(tiny_model_dir)}
-    assert set(model.get_params(deep=False)) == {"text_C", "bert_C", "meta_C", "inner_folds", "seed", "vectorizer"}
+    assert set(model.get_params(deep=False)) == {"text_C", "bert_C", "meta_C", "inner_folds", "seed", "vectorizer",
+                                                 "analyzer"}
     twin = clone(model)
     assert twin.vectorizer is not vec and twin.vectorizer.get_params() == vec.get_params()
     twin.set_params(vectorizer__strategy="chunk", bert_C=2.0)
