@@ -26,6 +26,7 @@ NEEDED = {
     "safetensors": "0.4.3",     # required by transformers 4.56
     "scikit-learn": "1.6",      # __sklearn_tags__ with InputTags (LongBertVectorizer)
     "matplotlib": "3.5",        # Axes.bar_label, set_xticks(ticks, labels)
+    "charset-normalizer": "3.0",  # from_bytes(cp_isolation=), CharsetMatch.could_be_from_charset / chaos / coherence
 }
 
 
