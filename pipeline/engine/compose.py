@@ -103,9 +103,10 @@ class Pipeline:
         Raises:
             ConfigError: an unknown option or a value out of range; ModelError as from_config.
         """
-        from ..options.python_api import config_from_python
+        from ..options.python_api import config_from_python, python_names
 
-        return cls.from_config(config_from_python(**options))
+        with python_names():   # the options checked against the model too: messages name the arguments
+            return cls.from_config(config_from_python(**options))
 
     @property
     def cfg(self) -> PipelineConfig:
