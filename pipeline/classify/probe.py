@@ -17,6 +17,7 @@ from .folds import (LEXICAL_NAME, check_classes, cross_validate_lexical, cross_v
                     lexical_name, no_terms, one_blas_thread, stratified_sample)
 # the report, re-exported: the CLI and tests import them from here
 from .probe_ranking import CSV_COLUMNS, extract_command, format_corpus_probe, lexical_summary, write_ranking_csv  # noqa: F401
+from .probe_ranking import pass_line
 from .probe_files import windows_per_doc
 from ..output.schema import ERROR, N_TOKENS
 
@@ -194,6 +195,7 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
         compact row that cannot be computed has "error" (its reason) and None scores (not_computable),
         and the BERT rows are returned all the same; "documents",
         "dropped_labels", "left_out", "classes", "majority", "windows_encoded", "windows_requested",
+        "windows_cached" (taken from the window store),
         "extract_seconds", "probe_seconds" (the BERT rows' cross-validations), "baseline_seconds" (the
         lexical, hybrid and compact rows'; wall times), "label_col", "tokens", "unknown_tokens" (the sample's)}. With
         ``echo`` and cfg.write.progress: extract's "loading model" line and a document progress bar on stderr.
@@ -220,8 +222,7 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     resolved, (columns, n_tokens, errors, totals) = _load_and_extract(cfg, tokenizer, texts, picked, echo)
     extract_seconds = time.perf_counter() - t0
     if echo:
-        echo(f"one pass: {len(texts)} documents, {totals.windows} windows encoded for "
-             f"{totals.windows_requested} asked, {extract_seconds:.1f} s")
+        echo(pass_line(len(texts), totals, extract_seconds))
 
     ok = np.array([e is None for e in errors])
     y = labels[ok]
@@ -245,6 +246,7 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
             "dropped_labels": dropped, "left_out": int((~ok).sum()), "classes": len(classes),
             "majority": float(counts.max() / counts.sum()), "folds": folds,
             "windows_encoded": totals.windows, "windows_requested": totals.windows_requested,
+            "windows_cached": totals.windows_cached,
             "extract_seconds": extract_seconds, "probe_seconds": probe_seconds,
             "baseline_seconds": baseline_seconds, "label_col": label_col,
             "tokens": int(sum(n_tokens)), "unknown_tokens": totals.unknown}

@@ -167,9 +167,11 @@ def format_corpus_probe(report: dict[str, Any], cfg: PipelineConfig) -> str:
     lines = ["  ".join(cell.ljust(w) if i in (1, 2, 3) else cell.rjust(w)
                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
     best, cheap = report["best"], report["cheapest"]
-    saved = report["windows_requested"] - report["windows_encoded"]
+    stored = report.get("windows_cached", 0)   # served by the window store: neither encoded nor shared
+    saved = report["windows_requested"] - report["windows_encoded"] - stored
+    cached = f", {stored} from the cache," if stored else ""
     lines.append(f"{report['documents']} documents (stratified sample), {len(report['results'])} features from one "
-                 f"pass: {report['windows_encoded']} windows encoded for {report['windows_requested']} asked "
+                 f"pass: {report['windows_encoded']} windows encoded{cached} for {report['windows_requested']} asked "
                  f"({saved} shared), {report['extract_seconds']:.1f} s; probes {report['probe_seconds']:.1f} s"
                  + (f"; lexical, hybrid and compact rows {report['baseline_seconds']:.1f} s"
                     if "baseline_seconds" in report else ""))
@@ -206,3 +208,12 @@ def _scores(r: dict[str, Any]) -> tuple[str, str, str]:
         return "-", "not computable", ""
     return (str(r["dimension"]), f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
             f"{r['f1_macro_mean']:.3f} ± {r['f1_macro_std']:.3f}")
+
+
+def pass_line(documents: int, totals, seconds: float) -> str:
+    """probe's line after its one extraction pass: documents, windows encoded, those the window store
+    served (when it served any) and windows asked (pipeline.counts.BlockCounts ``totals``), seconds.
+    Example: "one pass: 20 documents, 0 windows encoded, 20 from the cache, for 120 asked, 2.2 s"."""
+    cached = f", {totals.windows_cached} from the cache," if totals.windows_cached else ""
+    return (f"one pass: {documents} documents, {totals.windows} windows encoded{cached} for "
+            f"{totals.windows_requested} asked, {seconds:.1f} s")

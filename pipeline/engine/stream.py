@@ -78,6 +78,7 @@ def stream_corpus(plan: Plan, pipe, echo: Callable[[str], None] | None = None,
         cfg = pipe.cfg
     schema = pipe.resolution().file_schema(plan.id_type)   # a hub model's sha256 may be known now
     sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
+    summary.cache = summary.cache or (encode is not None and encode.store is not None)   # a store object too
     progress = BatchProgress(bar)
 
     def started_block(batch: Batch) -> None:

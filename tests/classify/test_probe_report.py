@@ -43,3 +43,19 @@ def test_probe_without_unknown_tokens_gives_no_warning_and_one_feature_count(run
     # each in 3 aggregations
     assert len(ranked) == 5 * (3 * 3 + 1) + 2 * 2 * 10 + 2 * 3 * 3
     assert re.findall(r"(\d+) features", result.output) == [str(len(ranked))]
+
+
+def test_a_second_probe_over_a_window_store_says_its_windows_came_from_the_store(runner, tiny_model_dir, tmp_path):
+    src = tmp_path / "c.csv"
+    src.write_text("text,label\n" + "\n".join(f"{words(4 + i % 5, i)},{'ab'[i % 2]}" for i in range(12)) + "\n")
+    args = ["--cache", tmp_path / "store"]
+    first = invoke(runner, ["probe", src, "--label-col", "label", "--model", tiny_model_dir, "--max-length", 16,
+                            "--overlap", 4, "--folds", 2, *args])
+    assert first.exit_code == 0, first.output
+    encoded, asked = map(int, re.search(r"one pass: (\d+) windows encoded for (\d+) asked \((\d+) shared\)",
+                                        first.output).groups()[:2])
+    second = invoke(runner, ["probe", src, "--label-col", "label", "--model", tiny_model_dir, "--max-length", 16,
+                             "--overlap", 4, "--folds", 2, *args])
+    assert second.exit_code == 0, second.output
+    assert (f"one pass: 0 windows encoded, {encoded} from the cache, for {asked} asked ({asked - encoded} shared)"
+            in second.output)                                        # shared: by de-duplication, as in the first
