@@ -17,7 +17,7 @@ from .folds import (LEXICAL_NAME, check_classes, cross_validate_lexical, cross_v
                     lexical_name, no_terms, one_blas_thread, stratified_sample)
 # the report, re-exported: the CLI and tests import them from here
 from .probe_ranking import CSV_COLUMNS, extract_command, format_corpus_probe, lexical_summary, write_ranking_csv  # noqa: F401
-from .probe_ranking import pass_line
+from .probe_ranking import not_computable, pass_line, reason
 from .probe_files import windows_per_doc
 from ..output.schema import ERROR, N_TOKENS
 
@@ -176,8 +176,7 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     corpus, then cross-validate a probe on each (as probe_files).
 
     Args:
-        cfg: the run's options (inputs = the corpus, any format extract reads; model, window and batch options); its
-            strategy/pooling/features are replaced by the probe's feature set.
+        cfg: the run's options (the corpus, in any format extract reads; model, window, batch options); its features: the probe's.
         label_col: the input column of the labels (strings; rows with an empty label are dropped).
         sample: documents in the stratified sample (all when the corpus has fewer).
         folds, seed: the stratified k-fold, as probe_files (the same folds for every feature).
@@ -189,16 +188,16 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
         aggregate, windows_per_doc (the feature's own windows per document, run alone), dimension and
         the cross_validate_probe keys; "best", "cheapest" (results entries: the cheapest in windows per
         document, then dimension, among those within one sd of the best's mean); "lexical" (the TF-IDF
-        baseline on the same documents and folds: lexical_row, word or character n-grams); each BERT result also has kind "bert" and seconds (its
-        cross-validation alone; the one extraction pass is extract_seconds); "hybrids" (hybrid_rows of
-        the HYBRID_TOP best BERT features); "compact" (compact_rows of the best); a lexical, hybrid or
-        compact row that cannot be computed has "error" (its reason) and None scores (not_computable),
-        and the BERT rows are returned all the same; "documents",
+        baseline on the same documents and folds: lexical_row, word or character n-grams); each BERT
+        result also has kind "bert" and seconds (its cross-validation alone; the one extraction pass is
+        extract_seconds); "hybrids" (hybrid_rows of the HYBRID_TOP best BERT features); "compact"
+        (compact_rows of the best); a lexical, hybrid or compact row that cannot be computed has "error"
+        (its reason) and None scores (not_computable), the BERT rows returned all the same; "documents",
         "dropped_labels", "left_out", "classes", "majority", "windows_encoded", "windows_requested",
-        "windows_cached" (taken from the window store),
-        "extract_seconds", "probe_seconds" (the BERT rows' cross-validations), "baseline_seconds" (the
-        lexical, hybrid and compact rows'; wall times), "label_col", "tokens", "unknown_tokens" (the sample's)}. With
-        ``echo`` and cfg.write.progress: extract's "loading model" line and a document progress bar on stderr.
+        "windows_cached" (served by the window store), "extract_seconds", "probe_seconds" (the BERT rows'
+        cross-validations), "baseline_seconds" (the lexical, hybrid and compact rows'; wall times),
+        "label_col", "tokens", "unknown_tokens" (the sample's)}. With ``echo`` and cfg.write.progress:
+        extract's "loading model" line and a document progress bar on stderr.
 
     Raises:
         ConfigError, ModelError, InputError: as extract, plus the label checks of probe_files.
@@ -215,7 +214,8 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     facts, tokenizer = model_facts(cfg.model)
     features = probe_feature_set(facts.num_hidden_layers, bool(facts.has_pooler))
     cfg = dataclasses.replace(cfg, pool=dataclasses.replace(cfg.pool, features=features, level="document",
-                                                            aggregate=",".join(PROBE_PARTS)))
+                                                            aggregate=",".join(PROBE_PARTS)),
+                              read=dataclasses.replace(cfg.read, keep_cols=(), with_source=False))  # blocks: id, text
     texts, labels, picked, dropped, corpus = _sampled_corpus(cfg, label_col, sample, folds, seed)
 
     t0 = time.perf_counter()
@@ -297,12 +297,12 @@ def _baseline_rows(ranked: list[dict[str, Any]], variants: list, texts: list[str
             try:
                 hybrids = hybrid_rows(top, texts, y, folds, seed, lexical["dimension"], lexical)
             except Exception as err:   # an extra row: the BERT rows are kept whatever fails here
-                hybrids = [not_computable(f"hybrid:{r['feature']}", "hybrid", _reason(err), base=r,
+                hybrids = [not_computable(f"hybrid:{r['feature']}", "hybrid", reason(err), base=r,
                                           windows_per_doc=r["windows_per_doc"]) for r, _ in top]
         try:
             compact = compact_rows(ranked[0], top[0][1], y, folds, seed)
         except Exception as err:   # as above
-            compact = [not_computable(f"{ranked[0]['feature']}:{form}", "compact", _reason(err), form=form,
+            compact = [not_computable(f"{ranked[0]['feature']}:{form}", "compact", reason(err), form=form,
                                       windows_per_doc=ranked[0]["windows_per_doc"]) for form in ("int8", "binary")]
     return lexical, hybrids, compact
 
@@ -322,24 +322,10 @@ def lexical_row(texts: list[str], y: np.ndarray, folds: int, seed: int, jobs: in
                 fallback = ("character n-grams: no word or word pair occurs in 2 training texts (text without "
                             "spaces between words?)")
                 continue
-            return not_computable(lexical_name(analyzer), "lexical", _reason(err))
+            return not_computable(lexical_name(analyzer), "lexical", reason(err))
         row = {"feature": lexical_name(analyzer), "kind": "lexical", "windows_per_doc": 0.0, **score}
         return {**row, "fallback": fallback} if fallback else row
     raise AssertionError("unreachable: the char_wb pass returns")
-
-
-def not_computable(feature: str, kind: str, reason: str, **keys: Any) -> dict[str, Any]:
-    """A probe row that could not be computed: feature, kind, "error" (the reason), ``keys`` (e.g. base,
-    windows_per_doc), and None for every score, so the table and the --out CSV show it without numbers
-    and rank it last."""
-    return {"feature": feature, "kind": kind, "error": reason, "windows_per_doc": keys.pop("windows_per_doc", 0.0),
-            "dimension": None, "accuracy": [], "accuracy_mean": None, "accuracy_std": None, "f1_macro": [],
-            "f1_macro_mean": None, "f1_macro_std": None, "seconds": None, **keys}
-
-
-def _reason(err: BaseException) -> str:
-    """An exception as a one-line reason. Example: ValueError("x\ny") -> "ValueError: x y"."""
-    return f"{type(err).__name__}: {' '.join(str(err).split())}"
 
 
 def hybrid_rows(top: list[tuple[dict[str, Any], np.ndarray]], texts: list[str], y: np.ndarray, folds: int, seed: int,

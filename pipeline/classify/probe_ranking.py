@@ -17,6 +17,30 @@ def scored(row: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if row is None or row.get("accuracy_mean") is None else row
 
 
+def compared(a: float, b: float, what: str) -> str:
+    """How accuracy ``a`` stands against ``b`` (``what``, e.g. "the lexical baseline"), to the 3 decimals
+    printed: "ties WHAT (b)" when they round to the same, else "beats WHAT (b) by +d" or "is below WHAT (b) by -d".
+    Example: compared(0.9, 0.75, "x") -> "beats x (0.750) by +0.150"."""
+    d = round(a, 3) - round(b, 3)
+    if abs(d) < 5e-4:
+        return f"ties {what} ({b:.3f})"
+    return f"{'beats' if d > 0 else 'is below'} {what} ({b:.3f}) by {d:+.3f}"
+
+
+def not_computable(feature: str, kind: str, reason: str, **keys: Any) -> dict[str, Any]:
+    """A probe row that could not be computed: feature, kind, "error" (the reason), ``keys`` (e.g. base,
+    windows_per_doc), and None for every score, so the table and the --out CSV show it without numbers
+    and rank it last."""
+    return {"feature": feature, "kind": kind, "error": reason, "windows_per_doc": keys.pop("windows_per_doc", 0.0),
+            "dimension": None, "accuracy": [], "accuracy_mean": None, "accuracy_std": None, "f1_macro": [],
+            "f1_macro_mean": None, "f1_macro_std": None, "seconds": None, **keys}
+
+
+def reason(err: BaseException) -> str:
+    """An exception as a one-line reason. Example: ValueError("x\ny") -> "ValueError: x y"."""
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"
+
+
 def lexical_summary(lex: dict[str, Any], best: dict[str, Any]) -> str:
     """The summary's line on the lexical baseline against the best BERT feature: plainly that the
     baseline beats every BERT feature when its mean accuracy is above the best's, with the
@@ -34,8 +58,8 @@ def lexical_summary(lex: dict[str, Any], best: dict[str, Any]) -> str:
                 f"{best['accuracy_mean']:.3f}), with no model and no windows; recommended:\n"
                 f"  from pipeline.classify.folds import lexical_model; "
                 f"model = lexical_model({args}).fit(texts, labels)")
-    return (f"lexical baseline {lex['feature']} {score}: the best BERT feature {best['feature']} is "
-            f"{best['accuracy_mean'] - lex['accuracy_mean']:+.3f} accuracy above it")
+    return (f"lexical baseline {lex['feature']} {score}: the best BERT feature {best['feature']} "
+            f"{compared(best['accuracy_mean'], lex['accuracy_mean'], 'it')}")
 
 
 CSV_COLUMNS = ("feature", "kind", "accuracy", "accuracy_sd", "macro_f1", "macro_f1_sd", "windows_per_doc", "dim",
@@ -68,19 +92,30 @@ def write_ranking_csv(report: dict[str, Any], path) -> None:
 
 def hybrid_summary(hybrids: list[dict[str, Any]], best: dict[str, Any], lex: dict[str, Any] | None,
                    cfg: PipelineConfig, label_col: str | None = None) -> list[str]:
-    """The summary's lines on the best hybrid: its score against the best BERT feature and the lexical
-    baseline; when it beats both, the extract command of its BERT feature and the Python line that
+    """The summary's lines on the best hybrid: how it stands against the best BERT feature and the lexical
+    baseline (ties, beats or is below each, by how much: compared), at what cost (its BERT feature's
+    windows per document, the TF-IDF vocabulary beside it, its cross-validation's seconds against the
+    BERT feature's); when it beats both, the extract command of its BERT feature and the Python line that
     fits it (texts and labels: the corpus rows of load_features' ids)."""
     done = [h for h in hybrids if scored(h) is not None]
     if not done:
         return [f"hybrid rows: not computable ({hybrids[0]['error']})"] if hybrids else []
     h = max(done, key=lambda r: r["accuracy_mean"])
     lex = scored(lex)
-    rivals = max(best["accuracy_mean"], lex["accuracy_mean"] if lex is not None else 0.0)
-    verdict = "beats" if h["accuracy_mean"] > rivals else "does not beat"
-    lines = [f"best hybrid: {h['feature']} {h['accuracy_mean']:.3f} ± {h['accuracy_std']:.3f} {verdict} the best BERT "
-             f"feature and the lexical baseline alone"]
-    if verdict == "beats":
+    rivals = [compared(h["accuracy_mean"], best["accuracy_mean"], f"the best BERT feature {best['feature']}")]
+    if lex is not None:
+        rivals.append(compared(h["accuracy_mean"], lex["accuracy_mean"], "the lexical baseline"))
+    base = h.get("base", {})
+    cost = ""
+    if h.get("windows_per_doc") is not None:
+        cost = (f"; it costs its BERT feature's {h['windows_per_doc']:.2f} windows/doc plus a TF-IDF model"
+                + (f" of {lex['dimension']} terms" if lex is not None and lex.get("dimension") else ""))
+    if h.get("seconds") is not None and base.get("seconds") is not None:
+        cost += f", {h['seconds']:.1f} s to cross-validate against {base['seconds']:.1f} s for the BERT feature alone"
+    lines = [f"best hybrid: {h['feature']} {h['accuracy_mean']:.3f} ± {h['accuracy_std']:.3f} {' and '.join(rivals)}"
+             f"{cost}"]
+    beats = round(h["accuracy_mean"], 3) > round(max(best["accuracy_mean"], lex["accuracy_mean"] if lex else 0.0), 3)
+    if beats:
         lines += ["  " + extract_command(cfg, h["base"], cfg.read.inputs, label_col),
                   "  ids, X, meta = longbert.load_features(\"features.parquet\"); "
                   "model = longbert.HybridClassifier().fit(longbert.hybrid_inputs(texts, X), labels)",
@@ -114,14 +149,25 @@ def hybrid_python(cfg: PipelineConfig, feature: dict[str, Any], analyzer: str = 
 def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[str, ...],
                     label_col: str | None = None) -> str:
     """The ``longbert extract`` command line that makes one probed feature (with its --aggregate) on the
-    whole corpus, keeping the label column (``--keep-col label_col``) so its output can be probed."""
+    whole corpus: the run's reading options that are not at their defaults (--format, --text-col,
+    --id-col, --keep-col, --encoding, --delimiter, --on-bad-lines, --with-source, --block-rows), its
+    model, window and --cache options, paths as ``cfg`` holds them (the CLI gives --cache as typed), and
+    the label column kept (``--keep-col label_col``) so its output can be probed."""
     from ..options.config import DEFAULT_MODEL
+    from ..options.sections import ReadConfig
 
+    read, default = cfg.read, ReadConfig()
     parts = ["longbert extract", *(shlex.quote(str(i)) for i in inputs)]
-    if cfg.read.format is not None:
-        parts.append(f"--format {cfg.read.format}")
-    if cfg.read.text_col != "text":
-        parts.append(f"--text-col {shlex.quote(cfg.read.text_col)}")
+    if read.format is not None:
+        parts.append(f"--format {read.format}")
+    for flag, value in (("--text-col", read.text_col), ("--id-col", read.id_col), ("--encoding", read.encoding),
+                        ("--delimiter", read.delimiter), ("--on-bad-lines", read.on_bad_lines),
+                        ("--block-rows", read.block_rows)):
+        if value != getattr(default, flag[2:].replace("-", "_")):
+            parts.append(f"{flag} {shlex.quote(str(value))}")
+    if read.with_source:
+        parts.append("--with-source")
+    keep = [c for c in read.keep_cols if c != label_col]
     if cfg.model.model != DEFAULT_MODEL:
         parts.append(f"--model {shlex.quote(cfg.model.model)}")
     if cfg.write.cache is not None:  # the probe's windows are in this store: extract reuses them
@@ -140,7 +186,8 @@ def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[
     if seg.max_tokens_per_doc is not None:
         parts.append(f"--max-tokens-per-doc {seg.max_tokens_per_doc}")
     if label_col is not None:   # so that `longbert probe features.parquet --label-col LABEL` works
-        parts.append(f"--keep-col {shlex.quote(label_col)}")
+        keep.append(label_col)
+    parts += [f"--keep-col {shlex.quote(c)}" for c in keep]
     aggregate = feature.get("aggregate", "mean")
     if aggregate != "mean":
         parts.append(f"--aggregate {aggregate}")

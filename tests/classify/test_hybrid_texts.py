@@ -140,7 +140,8 @@ def test_summary_gives_the_texts_line_of_the_winning_hybrid(tiny_model_dir):
             "strategy": "chunk", "extract_options": "--feature chunk:max:-2", "accuracy_mean": 0.8}
     hybrid = {"feature": "hybrid:" + base["feature"], "base": base, "accuracy_mean": 0.9, "accuracy_std": 0.01}
     lines = hybrid_summary([hybrid], base, {"accuracy_mean": 0.85}, cfg, "label")
-    assert lines[0].startswith("best hybrid: hybrid:f_chunk_max_L-2_agg-mean-max 0.900 ± 0.010 beats")
+    assert lines[0] == ("best hybrid: hybrid:f_chunk_max_L-2_agg-mean-max 0.900 ± 0.010 beats the best BERT feature "
+                        "f_chunk_max_L-2_agg-mean-max (0.800) by +0.100 and beats the lexical baseline (0.850) by +0.050")
     assert lines[-1] == ("  or on the texts alone: longbert.HybridClassifier(vectorizer=longbert.LongBertVectorizer("
                          f"feature='chunk:max:-2', aggregate='mean,max', model={str(tiny_model_dir)!r}, max_length=16))"
                          ".fit(texts, labels)")

@@ -89,8 +89,11 @@ def test_summary_says_plainly_when_the_baseline_wins():
     best = {"feature": "f_chunk_mean", "accuracy_mean": 0.8}
     assert "beats every BERT feature" in lexical_summary(lex, best)
     assert "lexical_model(5, 0).fit(texts, labels)" in lexical_summary(lex, best)
-    assert "beats" not in lexical_summary(lex, {**best, "accuracy_mean": 0.95})
-    assert "+0.050 accuracy above it" in lexical_summary(lex, {**best, "accuracy_mean": 0.95})
+    assert "beats every BERT feature" not in lexical_summary(lex, {**best, "accuracy_mean": 0.95})
+    assert lexical_summary(lex, {**best, "accuracy_mean": 0.95}).endswith(
+        ": the best BERT feature f_chunk_mean beats it (0.900) by +0.050")
+    assert lexical_summary(lex, {**best, "accuracy_mean": 0.9}).endswith(
+        ": the best BERT feature f_chunk_mean ties it (0.900)")
 
 
 def test_probe_out_csv_has_the_columns_and_the_baseline_row(runner, tiny_model_dir, tmp_path):
