@@ -212,10 +212,29 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
             ValueError: a class has fewer than 2 rows, or (from scikit-learn) no term survives min_df=2.
             TextError, ConfigError, ModelError: from the vectorizer, on plain texts.
         """
+        from sklearn.feature_extraction.text import CountVectorizer
+        from sklearn.pipeline import Pipeline
+
+        from .folds import ngram_options, no_terms, one_blas_thread
+
         texts, V = self._texts_vectors(X, fitting=True, caller="fit")
         y = np.asarray(y)
-        return self._fit(V, y, fit_text_half(texts, y, self.text_C, self.inner_folds, self.seed,
-                                             analyzer=self.analyzer))
+        # probe's fast path: the texts analysed once into n-gram counts, every inner fit and the C search on
+        # rows of them (FoldTfidf: the same TF-IDF as TfidfVectorizer on the rows' texts), one BLAS thread
+        counter = CountVectorizer(**ngram_options(self.analyzer))
+        try:
+            with one_blas_thread():
+                counts = counter.fit_transform([("" if t is None else str(t)) for t in texts]).tocsr()  # (N, V)
+                half = fit_text_half(counts, y, self.text_C, self.inner_folds, self.seed, counted=True)
+                self._fit(V, y, half)
+        except ValueError as err:
+            if not no_terms(err) or self.analyzer != "word":
+                raise
+            raise ValueError("HybridClassifier: no word or word pair occurs in 2 training texts, so the lexical "
+                             "model has no terms (text without spaces between words, e.g. Chinese or Japanese?); "
+                             "pass analyzer='char_wb' for character n-grams") from err
+        self.text_model_ = Pipeline([("counts", counter), ("lexical", half.model)])   # texts in, as before
+        return self
 
     def _fit(self, V: np.ndarray, y: np.ndarray, text: TextHalf) -> HybridClassifier:
         """The BERT half and the second level on (N, D) V and (N,) y, beside ``text`` (fit_text_half of
@@ -319,7 +338,7 @@ def cross_validate_hybrids(texts: Sequence[str], matrices: Sequence[np.ndarray],
     from joblib import Parallel, delayed
     from sklearn.model_selection import StratifiedKFold
 
-    from .folds import ngram_counts
+    from .folds import ngram_counts, one_blas_thread
 
     t0 = time.perf_counter()
     counts = ngram_counts(texts, analyzer)   # the texts analysed once
@@ -327,11 +346,13 @@ def cross_validate_hybrids(texts: Sequence[str], matrices: Sequence[np.ndarray],
     outer = list(StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
     given = [float(lexical_Cs[i]) if lexical_Cs is not None and lexical_folds == search_folds(y[tr], 5) else None
              for i, (tr, _) in enumerate(outer)]
-    # the outer folds' lexical halves in parallel too (each a process with one BLAS thread, as joblib sets)
-    halves = Parallel(n_jobs=min(jobs, len(outer)))(
-        delayed(_text_half)(counts[tr], y[tr], counts[te], c, seed) for (tr, te), c in zip(outer, given))
-    shared = (time.perf_counter() - t0) / max(1, len(matrices))
-    scores = Parallel(n_jobs=jobs)(delayed(_bert_halves)(X, y, outer, halves, seed) for X in matrices)
+    # the outer folds' lexical halves in parallel too (each a process with one BLAS thread, as joblib sets;
+    # with jobs=1 they run here, under one_blas_thread: small fits for which a second thread costs more)
+    with one_blas_thread():
+        halves = Parallel(n_jobs=min(jobs, len(outer)))(
+            delayed(_text_half)(counts[tr], y[tr], counts[te], c, seed) for (tr, te), c in zip(outer, given))
+        shared = (time.perf_counter() - t0) / max(1, len(matrices))
+        scores = Parallel(n_jobs=jobs)(delayed(_bert_halves)(X, y, outer, halves, seed) for X in matrices)
     for score in scores:
         score["seconds"] += shared
     return scores
