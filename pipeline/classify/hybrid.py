@@ -21,6 +21,10 @@ from sklearn.base import BaseEstimator, ClassifierMixin, clone
 
 from .hybrid_input import texts_or_pairs, hybrid_inputs  # noqa: F401 - hybrid_inputs: re-exported
 
+NO_WORD_TERMS = ("HybridClassifier: no word or word pair occurs in 2 training texts, so the lexical model has no terms "
+                 "(text without spaces between words, e.g. Chinese or Japanese?); pass analyzer='char_wb' for "
+                 "character n-grams")
+
 
 def _inner_folds(y: np.ndarray, folds: int) -> int:
     """An inner k for the rows of y: folds, lowered so every class keeps a row in each part (>= 2)."""
@@ -105,9 +109,7 @@ def fit_text_half(texts: np.ndarray, y: np.ndarray, text_C: float | None, inner_
     except ValueError as err:
         if not no_terms(err) or counted or analyzer != "word":
             raise
-        raise ValueError("HybridClassifier: no word or word pair occurs in 2 training texts, so the lexical "
-                         "model has no terms (text without spaces between words, e.g. Chinese or Japanese?); "
-                         "pass analyzer='char_wb' for character n-grams") from err
+        raise ValueError(NO_WORD_TERMS) from err
 
 
 def _fit_text_half_on(texts, y, text_C, inner_folds, seed, counted, analyzer, classes, k, splits) -> TextHalf:
@@ -209,7 +211,8 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         Raises:
             TextsTypeError (a TypeError and a ValueError): X is neither plain texts nor hybrid_inputs
                 pairs, naming what was given (e.g. a DataFrame of two columns).
-            ValueError: a class has fewer than 2 rows, or (from scikit-learn) no term survives min_df=2.
+            ValueError: a class has fewer than 2 rows, or no n-gram occurs in 2 training texts
+                (NO_WORD_TERMS for the word analyzer: pass analyzer="char_wb").
             TextError, ConfigError, ModelError: from the vectorizer, on plain texts.
         """
         from sklearn.feature_extraction.text import CountVectorizer
@@ -230,9 +233,7 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         except ValueError as err:
             if not no_terms(err) or self.analyzer != "word":
                 raise
-            raise ValueError("HybridClassifier: no word or word pair occurs in 2 training texts, so the lexical "
-                             "model has no terms (text without spaces between words, e.g. Chinese or Japanese?); "
-                             "pass analyzer='char_wb' for character n-grams") from err
+            raise ValueError(NO_WORD_TERMS) from err
         self.text_model_ = Pipeline([("counts", counter), ("lexical", half.model)])   # texts in, as before
         return self
 
