@@ -326,7 +326,9 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
             click.echo(f"Warning: {line}", err=True)
         report = probe_corpus(cfg, label_col=label_col, sample=500 if sample is None else sample, folds=folds,
                               seed=seed, echo=lambda m: click.echo(m, err=True))
-        click.echo(format_corpus_probe(report, cfg))
+        typed = options.get("cache")   # the printed extract command keeps --cache as typed (relative stays relative)
+        shown = cfg if typed is None else dataclasses.replace(cfg, write=dataclasses.replace(cfg.write, cache=str(typed)))
+        click.echo(format_corpus_probe(report, shown))
         if out is not None:
             from pipeline.classify.probe import write_ranking_csv
             write_ranking_csv(report, out)

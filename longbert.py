@@ -109,7 +109,8 @@ def model_path(name: str = "default") -> str:
 
     Example: ``AutoModel.from_pretrained(longbert.model_path())`` loads the bundled model's weights.
     """
-    return importlib.import_module(f"{stages.__name__}.model.facts").resolve_model_path(name)
+    with importlib.import_module(f"{stages.__name__}.options.python_api").python_names():   # model=, not --model
+        return importlib.import_module(f"{stages.__name__}.model.facts").resolve_model_path(name)
 
 
 def __getattr__(name: str) -> Any:

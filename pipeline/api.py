@@ -18,6 +18,7 @@ from .batch import Batch
 from .options.config import PipelineConfig, PoolConfig, ReadConfig, option_sections
 from .options.features_config import POOLINGS
 from .options.config_file import coerce
+from .options.python_api import python_names
 from .output.durable import place_durably, replace_durably
 from .errors import ConfigError, InputError, RunError
 from .output.schema import ERROR, FEATURES, ID
@@ -47,14 +48,17 @@ def read(inputs: str | Path | Iterable[str | Path], **read_options: Any) -> Iter
         raise ConfigError(f"{unknown[0]!r} is not a reading option; reading options are "
                           f"{', '.join(sorted(k for k, s in option_sections().items() if s == 'read'))}")
     paths = (inputs,) if isinstance(inputs, (str, Path)) else tuple(inputs)
-    options = {k.replace("-", "_"): coerce(k.replace("-", "_"), v) for k, v in read_options.items()}  # as the CLI's
-    try:
-        read_cfg = ReadConfig(inputs=tuple(str(p) for p in paths), **options)
-    except TypeError as err:
-        raise ConfigError(f"bad option value: {err}") from None
-    _, plan = scan_inputs(dataclasses.replace(PipelineConfig(), read=read_cfg))
+    with python_names():   # messages name this call's arguments (text_col=...), not extract's flags
+        options = {k.replace("-", "_"): coerce(k.replace("-", "_"), v) for k, v in read_options.items()}  # as the CLI's
+        try:
+            read_cfg = ReadConfig(inputs=tuple(str(p) for p in paths), **options)
+        except TypeError as err:
+            raise ConfigError(f"bad option value: {err}") from None
+        _, plan = scan_inputs(dataclasses.replace(PipelineConfig(), read=read_cfg))
     for spec in plan.blocks:
-        yield Batch(rows=read_block(spec))
+        with python_names():
+            batch = Batch(rows=read_block(spec))
+        yield batch
 
 
 def pool(hidden_states: Any, attention_mask: Any, pooling: str = "mean", layers: Sequence[int] = (-1,),
@@ -84,7 +88,8 @@ def pool(hidden_states: Any, attention_mask: Any, pooling: str = "mean", layers:
 
     layers = tuple(int(i) for i in layers)
     try:
-        cfg = PoolConfig(pooling=pooling, layers=layers, layer_agg=layer_agg)
+        with python_names():   # PoolConfig's messages name extract's flags; this call's caller passed arguments
+            cfg = PoolConfig(pooling=pooling, layers=layers, layer_agg=layer_agg)
     except TypeError as err:
         raise ConfigError(f"bad option value: {err}") from None
     if pooling not in POOLINGS:

@@ -30,6 +30,14 @@ for _folder in sorted(p for p in Path(__file__).resolve().parent.iterdir() if p.
         sys.path.append(str(_folder))
 
 
+def pytest_configure(config):
+    """Ctrl-C and SIGTERM stop the run with pytest's summary (tests/stop_on_signal.py says why a plugin is needed)."""
+    if not config.pluginmanager.has_plugin("stop_on_signal"):
+        import stop_on_signal
+
+        config.pluginmanager.register(stop_on_signal, "stop_on_signal")
+
+
 def words(n: int, offset: int = 0) -> str:
     """A text of exactly n tiny-vocabulary tokens: 'w0 w1 ... w39 w0 ...' (rotated by offset)."""
     return " ".join(WORDS[(i + offset) % len(WORDS)] for i in range(n))

@@ -27,6 +27,7 @@ NEEDED = {
     "scikit-learn": "1.6",      # __sklearn_tags__ with InputTags (LongBertVectorizer)
     "matplotlib": "3.5",        # Axes.bar_label, set_xticks(ticks, labels)
     "obstore": "0.12",          # the release tested: put(mode="create"), S3Store(config=, retry_config=)
+    "charset-normalizer": "3.0",  # from_bytes(cp_isolation=), CharsetMatch.could_be_from_charset / chaos / coherence
 }
 
 

@@ -115,6 +115,41 @@ def one_blas_thread():
 
 LEXICAL_CS = (0.01, 0.1, 1.0, 10.0, 100.0)   # the C grid of the lexical baseline's inner search
 LEXICAL_NAME = "tfidf_word_1-2gram_lr"       # its row's name in the probe's table and --out CSV
+# The lexical model's n-grams: word uni+bigrams; or, for text a word tokenizer cannot split (Chinese,
+# Japanese, Thai: no spaces between words), character uni+bigrams inside word boundaries, what a
+# scikit-learn user passes there (CountVectorizer(analyzer="char_wb", ngram_range=(1, 2))).
+ANALYZERS = ("word", "char_wb")
+
+
+def lexical_name(analyzer: str = "word") -> str:
+    """The lexical row's name for its analyzer. Example: "char_wb" -> "tfidf_char_wb_1-2gram_lr"."""
+    return LEXICAL_NAME if analyzer == "word" else f"tfidf_{analyzer}_1-2gram_lr"
+
+
+def ngram_options(analyzer: str = "word") -> dict[str, Any]:
+    """The CountVectorizer / TfidfVectorizer arguments of the lexical n-grams (ANALYZERS): uni+bigrams of
+    words, or of characters within word boundaries. Raises ValueError for another analyzer."""
+    if analyzer not in ANALYZERS:
+        raise ValueError(f"analyzer={analyzer!r}; choose one of {ANALYZERS}")
+    return {"ngram_range": (1, 2)} if analyzer == "word" else {"analyzer": analyzer, "ngram_range": (1, 2)}
+
+
+def ngram_counts(texts, analyzer: str = "word"):
+    """(N, V) CSR n-gram counts of N texts (None reads as ""), columns sorted by term: the input of
+    FoldTfidf and counted_text_model. Raises ValueError (scikit-learn's) when the texts hold no n-gram."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    docs = [("" if t is None else str(t)) for t in texts]
+    return CountVectorizer(**ngram_options(analyzer)).fit_transform(docs).tocsr()
+
+
+NO_TERMS = "After pruning, no terms remain"   # FoldTfidf's and TfidfVectorizer's message when min_df leaves none
+
+
+def no_terms(err: BaseException) -> bool:
+    """True when ``err`` says the n-grams left no term (none in >= 2 training texts, or none at all):
+    the word analyzer on text without spaces between words."""
+    return isinstance(err, ValueError) and (NO_TERMS in str(err) or "empty vocabulary" in str(err))
 
 
 _MEMORY: list = []
@@ -137,11 +172,12 @@ def _tfidf_memory():
     return _MEMORY[0]
 
 
-def lexical_model(folds: int, seed: int):
+def lexical_model(folds: int, seed: int, analyzer: str = "word"):
     """The lexical baseline, an unfitted scikit-learn estimator on raw texts: GridSearchCV over C
     (LEXICAL_CS, by accuracy) of Pipeline(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True,
     min_df=2), LogisticRegression(max_iter=2000)) with an inner StratifiedKFold(folds, shuffle=True,
-    random_state=seed). Cross-validated on the outer folds it is a nested CV: vocabulary, IDF and C
+    random_state=seed); ``analyzer`` "char_wb": character uni+bigrams (ngram_options) in place of words.
+    Cross-validated on the outer folds it is a nested CV: vocabulary, IDF and C
     are all chosen inside each outer training fold, never on its test fold. A word n-gram TF-IDF
     with a linear model is the baseline long-document BERT classifiers are measured against (Park et
     al. 2022, "Efficient classification of long documents using transformers")."""
@@ -150,16 +186,16 @@ def lexical_model(folds: int, seed: int):
     from sklearn.model_selection import GridSearchCV, StratifiedKFold
     from sklearn.pipeline import Pipeline
 
-    pipe = Pipeline([("tfidf", TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)),
+    pipe = Pipeline([("tfidf", TfidfVectorizer(**ngram_options(analyzer), sublinear_tf=True, min_df=2)),
                      ("lr", LogisticRegression(max_iter=2000))], memory=_tfidf_memory())
     inner = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     return GridSearchCV(pipe, {"lr__C": list(LEXICAL_CS)}, cv=inner, scoring="accuracy")
 
 
 class FoldTfidf(TransformerMixin, BaseEstimator):
-    """TF-IDF of a training fold, fitted on word-n-gram counts made once for the whole corpus: the same
-    matrix as ``TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)`` fitted on the fold's
-    texts, without analysing the texts again for every fold and C.
+    """TF-IDF of a training fold, fitted on n-gram counts made once for the whole corpus: the same
+    matrix as ``TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)`` (with the counts'
+    analyzer) fitted on the fold's texts, without analysing the texts again for every fold and C.
 
     Why it is the same: a document's n-gram counts do not depend on the other documents, and
     TfidfVectorizer's vocabulary is sorted, so the fold's vocabulary (the columns whose document
@@ -167,8 +203,9 @@ class FoldTfidf(TransformerMixin, BaseEstimator):
     order. IDF is scikit-learn's smooth one, log((1 + n) / (1 + df)) + 1, over the fold's n rows; tf is
     1 + log(count); rows are L2-normalized (TfidfTransformer). Tested equal to TfidfVectorizer per fold.
 
-    Input: (N, V) sparse counts (``CountVectorizer(ngram_range=(1, 2)).fit_transform(texts)``), rows of
-    the corpus. Output of transform: (n, V_fold) float64 CSR.
+    Input: (N, V) sparse counts (``ngram_counts(texts, analyzer)``; for words
+    ``CountVectorizer(ngram_range=(1, 2)).fit_transform(texts)``), rows of the corpus. Output of
+    transform: (n, V_fold) float64 CSR.
     """
 
     def __init__(self, min_df: int = 2):
@@ -195,8 +232,8 @@ class FoldTfidf(TransformerMixin, BaseEstimator):
 
 
 def counted_text_model(C: float = 1.0):
-    """The lexical model on the rows of a corpus's word uni+bigram counts: FoldTfidf (the same TF-IDF as
-    TfidfVectorizer on the rows' texts) + LogisticRegression(C, max_iter=2000), as lexical_model's and
+    """The lexical model on the rows of a corpus's n-gram counts (ngram_counts, any analyzer): FoldTfidf
+    (the same TF-IDF as TfidfVectorizer with those n-grams on the rows' texts) + LogisticRegression(C, max_iter=2000), as lexical_model's and
     pipeline.classify.hybrid.text_model's, without analysing the texts again."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import Pipeline
@@ -212,12 +249,13 @@ def counted_lexical_model(folds: int, seed: int):
     return GridSearchCV(counted_text_model(), {"lr__C": list(LEXICAL_CS)}, cv=inner, scoring="accuracy")
 
 
-def cross_validate_lexical(texts: list[str], y: np.ndarray, folds: int, seed: int, jobs: int = 1) -> dict[str, Any]:
+def cross_validate_lexical(texts: list[str], y: np.ndarray, folds: int, seed: int, jobs: int = 1,
+                           analyzer: str = "word") -> dict[str, Any]:
     """cross_validate_probe's keys for the lexical baseline (lexical_model's scores and C, computed from the
     texts' n-gram counts made once: FoldTfidf) on the raw texts, under the
     same outer StratifiedKFold(folds, shuffle=True, random_state=seed) as every BERT feature, plus
     "dimension" (the mean TF-IDF vocabulary size over the outer training folds), "C" (the C chosen on
-    each outer training fold), "inner_folds" (the k of that search) and "seconds".
+    each outer training fold), "inner_folds" (the k of that search), "analyzer" and "seconds".
 
     Args:
         texts: N documents (str); y: (N,) labels (str). The inner search splits each outer training
@@ -226,19 +264,18 @@ def cross_validate_lexical(texts: list[str], y: np.ndarray, folds: int, seed: in
             one BLAS thread each: L-BFGS on a ~50,000-term TF-IDF spends its time in vector operations
             too small for threads, and on 2 cores of an Intel Xeon one C=100 fit on 240 man pages took
             5.3 s with OpenBLAS's 2 threads and 0.39 s with one while another job shared the CPUs.
+        analyzer: "word" (word uni+bigrams) or "char_wb" (character uni+bigrams: ngram_options).
     Raises:
-        ValueError: from scikit-learn, e.g. no term left by min_df=2 in a training fold.
+        ValueError: from scikit-learn, e.g. no term left by min_df=2 in a training fold (no_terms(err)
+            is True: text without spaces between words, for the word analyzer).
     """
     import time
 
     from sklearn.model_selection import StratifiedKFold, cross_validate
 
-    from sklearn.feature_extraction.text import CountVectorizer
-
     t0 = time.perf_counter()
-    docs = [("" if t is None else str(t)) for t in texts]
     # the texts analysed once; each fold's TF-IDF is taken from these counts (FoldTfidf: the same matrix)
-    X = CountVectorizer(ngram_range=(1, 2)).fit_transform(docs).tocsr()
+    X = ngram_counts(texts, analyzer)
     cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     smallest = int(np.unique(y.astype(str), return_counts=True)[1].min())   # its rows in an outer training fold:
     inner_folds = max(2, min(folds, smallest - -(-smallest // folds)))       # smallest - ceil(smallest / folds)
@@ -252,4 +289,4 @@ def cross_validate_lexical(texts: list[str], y: np.ndarray, folds: int, seed: in
     return {"folds": folds, "C": [float(e.best_params_["lr__C"]) for e in scores["estimator"]], "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),
             "accuracy_std": float(acc.std()), "f1_macro": f1.tolist(), "f1_macro_mean": float(f1.mean()),
             "f1_macro_std": float(f1.std()), "dimension": int(round(dim)), "inner_folds": inner_folds,
-            "seconds": time.perf_counter() - t0}
+            "analyzer": analyzer, "seconds": time.perf_counter() - t0}

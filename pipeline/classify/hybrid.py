@@ -19,42 +19,11 @@ from typing import Any, Sequence
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 
+from .hybrid_input import texts_or_pairs, hybrid_inputs  # noqa: F401 - hybrid_inputs: re-exported
 
-def hybrid_inputs(texts: Sequence[str], vectors: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    """The X of HybridClassifier: one (text, vector) pair per document, a list so that scikit-learn's
-    splitters (cross_val_score, cross_validate) index it like any array.
-
-    Args:
-        texts: N documents (str; None reads as ""); vectors: (N, D) float BERT document vectors, row i of text i.
-    Raises:
-        ValueError: texts and vectors differ in length, or vectors is not 2-D.
-    """
-    V = np.asarray(vectors)
-    if V.ndim != 2 or len(V) != len(texts):
-        raise ValueError(f"hybrid_inputs: {len(texts)} texts and vectors of shape {V.shape}; need (N, D), one row a text")
-    return [("" if t is None else str(t), V[i]) for i, t in enumerate(texts)]
-
-
-def _split(X) -> tuple[np.ndarray, np.ndarray]:
-    """(texts (N,) object, vectors (N, D) float32) of hybrid_inputs pairs. Raises ValueError on anything else."""
-    try:
-        texts = np.asarray([t for t, _ in X], dtype=object)
-        V = np.stack([np.asarray(v, dtype=np.float32) for _, v in X]) if len(X) else np.empty((0, 0), np.float32)
-    except (TypeError, ValueError) as err:
-        raise ValueError("HybridClassifier takes X = plain texts (a list of str, encoded by its vectorizer) or "
-                         f"hybrid_inputs(texts, vectors): (text, vector) pairs; got a {type(X).__name__} "
-                         "of neither") from err
-    return texts, V
-
-
-def _is_texts(X) -> bool:
-    """True when X is plain texts (every element a str: a list, tuple, 1-D array or Series of str), False for
-    anything else (hybrid_inputs pairs among them)."""
-    items = X.tolist() if hasattr(X, "tolist") else X
-    try:
-        return len(items) > 0 and all(isinstance(t, str) for t in items)
-    except TypeError:
-        return False
+NO_WORD_TERMS = ("HybridClassifier: no word or word pair occurs in 2 training texts, so the lexical model has no terms "
+                 "(text without spaces between words, e.g. Chinese or Japanese?); pass analyzer='char_wb' for "
+                 "character n-grams")
 
 
 def _inner_folds(y: np.ndarray, folds: int) -> int:
@@ -65,14 +34,17 @@ def _inner_folds(y: np.ndarray, folds: int) -> int:
     return max(2, min(folds, smallest))
 
 
-def text_model(C: float):
-    """The lexical base model, unfitted: TF-IDF of word uni+bigrams (sublinear tf, min_df 2) +
-    LogisticRegression(C), as the probe's lexical row (pipeline.classify.folds.lexical_model)."""
+def text_model(C: float, analyzer: str = "word"):
+    """The lexical base model, unfitted: TF-IDF of word uni+bigrams (``analyzer`` "char_wb": character
+    uni+bigrams; pipeline.classify.folds.ngram_options) (sublinear tf, min_df 2) + LogisticRegression(C),
+    as the probe's lexical row (pipeline.classify.folds.lexical_model)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import Pipeline
 
-    return Pipeline([("tfidf", TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)),
+    from .folds import ngram_options
+
+    return Pipeline([("tfidf", TfidfVectorizer(**ngram_options(analyzer), sublinear_tf=True, min_df=2)),
                      ("lr", LogisticRegression(C=C, max_iter=2000))])
 
 
@@ -110,10 +82,11 @@ class TextHalf:
 
 
 def fit_text_half(texts: np.ndarray, y: np.ndarray, text_C: float | None, inner_folds: int, seed: int,
-                  counted: bool = False) -> TextHalf:
+                  counted: bool = False, analyzer: str = "word") -> TextHalf:
     """The lexical half of a hybrid on (N,) texts (object) and (N,) labels; with ``counted``, ``texts``
-    are the rows of the corpus's n-gram counts (CountVectorizer(ngram_range=(1, 2))) and the models are
+    are the rows of the corpus's n-gram counts (pipeline.classify.folds.ngram_counts) and the models are
     pipeline.classify.folds.counted_text_model's (the same probabilities; the probe's hybrid rows).
+    ``analyzer``: the n-grams of plain texts ("word" or "char_wb"; text_model).
 
     text_C None: C searched over LEXICAL_CS by pipeline.classify.folds.lexical_model with
     search_folds(y, inner_folds) folds (the probe's lexical row makes the same search on the same rows).
@@ -121,23 +94,37 @@ def fit_text_half(texts: np.ndarray, y: np.ndarray, text_C: float | None, inner_
     random_state=seed).
 
     Raises:
-        ValueError: a class has fewer than 2 rows, or (from scikit-learn) no term survives min_df=2.
+        ValueError: a class has fewer than 2 rows, or no n-gram occurs in 2 training texts (for the word
+            analyzer the message says to pass analyzer="char_wb": text without spaces between words).
     """
     from sklearn.model_selection import StratifiedKFold
+
+    from .folds import no_terms
 
     classes = np.unique(y)
     k = _inner_folds(y, inner_folds)
     splits = tuple(StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
+    try:
+        return _fit_text_half_on(texts, y, text_C, inner_folds, seed, counted, analyzer, classes, k, splits)
+    except ValueError as err:
+        if not no_terms(err) or counted or analyzer != "word":
+            raise
+        raise ValueError(NO_WORD_TERMS) from err
+
+
+def _fit_text_half_on(texts, y, text_C, inner_folds, seed, counted, analyzer, classes, k, splits) -> TextHalf:
+    """fit_text_half's work once its inner folds are drawn."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # ConvergenceWarning on tiny folds
         if text_C is None:                # C searched once on these rows, then used by every inner model
             from .folds import counted_lexical_model, lexical_model
 
-            search = (counted_lexical_model if counted else lexical_model)(search_folds(y, inner_folds), seed)
+            search = (counted_lexical_model(search_folds(y, inner_folds), seed) if counted
+                      else lexical_model(search_folds(y, inner_folds), seed, analyzer))
             text_C = search.fit(texts, y).best_params_["lr__C"]
         from .folds import counted_text_model
 
-        model_of = counted_text_model if counted else text_model
+        model_of = counted_text_model if counted else (lambda C: text_model(C, analyzer))
         oof = np.zeros((len(y), len(classes)))
         for tr, te in splits:
             tm = model_of(float(text_C)).fit(texts[tr], y[tr])
@@ -160,11 +147,14 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         inner_folds: k of the inner StratifiedKFold that gives the out-of-fold probabilities (lowered to
             the smallest class's rows when that is fewer).
         seed: random_state of the inner folds.
+        analyzer: the lexical model's n-grams: "word" (word uni+bigrams) or "char_wb" (character
+            uni+bigrams, for text without spaces between words: Chinese, Japanese, Thai).
         vectorizer: the LongBertVectorizer that encodes plain texts (its options are the feature's: model,
             strategy, pooling, layers, aggregate, feature, ...; nested parameters such as
             ``vectorizer__strategy`` reach them); None: LongBertVectorizer() with its defaults. Cloned at fit.
 
-    X is either N plain texts (a list, tuple, 1-D array or Series of str), encoded by the vectorizer
+    X is either N plain texts in any form LongBertVectorizer takes (a list, tuple, 1-D array or Series
+    of str, an (N, 1) array or a one-column DataFrame such as ``df[["text"]]``), encoded by the vectorizer
     once per call (its ":memory:" window store, the default, keeps each window's vector, so folds and
     clones of a cross-validation encode each distinct text once), or ``hybrid_inputs(texts, vectors)``:
     N (text, (D,) vector) pairs of vectors computed beforehand (the vectorizer is then not used); y (N,) labels.
@@ -180,29 +170,31 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, text_C: float | None = None, bert_C: float = 1.0, meta_C: float = 1.0, inner_folds: int = 5,
-                 seed: int = 0, vectorizer: Any = None):
+                 seed: int = 0, vectorizer: Any = None, analyzer: str = "word"):
         self.text_C = text_C
         self.bert_C = bert_C
         self.meta_C = meta_C
         self.inner_folds = inner_folds
         self.seed = seed
         self.vectorizer = vectorizer
+        self.analyzer = analyzer
 
-    def _texts_vectors(self, X, fitting: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _texts_vectors(self, X, fitting: bool, caller: str) -> tuple[np.ndarray, np.ndarray]:
         """(texts (N,) object, vectors (N, D) float32) of X: hybrid_inputs pairs as given, or plain texts
-        encoded by vectorizer_ (set by fit: a clone of vectorizer, LongBertVectorizer() when None; None
-        when fit was given pairs).
+        (any form texts_or_pairs takes) encoded by vectorizer_ (set by fit: a clone of vectorizer,
+        LongBertVectorizer() when None; None when fit was given pairs).
 
         Raises:
-            ValueError: X is neither; or plain texts after a fit on pairs (no vectorizer was fitted).
+            TextsTypeError (a ValueError): X is neither. ValueError: plain texts after a fit on pairs (no
+                vectorizer was fitted).
             TextError, ConfigError, ModelError: from LongBertVectorizer (a text that cannot be embedded,
                 a bad option, a model that does not load).
         """
-        if not _is_texts(X):
+        texts, V = texts_or_pairs(X, caller)
+        if V is not None:
             if fitting:
                 self.vectorizer_ = None
-            return _split(X)
-        texts = np.asarray(X.tolist() if hasattr(X, "tolist") else list(X), dtype=object)   # (N,)
+            return texts, V
         if fitting:
             from .vectorizer import LongBertVectorizer
 
@@ -213,16 +205,37 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         return texts, self.vectorizer_.transform(texts.tolist())   # (N, D) float32
 
     def fit(self, X, y):
-        """Fit on N plain texts or (text, vector) pairs and (N,) labels; returns self.
+        """Fit on N plain texts (a list, tuple, 1-D array or Series of str, an (N, 1) array or a one-column
+        DataFrame) or (text, vector) pairs and (N,) labels; returns self.
 
         Raises:
-            ValueError: X is neither plain texts nor hybrid_inputs pairs, a class has fewer than 2 rows,
-                or (from scikit-learn) no term survives min_df=2.
+            TextsTypeError (a TypeError and a ValueError): X is neither plain texts nor hybrid_inputs
+                pairs, naming what was given (e.g. a DataFrame of two columns).
+            ValueError: a class has fewer than 2 rows, or no n-gram occurs in 2 training texts
+                (NO_WORD_TERMS for the word analyzer: pass analyzer="char_wb").
             TextError, ConfigError, ModelError: from the vectorizer, on plain texts.
         """
-        texts, V = self._texts_vectors(X, fitting=True)
+        from sklearn.feature_extraction.text import CountVectorizer
+        from sklearn.pipeline import Pipeline
+
+        from .folds import ngram_options, no_terms, one_blas_thread
+
+        texts, V = self._texts_vectors(X, fitting=True, caller="fit")
         y = np.asarray(y)
-        return self._fit(V, y, fit_text_half(texts, y, self.text_C, self.inner_folds, self.seed))
+        # probe's fast path: the texts analysed once into n-gram counts, every inner fit and the C search on
+        # rows of them (FoldTfidf: the same TF-IDF as TfidfVectorizer on the rows' texts), one BLAS thread
+        counter = CountVectorizer(**ngram_options(self.analyzer))
+        try:
+            with one_blas_thread():
+                counts = counter.fit_transform([("" if t is None else str(t)) for t in texts]).tocsr()  # (N, V)
+                half = fit_text_half(counts, y, self.text_C, self.inner_folds, self.seed, counted=True)
+                self._fit(V, y, half)
+        except ValueError as err:
+            if not no_terms(err) or self.analyzer != "word":
+                raise
+            raise ValueError(NO_WORD_TERMS) from err
+        self.text_model_ = Pipeline([("counts", counter), ("lexical", half.model)])   # texts in, as before
+        return self
 
     def _fit(self, V: np.ndarray, y: np.ndarray, text: TextHalf) -> HybridClassifier:
         """The BERT half and the second level on (N, D) V and (N,) y, beside ``text`` (fit_text_half of
@@ -241,21 +254,41 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
             self.bert_model_ = bert_model(self.bert_C).fit(V, y)
         return self
 
-    def _level_one(self, X) -> np.ndarray:
-        texts, V = self._texts_vectors(X, fitting=False)
-        return np.hstack([self.text_model_.predict_proba(texts), self.bert_model_.predict_proba(V)])
+    def _level_one(self, X, caller: str) -> np.ndarray:
+        """(N, 2 x n_classes) base-model probabilities of X, after the fitted check.
 
-    def predict_proba(self, X) -> np.ndarray:
-        """(N, n_classes) float64 probabilities, columns in classes_ order, of N plain texts or (text, vector)
-        pairs. Raises NotFittedError before fit, ValueError as fit (and for plain texts after a fit on pairs)."""
+        Raises:
+            NotFittedError: before fit (before X is looked at).
+        """
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "meta_model_")
-        return self.meta_model_.predict_proba(self._level_one(X))
+        texts, V = self._texts_vectors(X, fitting=False, caller=caller)
+        return np.hstack([self.text_model_.predict_proba(texts), self.bert_model_.predict_proba(V)])
+
+    def predict_proba(self, X) -> np.ndarray:
+        """(N, n_classes) float64 probabilities, columns in classes_ order, of N plain texts (any form fit
+        takes) or (text, vector) pairs.
+
+        Raises:
+            NotFittedError: before fit. ValueError, TextsTypeError: as fit (and for plain texts after a fit on pairs).
+        """
+        level_one = self._level_one(X, "predict_proba")   # NotFittedError first
+        return self.meta_model_.predict_proba(level_one)
 
     def predict(self, X) -> np.ndarray:
-        """(N,) labels (classes_ dtype): the most probable class of predict_proba."""
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        """(N,) labels (classes_ dtype): the most probable class of predict_proba. Raises as predict_proba."""
+        level_one = self._level_one(X, "predict")   # NotFittedError first
+        return self.classes_[np.argmax(self.meta_model_.predict_proba(level_one), axis=1)]
+
+    def __sklearn_tags__(self):
+        """A classifier of texts, as LongBertVectorizer declares: 1-D input of str (or pairs), not a 2-D
+        numeric array, so scikit-learn's check_estimator runs only the checks that apply to text input."""
+        tags = super().__sklearn_tags__()
+        tags.input_tags.one_d_array = True
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        return tags
 
 
 def cross_validate_hybrid(texts: Sequence[str], X: np.ndarray, y: np.ndarray, folds: int, seed: int,
@@ -281,7 +314,7 @@ def cross_validate_hybrid(texts: Sequence[str], X: np.ndarray, y: np.ndarray, fo
 
 def cross_validate_hybrids(texts: Sequence[str], matrices: Sequence[np.ndarray], y: np.ndarray, folds: int, seed: int,
                            lexical_Cs: Sequence[float] | None = None, lexical_folds: int | None = None,
-                           jobs: int = 1) -> list[dict[str, Any]]:
+                           jobs: int = 1, analyzer: str = "word") -> list[dict[str, Any]]:
     """cross_validate_hybrid of each (N, D) matrix on the same texts, labels and outer folds, with the
     lexical half fitted once per outer fold for all of them (the results are the same as one
     cross_validate_hybrid each; the cost of the lexical half is paid once, not once per matrix).
@@ -295,6 +328,7 @@ def cross_validate_hybrids(texts: Sequence[str], matrices: Sequence[np.ndarray],
             C is taken as it is; None: each fold searches.
         jobs: processes (joblib) for the outer folds' lexical halves, then for the BERT halves, one
             matrix at a time each; the scores do not depend on it.
+        analyzer: the lexical n-grams ("word" or "char_wb"), as HybridClassifier(analyzer=...).
 
     Returns:
         Per matrix, cross_validate_hybrid's keys; "seconds" is the shared lexical half's time split
@@ -305,20 +339,21 @@ def cross_validate_hybrids(texts: Sequence[str], matrices: Sequence[np.ndarray],
     from joblib import Parallel, delayed
     from sklearn.model_selection import StratifiedKFold
 
-    from sklearn.feature_extraction.text import CountVectorizer
+    from .folds import ngram_counts, one_blas_thread
 
     t0 = time.perf_counter()
-    docs = [("" if t is None else str(t)) for t in texts]
-    counts = CountVectorizer(ngram_range=(1, 2)).fit_transform(docs).tocsr()   # the texts analysed once
+    counts = ngram_counts(texts, analyzer)   # the texts analysed once
     y = np.asarray(y)
     outer = list(StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
     given = [float(lexical_Cs[i]) if lexical_Cs is not None and lexical_folds == search_folds(y[tr], 5) else None
              for i, (tr, _) in enumerate(outer)]
-    # the outer folds' lexical halves in parallel too (each a process with one BLAS thread, as joblib sets)
-    halves = Parallel(n_jobs=min(jobs, len(outer)))(
-        delayed(_text_half)(counts[tr], y[tr], counts[te], c, seed) for (tr, te), c in zip(outer, given))
-    shared = (time.perf_counter() - t0) / max(1, len(matrices))
-    scores = Parallel(n_jobs=jobs)(delayed(_bert_halves)(X, y, outer, halves, seed) for X in matrices)
+    # the outer folds' lexical halves in parallel too (each a process with one BLAS thread, as joblib sets;
+    # with jobs=1 they run here, under one_blas_thread: small fits for which a second thread costs more)
+    with one_blas_thread():
+        halves = Parallel(n_jobs=min(jobs, len(outer)))(
+            delayed(_text_half)(counts[tr], y[tr], counts[te], c, seed) for (tr, te), c in zip(outer, given))
+        shared = (time.perf_counter() - t0) / max(1, len(matrices))
+        scores = Parallel(n_jobs=jobs)(delayed(_bert_halves)(X, y, outer, halves, seed) for X in matrices)
     for score in scores:
         score["seconds"] += shared
     return scores

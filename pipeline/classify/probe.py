@@ -13,9 +13,11 @@ import numpy as np
 from ..options.config import PipelineConfig
 from ..options.features_config import STRATEGIES, Feature
 from ..errors import ConfigError, InputError
-from .folds import LEXICAL_NAME, check_classes, cross_validate_lexical, cross_validate_probe, one_blas_thread, stratified_sample  # noqa: F401 - stratified_sample: re-exported
+from .folds import (LEXICAL_NAME, check_classes, cross_validate_lexical, cross_validate_probe,  # noqa: F401 - re-exported
+                    lexical_name, no_terms, one_blas_thread, stratified_sample)
 # the report, re-exported: the CLI and tests import them from here
 from .probe_ranking import CSV_COLUMNS, extract_command, format_corpus_probe, lexical_summary, write_ranking_csv  # noqa: F401
+from .probe_ranking import not_computable, pass_line, reason
 from .probe_files import windows_per_doc
 from ..output.schema import ERROR, N_TOKENS
 
@@ -178,8 +180,7 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     corpus, then cross-validate a probe on each (as probe_files).
 
     Args:
-        cfg: the run's options (inputs = the corpus, any format extract reads; model, window and batch options); its
-            strategy/pooling/features are replaced by the probe's feature set.
+        cfg: the run's options (the corpus, in any format extract reads; model, window, batch options); its features: the probe's.
         label_col: the input column of the labels (strings; rows with an empty label are dropped).
         sample: documents in the stratified sample (all when the corpus has fewer).
         folds, seed: the stratified k-fold, as probe_files (the same folds for every feature).
@@ -191,14 +192,16 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
         aggregate, windows_per_doc (the feature's own windows per document, run alone), dimension and
         the cross_validate_probe keys; "best", "cheapest" (results entries: the cheapest in windows per
         document, then dimension, among those within one sd of the best's mean); "lexical" (the TF-IDF
-        baseline on the same documents and folds: folds.cross_validate_lexical's keys, feature, kind
-        "lexical", windows_per_doc 0); each BERT result also has kind "bert" and seconds (its
-        cross-validation alone; the one extraction pass is extract_seconds); "hybrids" (hybrid_rows of
-        the HYBRID_TOP best BERT features); "compact" (compact_rows of the best); "documents",
+        baseline on the same documents and folds: lexical_row, word or character n-grams); each BERT
+        result also has kind "bert" and seconds (its cross-validation alone; the one extraction pass is
+        extract_seconds); "hybrids" (hybrid_rows of the HYBRID_TOP best BERT features); "compact"
+        (compact_rows of the best); a lexical, hybrid or compact row that cannot be computed has "error"
+        (its reason) and None scores (not_computable), the BERT rows returned all the same; "documents",
         "dropped_labels", "left_out", "classes", "majority", "windows_encoded", "windows_requested",
-        "extract_seconds", "probe_seconds" (the BERT rows' cross-validations), "baseline_seconds" (the
-        lexical, hybrid and compact rows'; wall times), "label_col", "tokens", "unknown_tokens" (the sample's)}. With
-        ``echo`` and cfg.write.progress: extract's "loading model" line and a document progress bar on stderr.
+        "windows_cached" (served by the window store), "extract_seconds", "probe_seconds" (the BERT rows'
+        cross-validations), "baseline_seconds" (the lexical, hybrid and compact rows'; wall times),
+        "label_col", "tokens", "unknown_tokens" (the sample's)}. With ``echo`` and cfg.write.progress:
+        extract's "loading model" line and a document progress bar on stderr.
 
     Raises:
         ConfigError, ModelError, InputError: as extract, plus the label checks of probe_files.
@@ -215,15 +218,15 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     facts, tokenizer = model_facts(cfg.model)
     features = probe_feature_set(facts.num_hidden_layers, bool(facts.has_pooler))
     cfg = dataclasses.replace(cfg, pool=dataclasses.replace(cfg.pool, features=features, level="document",
-                                                            aggregate=",".join(PROBE_PARTS)))
+                                                            aggregate=",".join(PROBE_PARTS)),
+                              read=dataclasses.replace(cfg.read, keep_cols=(), with_source=False))  # blocks: id, text
     texts, labels, picked, dropped, corpus = _sampled_corpus(cfg, label_col, sample, folds, seed)
 
     t0 = time.perf_counter()
     resolved, (columns, n_tokens, errors, totals) = _load_and_extract(cfg, tokenizer, texts, picked, echo)
     extract_seconds = time.perf_counter() - t0
     if echo:
-        echo(f"one pass: {len(texts)} documents, {totals.windows} windows encoded for "
-             f"{totals.windows_requested} asked, {extract_seconds:.1f} s")
+        echo(pass_line(len(texts), totals, extract_seconds))
 
     ok = np.array([e is None for e in errors])
     y = labels[ok]
@@ -247,6 +250,7 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
             "dropped_labels": dropped, "left_out": int((~ok).sum()), "classes": len(classes),
             "majority": float(counts.max() / counts.sum()), "folds": folds,
             "windows_encoded": totals.windows, "windows_requested": totals.windows_requested,
+            "windows_cached": totals.windows_cached,
             "extract_seconds": extract_seconds, "probe_seconds": probe_seconds,
             "baseline_seconds": baseline_seconds, "label_col": label_col,
             "tokens": int(sum(n_tokens)), "unknown_tokens": totals.unknown}
@@ -280,13 +284,52 @@ def _bert_rows(features, resolved, matrices: list[np.ndarray], tokens: np.ndarra
 def _baseline_rows(ranked: list[dict[str, Any]], variants: list, texts: list[str], y: np.ndarray, folds: int,
                    seed: int) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     """(the lexical row, the hybrid rows of the HYBRID_TOP best BERT features, the compact rows of the best)
-    on the same documents and folds; ``ranked``: the BERT rows, best first."""
-    lexical = {"feature": LEXICAL_NAME, "kind": "lexical", "windows_per_doc": 0.0,
-               **cross_validate_lexical(texts, y, folds, seed, jobs=_probe_jobs(folds))}
+    on the same documents and folds; ``ranked``: the BERT rows, best first.
+
+    These rows are extras beside the BERT rows: one that cannot be computed is kept with "error" (the
+    reason, as not_computable gives it) and no scores, and the others are still computed, so the BERT
+    ranking is never lost to them. The lexical row uses word n-grams, or character n-grams where words
+    leave no term (lexical_row); the hybrids use the n-grams the lexical row used."""
+    lexical = lexical_row(texts, y, folds, seed, _probe_jobs(folds))
     top = [(r, variants[r["index"]][2]) for r in ranked[:HYBRID_TOP]]
     with one_blas_thread():   # the fits made in this process (the TF-IDF halves); workers limit themselves
-        return (lexical, hybrid_rows(top, texts, y, folds, seed, lexical["dimension"], lexical),
-                compact_rows(ranked[0], top[0][1], y, folds, seed))
+        if "error" in lexical:
+            hybrids = [not_computable(f"hybrid:{r['feature']}", "hybrid", "it stacks the lexical baseline, which "
+                                      "could not be computed", base=r, windows_per_doc=r["windows_per_doc"])
+                       for r, _ in top]
+        else:
+            try:
+                hybrids = hybrid_rows(top, texts, y, folds, seed, lexical["dimension"], lexical)
+            except Exception as err:   # an extra row: the BERT rows are kept whatever fails here
+                hybrids = [not_computable(f"hybrid:{r['feature']}", "hybrid", reason(err), base=r,
+                                          windows_per_doc=r["windows_per_doc"]) for r, _ in top]
+        try:
+            compact = compact_rows(ranked[0], top[0][1], y, folds, seed)
+        except Exception as err:   # as above
+            compact = [not_computable(f"{ranked[0]['feature']}:{form}", "compact", reason(err), form=form,
+                                      windows_per_doc=ranked[0]["windows_per_doc"]) for form in ("int8", "binary")]
+    return lexical, hybrids, compact
+
+
+def lexical_row(texts: list[str], y: np.ndarray, folds: int, seed: int, jobs: int) -> dict[str, Any]:
+    """The lexical baseline's row (cross_validate_lexical's keys, feature, kind "lexical", windows_per_doc 0)
+    on word uni+bigrams; where those leave no term in a training fold (text without spaces between
+    words: Chinese, Japanese, Thai), on character uni+bigrams within word boundaries ("char_wb"), and
+    "fallback" says why. A row that still cannot be computed is not_computable's, with the reason.
+    Example: 20 Chinese texts -> feature "tfidf_char_wb_1-2gram_lr", analyzer "char_wb"."""
+    fallback = None
+    for analyzer in ("word", "char_wb"):
+        try:
+            score = cross_validate_lexical(texts, y, folds, seed, jobs=jobs, analyzer=analyzer)
+        except Exception as err:   # an extra row: the BERT rows are kept whatever fails here
+            if analyzer == "word" and no_terms(err):
+                fallback = ("character n-grams: no word or word pair occurs in 2 training texts (text without "
+                            "spaces between words?)")
+                continue
+            return not_computable(lexical_name(analyzer), "lexical", reason(err))
+        row = {"feature": lexical_name(analyzer), "kind": "lexical", "windows_per_doc": 0.0, **score}
+        return {**row, "fallback": fallback} if fallback else row
+    raise AssertionError("unreachable: the char_wb pass returns")
 
 
 def hybrid_rows(top: list[tuple[dict[str, Any], np.ndarray]], texts: list[str], y: np.ndarray, folds: int, seed: int,
@@ -297,13 +340,17 @@ def hybrid_rows(top: list[tuple[dict[str, Any], np.ndarray]], texts: list[str], 
     "hybrid", base (the BERT result), windows_per_doc (the BERT feature's), dimension (D + the lexical
     baseline's vocabulary size), and cross_validate_hybrid's. The lexical half is fitted once per outer
     fold for all of them, with the C the lexical row chose there (``lexical``: its result; None: searched
-    again); the scores are the same as one cross_validate_hybrid each (cross_validate_hybrids)."""
+    again; its "analyzer": the n-grams it used); the scores are the same as one cross_validate_hybrid each
+    (cross_validate_hybrids)."""
     from .hybrid import cross_validate_hybrids
 
     given = {} if lexical is None else {"lexical_Cs": lexical.get("C"), "lexical_folds": lexical.get("inner_folds")}
-    scores = cross_validate_hybrids(texts, [X for _, X in top], y, folds, seed, jobs=_probe_jobs(len(top)), **given)
+    analyzer = "word" if lexical is None else lexical.get("analyzer", "word")
+    scores = cross_validate_hybrids(texts, [X for _, X in top], y, folds, seed, jobs=_probe_jobs(len(top)),
+                                    analyzer=analyzer, **given)
     return [{"feature": f"hybrid:{r['feature']}", "kind": "hybrid", "base": r, "windows_per_doc": r["windows_per_doc"],
-             "dimension": int(X.shape[1]) + lexical_dim, **score} for (r, X), score in zip(top, scores)]
+             "dimension": int(X.shape[1]) + lexical_dim, "analyzer": analyzer, **score}
+            for (r, X), score in zip(top, scores)]
 
 
 def compact_rows(best: dict[str, Any], X: np.ndarray, y: np.ndarray, folds: int, seed: int) -> list[dict[str, Any]]:

@@ -112,6 +112,7 @@ def plot_corpus_probe(report: dict[str, Any], path: str | Path):
     fig, (ax_top, ax_all) = plt.subplots(1, 2, figsize=(left_w + 2.4 + 5.6 + 2.6, 4.8), dpi=120,
                                          gridspec_kw={"width_ratios": [2.4, 5.6]})
     lex = report.get("lexical")
+    lex = None if lex is None or lex.get("accuracy_mean") is None else lex   # a row that could not be computed
     lo, hi = _y_range(results + ([lex] if lex is not None else []))
     for i, r in enumerate(top):
         _point(ax_top, r, r["accuracy_mean"], i, 1.0, horizontal=True)

@@ -40,7 +40,8 @@ class Pipeline:
     and build the built-in stages. Nothing mutable is shared with another pipeline but the loaded
     weights; ``insert``, ``replace`` and ``without`` return new pipelines.
 
-    scikit-learn's protocol: ``get_params``, ``set_params``, ``named_steps``, ``pipe["segment"]``, ``pipe[1:3]``.
+    scikit-learn's protocol: ``get_params``, ``set_params``, ``sklearn.base.clone``, ``named_steps``,
+    ``pipe["segment"]``, ``pipe[1:3]``.
     It pickles and deep-copies before and after its weights load: an unpickled one (a worker's) loads
     them again from the model's folder, a deep copy shares them.
 
@@ -103,9 +104,10 @@ class Pipeline:
         Raises:
             ConfigError: an unknown option or a value out of range; ModelError as from_config.
         """
-        from ..options.python_api import config_from_python
+        from ..options.python_api import config_from_python, python_names
 
-        return cls.from_config(config_from_python(**options))
+        with python_names():   # the options checked against the model too: messages name the arguments
+            return cls.from_config(config_from_python(**options))
 
     @property
     def cfg(self) -> PipelineConfig:
@@ -151,9 +153,20 @@ class Pipeline:
         return StepsByName(self.steps)
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """scikit-learn's parameters: ``steps``, each stage by its name, and with ``deep`` each stage's own
+        """scikit-learn's parameters: ``steps`` (the constructor's argument: ``deep=False`` gives it alone, as
+        scikit-learn's Pipeline does), and with ``deep`` each stage by its name and each stage's own
         parameters as ``name__param`` (e.g. ``segment__strategies``), for a stage with ``get_params``."""
         return pipeline_params(self.steps, deep)
+
+    def __sklearn_clone__(self) -> Pipeline:
+        """``sklearn.base.clone(pipe)``: a new pipeline of the same names, each stage cloned (a stage with
+        ``get_params`` rebuilt from its parameters, an equal stage that shares the loaded weights; any
+        other callable deep-copied), with this one's options record and declared fields. Changing the
+        clone (``set_params``) leaves this pipeline as it is."""
+        from sklearn.base import clone
+
+        return Pipeline([(name, clone(stage, safe=False)) for name, stage in self.steps], self.resolved,
+                        self._fills, self.given)
 
     def set_params(self, **params: Any) -> Pipeline:
         """Set parameters by scikit-learn's names, in place (``steps``, ``segment=...``,

@@ -13,11 +13,12 @@ from ..stage import Stage, describe
 
 
 def pipeline_params(steps: Sequence[tuple[str, Any]], deep: bool = True) -> dict[str, Any]:
-    """``{"steps": [(name, stage)...], name: stage..., name__param: value...}`` (the last with ``deep``,
-    for each stage that has ``get_params``), as scikit-learn's Pipeline.get_params."""
+    """As scikit-learn's Pipeline.get_params: ``{"steps": [(name, stage)...]}``, the constructor's one
+    argument, so that ``type(p)(**p.get_params(deep=False))`` rebuilds it; with ``deep`` also
+    ``name: stage`` and ``name__param: value`` for each stage that has ``get_params``."""
     params: dict[str, Any] = {"steps": list(steps)}
-    params.update(dict(steps))
     if deep:
+        params.update(dict(steps))
         for name, stage in steps:
             if hasattr(stage, "get_params"):
                 params.update({f"{name}__{k}": v for k, v in stage.get_params(deep=True).items()})

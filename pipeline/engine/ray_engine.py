@@ -114,6 +114,23 @@ def check_address(address: str | None, timeout_s: float = 5.0) -> None:
                           "--ray-address out to start a local Ray") from None
 
 
+def init_keeping_sigterm(ray, **kwargs) -> None:
+    """``ray.init(**kwargs)``, with the SIGTERM handler it found put back: ray.init installs its own, which
+    calls sys.exit, so a SIGTERM would end ``longbert extract --engine ray`` without the interrupted
+    message and with exit 15 instead of the command's 130 (its handler, cli._interrupt, raises
+    KeyboardInterrupt as Ctrl-C does). Raises what ray.init raises."""
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()   # only the main thread has handlers
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        ray.init(**kwargs)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def _start_ray(ray, cfg: PipelineConfig) -> tuple[bool, float]:
     """Connect to (or start) Ray; returns (whether we started it, CPUs per worker).
 
@@ -142,7 +159,7 @@ def _start_ray(ray, cfg: PipelineConfig) -> tuple[bool, float]:
         if local:
             kwargs["num_cpus"] = max(cores, math.ceil(workers * cpus) + 2)
         try:
-            ray.init(address=cfg.ray.ray_address, **kwargs)
+            init_keeping_sigterm(ray, address=cfg.ray.ray_address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError) as err:
             hint = ("if a cluster runs there, it may use Ray's token authentication (the default since Ray "
                     "2.5x): run from one of its nodes with --ray-address auto, or give this process the "

@@ -56,7 +56,8 @@ class Summary:
     skipped_files: int = 0       # files in input folders left out for their extension
     skipped_names: list[str] = field(default_factory=list)  # the first of them, named in the line
     windows_cached: int = 0      # unique windows taken from the window store, not encoded
-    cache: bool = False          # --cache was given: the line says how many windows came from the store
+    cache: bool = False          # a window store was used (--cache, or a store object given to the pipeline):
+    #                              the line says how many windows came from it
     notes: list[str] = field(default_factory=list)   # e.g. parts redone, a lock taken over
     rows_read: int = 0           # input rows this run gave the stages (Pipeline.run: what a filter saw)
     dropped: dict[str, int] = field(default_factory=dict)   # stage name -> rows it dropped (a filter's take)
@@ -75,11 +76,12 @@ class Summary:
             self.dropped[name] = self.dropped.get(name, 0) + n
 
     def line(self) -> str:
-        """documents, tokens, windows (with --cache: "N windows encoded, M from the cache"), rows with
-        errors, seconds, the peak memory (when measured), output path (+ counts that are non-zero, in the order of _NOTED). When a stage
+        """documents, tokens, windows (with a window store, or any window served from one: "N windows
+        encoded, M from the cache"), rows with errors, seconds, the peak memory (when measured), output path
+        (+ counts that are non-zero, in the order of _NOTED). When a stage
         dropped rows it begins with the rows read and each such stage's count: "10 rows read; 'my_filter'
         dropped 1; 9 documents written, ..."."""
-        cached = f", {self.windows_cached} from the cache" if self.cache else ""
+        cached = f", {self.windows_cached} from the cache" if self.cache or self.windows_cached else ""
         docs = f"{self.documents} documents"
         if self.dropped:   # the README's one row per input row does not hold: say where the rows went
             drops = "; ".join(f"{name!r} dropped {n}" for name, n in self.dropped.items())

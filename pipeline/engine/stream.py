@@ -82,6 +82,7 @@ def stream_corpus(plan: Plan, pipe, echo: Callable[[str], None] | None = None,
         sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
         if binary_note:
             summary.notes.append(binary_note)
+        summary.cache = summary.cache or (encode is not None and encode.store is not None)   # a store object too
         progress = BatchProgress(bar)
 
         def started_block(batch: Batch) -> None:

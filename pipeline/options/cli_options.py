@@ -161,7 +161,8 @@ def option_groups(*groups: list):
 STATS_USES = {"text_col", "format", "delimiter", "encoding", "on_bad_lines", "config_file", "strategy", "max_length",
               "head_tokens", "tail_tokens", "overlap", "chunk_tokens", "max_tokens_per_doc", "model", "device", "dtype", "quantize",
               "threads", "allow_pickle", "folder_settings", "prompt_name"}
-PROBE_IGNORES = ("id_col", "keep_cols", "with_source", "strategy")
+# a corpus probe extracts its own features; its reading options go into the extract command it prints
+PROBE_IGNORES = ("strategy",)
 
 
 def param_names(groups: tuple[list, ...]) -> set[str]:

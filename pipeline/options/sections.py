@@ -62,7 +62,7 @@ class ReadConfig:
             "".encode(self.encoding)
         except LookupError:
             raise ConfigError(f"--encoding {self.encoding!r} is not a known text encoding; "
-                              "try utf-8, latin-1, cp1252 or gb18030") from None
+                              "try utf-8, cp1252, cp1251 or gb18030") from None
         utf_16_32 = codecs.lookup(self.encoding).name.startswith(("utf-16", "utf-32"))  # read as UTF-8 (pipeline.read)
         if not utf_16_32 and not "\n,\ra".encode(self.encoding).endswith(b"\n,\ra"):  # a BOM prefix (utf-8-sig) is fine
             raise ConfigError(f"--encoding {self.encoding!r} is not ASCII-compatible (lines cannot be split on "

@@ -61,7 +61,7 @@ def _decode(src: Source, cols: Columns, raw: bytes, offset: int, line: int, skip
             raise _Undecodable(f"not valid {cols.encoding} (bytes {raw[err.start:err.start + 4].hex(' ')})") from None
         raise InputError(undecodable_message(src.path, lambda: mixed_lines(src.path, src.compression), cols.encoding,
                                              offset + err.start, line, raw[err.start:err.start + 4],
-                                             raw[:4096] if offset == 0 else b"", src.format)) from None
+                                             raw[:4096] if offset == 0 else b"", src.format, raw)) from None
     return text[1:] if offset == 0 and text.startswith("\ufeff") else text
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import InputError
-from .encoding_advice import LINES_SHOWN, WIDE, undecodable_message
+from .encoding_advice import LINES_SHOWN, SAMPLE_BYTES, WIDE, undecodable_message
 
 CHUNK_BYTES = 1 << 20
 HEAD = 4096  # first bytes kept for the decode advice (a byte-order mark, the first line)
@@ -211,9 +211,10 @@ def hash_and_check_bytes(path: Path, encoding: str, compression: str | None = No
                 else:
                     bad = chunk[err.start:err.start + 4] if chunk else b""
                     line = lines + line_breaks(chunk[:err.start], prev_cr) + 1
+                    start = max(chunk.rfind(b"\n", 0, err.start), chunk.rfind(b"\r", 0, err.start)) + 1
                     raise InputError(undecodable_message(path, lambda: mixed_lines(path, compression), encoding,
                                                          done + err.start, line, bad, head if done else chunk[:HEAD],
-                                                         fmt)) from None
+                                                         fmt, chunk[start:start + SAMPLE_BYTES])) from None
             if final:
                 break
             head = head or chunk[:HEAD]

@@ -163,3 +163,18 @@ def test_the_keys_in_the_sqlite_file_are_store_keys_keys(tiny_model_dir, tmp_pat
     want |= {hashlib.sha256(tokens.encode() + w.astype("<i8").tobytes()).digest() for w in late}
     assert stored == want
     assert stored == {window_key(v, w) for v in vecs for w in chunk + late} | {window_key(tokens, w) for w in late}
+
+
+def test_the_summary_counts_windows_served_by_a_store_of_ones_own(tiny_model_dir, tmp_path):
+    """A user's store passed to the pipeline: the second run encodes nothing and the summary says that its
+    windows came from the store (counted by the store itself), as --cache's does."""
+    corpus = tmp_path / "c.csv"
+    corpus.write_text("text\n" + "\n".join(TEXTS) + "\n")
+    mine = DictStore()
+    pipe = longbert.Pipeline.from_config(config_from_python(model=str(tiny_model_dir), max_length=ML, strategy="chunk"),
+                                         store=mine)
+    first = pipe.run(str(corpus), str(tmp_path / "a.parquet"))
+    assert f"{N_WINDOWS} windows encoded, 0 from the cache," in first.line()
+    second = pipe.run(str(corpus), str(tmp_path / "b.parquet"))
+    assert mine.stats()["hits"] == N_WINDOWS                             # the store's own count of what it served
+    assert f"3 documents, 47 tokens, 0 windows encoded, {N_WINDOWS} from the cache," in second.line()

@@ -78,7 +78,7 @@ def test_estimator_contract_clone_params_score_and_cross_val_score():
     X = hybrid_inputs(texts, V)
     model = longbert.HybridClassifier(text_C=1.0, meta_C=0.5, inner_folds=3)
     assert model.get_params() == {"text_C": 1.0, "bert_C": 1.0, "meta_C": 0.5, "inner_folds": 3, "seed": 0,
-                                  "vectorizer": None}
+                                  "vectorizer": None, "analyzer": "word"}
     twin = clone(model).set_params(text_C=10.0)
     assert twin.get_params()["text_C"] == 10.0 and model.text_C == 1.0 and not hasattr(twin, "meta_model_")
     fitted = twin.fit(X, y)
@@ -160,3 +160,21 @@ def test_hybrid_rows_with_the_lexical_rows_C_equal_a_search_per_hybrid(folds):
     for r, (_, X) in zip(rows, top):
         reference = cross_validate_hybrid(texts, X, y, folds, 0)
         assert r["accuracy"] == reference["accuracy"] and r["f1_macro"] == reference["f1_macro"]
+
+
+def test_fit_takes_probes_fast_path(monkeypatch):
+    """fit analyses the texts once into n-gram counts and fits every lexical model on rows of them (as probe's
+    hybrid rows): the per-text TF-IDF models are never built, and the probabilities are the hand-written
+    stacking's (test_fit_predict_proba_equal_a_hand_written_stacking)."""
+    import pipeline.classify.folds as folds_mod
+    import pipeline.classify.hybrid as hybrid_mod
+
+    def slow(*args, **kwargs):
+        raise AssertionError("the per-text TF-IDF path was taken")
+
+    monkeypatch.setattr(folds_mod, "lexical_model", slow)
+    monkeypatch.setattr(hybrid_mod, "text_model", slow)
+    texts, V, y = data()
+    model = HybridClassifier(inner_folds=3).fit(hybrid_inputs(texts, V), y)
+    assert model.text_model_.predict_proba(texts).shape == (len(texts), 2)
+    assert [name for name, _ in model.text_model_.steps] == ["counts", "lexical"]

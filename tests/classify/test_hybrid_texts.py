@@ -114,7 +114,8 @@ def test_nested_params_clone_and_set_params(tiny_model_dir):
     assert params["vectorizer"] is vec and params["meta_C"] == 0.5
     assert {k: params[f"vectorizer__{k}"] for k in ("strategy", "max_length", "model")} == \
         {"strategy": "head", "max_length": ML, "model": str(tiny_model_dir)}
-    assert set(model.get_params(deep=False)) == {"text_C", "bert_C", "meta_C", "inner_folds", "seed", "vectorizer"}
+    assert set(model.get_params(deep=False)) == {"text_C", "bert_C", "meta_C", "inner_folds", "seed", "vectorizer",
+                                                 "analyzer"}
     twin = clone(model)
     assert twin.vectorizer is not vec and twin.vectorizer.get_params() == vec.get_params()
     twin.set_params(vectorizer__strategy="chunk", bert_C=2.0)
@@ -126,7 +127,7 @@ def test_nested_params_clone_and_set_params(tiny_model_dir):
 
 
 def test_x_of_neither_kind_is_refused_with_both_kinds_named():
-    with pytest.raises(ValueError, match="plain texts .* or hybrid_inputs.*got a ndarray of neither"):
+    with pytest.raises(ValueError, match=r"a list of texts was expected, got a numpy array of shape \(4, 3\).*or pass hybrid_inputs"):
         HybridClassifier().fit(np.zeros((4, 3)), ["a", "b", "a", "b"])
 
 
@@ -139,7 +140,8 @@ def test_summary_gives_the_texts_line_of_the_winning_hybrid(tiny_model_dir):
             "strategy": "chunk", "extract_options": "--feature chunk:max:-2", "accuracy_mean": 0.8}
     hybrid = {"feature": "hybrid:" + base["feature"], "base": base, "accuracy_mean": 0.9, "accuracy_std": 0.01}
     lines = hybrid_summary([hybrid], base, {"accuracy_mean": 0.85}, cfg, "label")
-    assert lines[0].startswith("best hybrid: hybrid:f_chunk_max_L-2_agg-mean-max 0.900 ± 0.010 beats")
+    assert lines[0] == ("best hybrid: hybrid:f_chunk_max_L-2_agg-mean-max 0.900 ± 0.010 beats the best BERT feature "
+                        "f_chunk_max_L-2_agg-mean-max (0.800) by +0.100 and beats the lexical baseline (0.850) by +0.050")
     assert lines[-1] == ("  or on the texts alone: longbert.HybridClassifier(vectorizer=longbert.LongBertVectorizer("
                          f"feature='chunk:max:-2', aggregate='mean,max', model={str(tiny_model_dir)!r}, max_length=16))"
                          ".fit(texts, labels)")

@@ -32,17 +32,18 @@ def corpus(n: int = 24):
     return texts, np.asarray(labels, dtype=object)
 
 
-def by_hand(texts, y, folds, seed):
+def by_hand(texts, y, folds, seed, analyzer="word"):
     """Nested CV written out: for each outer training fold, every C's mean inner accuracy (inner
     StratifiedKFold on that training fold alone), the best C (first on ties, as GridSearchCV), refit on
-    the whole training fold, scored on the outer test fold."""
+    the whole training fold, scored on the outer test fold; TF-IDF of word or character (``analyzer``)
+    uni+bigrams."""
     texts = np.asarray(texts, dtype=object)
     y = y.astype(str)
     smallest = np.unique(y, return_counts=True)[1].min()
     inner_k = max(2, min(folds, smallest - -(-smallest // folds)))
 
     def fit(tr_texts, tr_y, C):
-        vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)
+        vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2, analyzer=analyzer)
         lr = LogisticRegression(max_iter=2000, C=C).fit(vec.fit_transform(tr_texts), tr_y)
         return vec, lr
 
@@ -88,8 +89,11 @@ def test_summary_says_plainly_when_the_baseline_wins():
     best = {"feature": "f_chunk_mean", "accuracy_mean": 0.8}
     assert "beats every BERT feature" in lexical_summary(lex, best)
     assert "lexical_model(5, 0).fit(texts, labels)" in lexical_summary(lex, best)
-    assert "beats" not in lexical_summary(lex, {**best, "accuracy_mean": 0.95})
-    assert "+0.050 accuracy above it" in lexical_summary(lex, {**best, "accuracy_mean": 0.95})
+    assert "beats every BERT feature" not in lexical_summary(lex, {**best, "accuracy_mean": 0.95})
+    assert lexical_summary(lex, {**best, "accuracy_mean": 0.95}).endswith(
+        ": the best BERT feature f_chunk_mean beats it (0.900) by +0.050")
+    assert lexical_summary(lex, {**best, "accuracy_mean": 0.9}).endswith(
+        ": the best BERT feature f_chunk_mean ties it (0.900)")
 
 
 def test_probe_out_csv_has_the_columns_and_the_baseline_row(runner, tiny_model_dir, tmp_path):

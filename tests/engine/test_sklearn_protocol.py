@@ -80,3 +80,25 @@ def test_a_slice_is_a_pipeline_that_begins_where_its_first_stage_stood(pipe):
     with pytest.raises(ValueError, match="step of 1"):
         pipe[::2]
     np.testing.assert_equal(len(pipe[2:2]), 0)
+
+
+def test_clone_of_a_pipeline_is_an_equal_pipeline_of_its_own(pipe):
+    assert pipe.get_params(deep=False).keys() == {"steps"}                 # the constructor's one argument
+    assert type(pipe)(**pipe.get_params(deep=False)).names == pipe.names
+    lower = pipe.insert(lambda b: b, before="tokenize", name="same")       # a callable without get_params too
+    for original in (pipe, lower):
+        twin = sklearn_base.clone(original)
+        assert twin is not original and type(twin) is type(original) and twin.names == original.names
+        for (name, a), (_, b) in zip(twin.steps, original.steps):
+            if hasattr(b, "get_params"):                                   # a function deep-copies to itself
+                assert a is not b and a == b, name                         # the stages' own equality                                      # the stages' own equality
+        assert twin.encode_stage().weights is original.encode_stage().weights   # shared, not copied
+        assert _features(twin) == _features(original)
+    twin = sklearn_base.clone(pipe)
+    seg = pipe["segment"]
+    eight = {k: dataclasses.replace(v, max_length=8) for k, v in seg.strategies.items()}
+    twin.set_params(segment__strategies=eight)
+    assert pipe["segment"] is seg and seg.strategies["chunk"].max_length != 8   # the original is untouched
+    assert _features(twin) != _features(pipe)
+    wrapped = sklearn_base.clone({"p": pipe})["p"]                           # inside another estimator's params
+    assert wrapped.names == pipe.names and wrapped is not pipe

@@ -136,9 +136,9 @@ def test_non_utf8_bytes_name_file_offset_and_fix(runner, tiny_model_dir, tmp_pat
     src.write_bytes("id,text\n1,ok\n2,caf\xe9\n".encode("latin-1"))
     result = invoke(runner, ["extract", src, "--model", tiny_model_dir, "-o", tmp_path / "o.parquet"])
     assert result.exit_code == 2
-    assert f"Error: {src}: byte offset 18 (line 3) is not valid utf-8 (bytes e9 0a); pass --encoding" \
-        in result.output
-    cfg = PipelineConfig.from_options(inputs=(str(src),), encoding="latin-1")
+    assert f"Error: {src}: byte offset 18 (line 3) is not valid utf-8 (bytes e9 0a); the bytes look like cp1252" \
+        in result.output and "pass --encoding cp1252 if that is right" in result.output
+    cfg = PipelineConfig.from_options(inputs=(str(src),), encoding="cp1252")   # the advice, followed
     (block,) = read_blocks(scan(cfg.read))
     assert block.column("text").to_pylist() == ["ok", "café"]
 

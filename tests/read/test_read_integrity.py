@@ -117,9 +117,9 @@ def test_cp1252_header_gets_the_data_line_message(runner, tiny_model_dir, tmp_pa
     src = CASES / "B38_cp1252_header.csv"
     result = invoke(runner, ["extract", src, "--model", tiny_model_dir, "-o", tmp_path / "o.parquet"])
     assert result.exit_code == 2
-    assert result.output == (f"Error: {src}: byte offset 11 (line 1) is not valid utf-8 (bytes e9 67 6f 72); pass "
-                             "--encoding with the file's encoding (e.g. latin-1, cp1252, gb18030) or convert the "
-                             "file to UTF-8\n")
+    assert result.output == (f"Error: {src}: byte offset 11 (line 1) is not valid utf-8 (bytes e9 67 6f 72); the "
+                             "bytes look like cp1252 (Western European: accented Latin letters), as which line 1 reads "
+                             "'id,text,catégorie': pass --encoding cp1252 if that is right, or convert the file to UTF-8\n")
     assert rows_of(src, encoding="cp1252", keep_cols=("catégorie",))[0] == {
         "id": "1", "text": "first row", "catégorie": "a"}
 
