@@ -7,8 +7,9 @@ peak resident set (the child's ru_maxrss, from os.wait4) and CPU seconds. ``make
 
 The tiny model is a random BertModel (hidden 64, 2 layers) saved with the default model's tokenizer, so it
 reads the same tokens. Without --corpus, the corpus is made of this machine's man pages (bench/make_man_corpus.py).
-A size larger than the corpus repeats its documents, each copy with its own id and a number in front
-of its text (so no two windows are the same). Prints one markdown table; writes it to bench/results_memory.md.
+The 4x and 16x corpora repeat the 1x documents, each copy with its own id and a number in front of its
+text (so no two windows are the same): the corpus grows, its documents' lengths stay the same (what one
+long document costs is measured apart, docs/performance.md). Prints one markdown table; writes it to bench/results_memory.md.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import argparse
 import csv
 import os
 import platform
+import random
 import subprocess
 import sys
 import tempfile
@@ -55,7 +57,8 @@ def tiny_model(folder: Path) -> str:
 
 
 def subset(rows: list[dict], n: int, path: Path) -> Path:
-    """The first ``n`` documents of ``rows`` (cycled past its end, each copy its own id and text) as a CSV."""
+    """``n`` documents cycling through ``rows`` (each copy after the first with its own id and a number in
+    front of its text, so that no window repeats) as a CSV."""
     with path.open("w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["id", "text"])
@@ -100,6 +103,7 @@ def main() -> None:
         subprocess.run([sys.executable, str(ROOT / "bench" / "make_man_corpus.py"), "-o", str(corpus)], check=True)
     with corpus.open(encoding="utf-8", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r.get("text")]
+    random.Random(0).shuffle(rows)   # the 1x documents: a fixed sample of every section of the corpus
     sizes = [int(s) for s in args.sizes.split(",")]
     models = {"default": "default", "tiny": None}
     lines = [f"CPU: {cpu_name()}; {os.cpu_count()} cores; tree {args.tree}; extra options: {args.extra or 'none'}",
@@ -115,8 +119,8 @@ def main() -> None:
         for level in args.levels.split(","):
             for dtype in args.out_dtypes.split(","):
                 peaks, cpus = [], []
-                for n in sizes:
-                    data = subset(rows, n, work / f"c{n}.csv")
+                for n in sizes:   # 4x and 16x repeat the 1x documents: the same lengths, 4 and 16 times over
+                    data = subset(rows[:sizes[0]], n, work / f"c{n}.csv")
                     peak, cpu, _ = run_once(args.tree, data, work / "out.parquet", model, level, dtype,
                                             args.extra.split())
                     peaks.append(peak)

@@ -280,15 +280,42 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
         texts, maps = map(list, zip(*(lowercase_with_map(t) for t in texts))) if texts else ([], [])
     parts = [None] * len(texts) if max_tokens_per_doc is None else \
         [cut_before_tokenizing(t, max_tokens_per_doc) for t in texts]
-    all_ids, all_offsets = call([t if p is None else p for t, p in zip(texts, parts)], list(range(len(texts))))
-    short = [i for i, p in enumerate(parts) if p is not None and len(all_ids[i]) <= max_tokens_per_doc]
-    if short:  # the part held too few tokens (very long words): tokenize those texts whole
-        ids2, offsets2 = call([texts[i] for i in short], short)
-        for i, ids, offsets in zip(short, ids2, offsets2):
-            all_ids[i], all_offsets[i] = ids, offsets
-    return [_doc(row, text, ids, offsets, maps[row], tokenizer, unk, max_tokens_per_doc, vocab_rows,
-                 (read_errors[row] if read_errors is not None else None) or failed.get(row))
-            for row, (text, ids, offsets) in enumerate(zip(texts, all_ids, all_offsets))]
+    sent = [t if p is None else p for t, p in zip(texts, parts)]
+    docs: list[TokenizedDoc] = []
+    for lo, hi in _calls(sent, CALL_CHARS):   # the tokenizer's Python lists of ids and offsets: one call's texts at a time
+        all_ids, all_offsets = call(sent[lo:hi], list(range(lo, hi)))
+        short = [i for i in range(lo, hi) if parts[i] is not None and len(all_ids[i - lo]) <= max_tokens_per_doc]
+        if short:  # the part held too few tokens (very long words): tokenize those texts whole
+            ids2, offsets2 = call([texts[i] for i in short], short)
+            for i, ids, offsets in zip(short, ids2, offsets2):
+                all_ids[i - lo], all_offsets[i - lo] = ids, offsets
+        docs += [_doc(row, texts[row], ids, offsets, maps[row], tokenizer, unk, max_tokens_per_doc, vocab_rows,
+                      (read_errors[row] if read_errors is not None else None) or failed.get(row))
+                 for row, ids, offsets in zip(range(lo, hi), all_ids, all_offsets)]
+        del all_ids, all_offsets
+    return docs
+
+
+CALL_CHARS = 1 << 18   # characters of text per tokenizer call, at most (a longer text is a call of its own)
+
+
+def _calls(texts: list[str], limit: int = CALL_CHARS) -> list[tuple[int, int]]:
+    """[start, stop) ranges of consecutive texts of at most ``limit`` characters together, each text in one
+    range (a longer one alone), covering every text once; [] for no text.
+
+    Why: a call returns Python lists of every token's id and offsets (about 150 bytes a token) before
+    they become arrays; one call per block made a block of long documents hold them all at once.
+    Example: lengths [100, 200, 300], limit 300 -> [(0, 2), (2, 3)].
+    """
+    bounds, start, held = [], 0, 0
+    for i, text in enumerate(texts):
+        if i > start and held + len(text) > limit:
+            bounds.append((start, i))
+            start, held = i, 0
+        held += len(text)
+    if texts:
+        bounds.append((start, len(texts)))
+    return bounds
 
 
 _NO_OFFSETS = np.zeros((0, 2), dtype=np.int32)
