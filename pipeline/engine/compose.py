@@ -21,9 +21,7 @@ from ..stage import INPUT_FIELDS, check_chain, describe, stage_label
 from ..cache.encode_stage import Encode
 from .agreement import check_agreement, described_config, parts_config
 from .columns import added_columns, checked_table, declared_label
-from .heap import release_free_heap
-from ..pieces import pieces
-from .feed import ordered_map
+from .block_loop import block_pieces
 from .params import StepsByName, pipeline_params, set_step_params, step_item, with_io_options
 from .resolved import Resolved
 
@@ -311,25 +309,7 @@ class Pipeline:
         Raises:
             ConfigError: a stage returned no Batch; whatever a stage raises.
         """
-        def step(item: Any) -> Batch:
-            return self.prepare(read(item) if read is not None else item)
-
-        prepared = ordered_map(step, items, workers, name="longbert-read") if workers \
-            else ((item, step(item)) for item in items)
-        for item, batch in prepared:
-            if on_prepared is not None:
-                on_prepared(batch)
-            parts = pieces(batch, max_tokens)
-            del batch   # each piece holds its own rows: the whole block's vectors are never held at once
-            piece = next(parts)
-            while piece is not None:
-                out = [self.finish(piece)]
-                following = next(parts, None)
-                release_free_heap()
-                # handed over, not kept: this frame holds no reference to the finished piece while the
-                # consumer writes it (its vectors and its output rows are then held once) or after
-                yield item, out.pop(), following is None
-                piece = following
+        return block_pieces(self.prepare, self.finish, items, read, workers, on_prepared, max_tokens)
 
     def for_run(self, cfg: PipelineConfig) -> Pipeline:
         """A new pipeline for a run with ``cfg``'s read and write options (kept columns, --out-dtype,
