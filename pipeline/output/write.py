@@ -42,9 +42,10 @@ def fits_float16(values: np.ndarray, axis: int | None = None) -> np.ndarray:
 
 @dataclass
 class FileSink:
-    """One parquet file, written row group by row group (one per block, in block order) to a hidden
-    temporary sibling (``.NAME.PID.partial``) and renamed onto ``path`` by ``commit``; removed on any
-    failure. A kill at any point leaves the previous complete file (or none) at ``path``.
+    """One parquet file, written row group by row group (one per block, or several of a large block; in
+    block order) to a hidden temporary sibling (``.NAME.PID.partial``) and renamed onto ``path`` by
+    ``commit``; removed on any failure. A kill at any point leaves the previous complete file (or none)
+    at ``path``.
     """
 
     path: Path
@@ -56,7 +57,7 @@ class FileSink:
 
     overwrite: bool = False
     redone: int = 0             # parts redone by --resume (always 0: a file is never resumed)
-    _groups: RowGroups = field(default_factory=lambda: RowGroups())
+    _groups: RowGroups = field(default_factory=RowGroups)
 
     def open(self, blocks: list | None = None) -> set[int]:
         """Create the temporary file; returns the block indices already done (none for a file)."""
@@ -162,7 +163,7 @@ class PartsSink:
     n_blocks: int = 0
     redone: int = 0            # parts --resume found listed but damaged (size, footer or rows) and redoes
     _open: tuple | None = None  # (block index, its part's ParquetWriter, rows written) while a block comes in pieces
-    _groups: RowGroups = field(default_factory=lambda: RowGroups())
+    _groups: RowGroups = field(default_factory=RowGroups)
 
     def open(self, blocks: list) -> set[int]:
         """Create the directory or pick up a previous run; returns the indices of the blocks already done.
