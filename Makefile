@@ -66,7 +66,7 @@ bench-overhead: install
 
 # Peak memory against corpus size (1x, 4x, 16x) at document, window and token level, float32 and int8, with the
 # default model and a tiny one: bench/results_memory.md. The tiny model's rows took about 12 minutes on 2 shared
-# cores, the default model's far longer (its 480-page token run alone: over 10 minutes); shorter:
+# cores; the default model's take far longer; shorter:
 # MEMORY_ARGS="--models tiny --sizes 50,200,800" or "--levels token --out-dtypes float32 --sizes 40,160".
 MEMORY_ARGS ?= --sizes 30,120,480
 bench-memory: install
