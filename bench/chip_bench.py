@@ -142,7 +142,7 @@ def main() -> None:
     args = parser.parse_args()
     import pandas as pd
 
-    from pipeline.model.chip import detect
+    from pipeline.chip import detect
 
     chip = detect("cpu")
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,7 +21,7 @@ from .options.config_file import coerce
 from .options.python_api import python_names
 from .output.durable import place_durably, replace_durably
 from .errors import ConfigError, InputError, RunError
-from .output.schema import ERROR, FEATURES, ID
+from .columns import ERROR, FEATURES, ID
 
 
 def read(inputs: str | Path | Iterable[str | Path], **read_options: Any) -> Iterator[Batch]:

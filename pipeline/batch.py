@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from .errors import InputError
 from .plan import WindowPlan, plan_windows
-from .text.texts import as_texts
+from .texts import as_texts
 from .types import TokenizedDoc, Window
 
 

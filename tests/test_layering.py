@@ -39,7 +39,7 @@ def test_the_batch_and_the_stage_contract_import_no_phase_but_text_helpers():
     for name in ("batch.py", "stage.py", "counts.py", "types.py", "errors.py", "plan.py"):
         mods = [m for _, m in _imports(PKG / name) if m.startswith("pipeline.")]
         assert all(m in ("pipeline.batch", "pipeline.errors", "pipeline.types", "pipeline.plan",
-                         "pipeline.text.texts") for m in mods), (name, mods)
+                         "pipeline.texts", "pipeline.columns", "pipeline.chip") for m in mods), (name, mods)
 
 
 def test_text_stages_import_without_torch():

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from ..compact import dequantize_int8, unpack_binary
 from ..errors import InputError
-from ..output.schema import DOCUMENT_COUNTS, ERROR, FEATURES, SPANS, TOKEN_COLUMNS, TOKEN_FEATURES, WINDOW, scale_column
+from ..columns import DOCUMENT_COUNTS, ERROR, FEATURES, SPANS, TOKEN_COLUMNS, TOKEN_FEATURES, WINDOW, scale_column
 from ..output.write import DONE_MANIFEST, MANIFEST, read_manifest
 
 

@@ -43,7 +43,7 @@ def _is_pairs(X) -> bool:
 
 def texts_or_pairs(X, caller: str) -> tuple[np.ndarray, np.ndarray | None]:
     """(texts (N,) object, None) of plain texts in any form LongBertVectorizer takes (a list, tuple, 1-D
-    array or Series of str, an (N, 1) array or a one-column DataFrame: pipeline.text.texts.as_texts), or
+    array or Series of str, an (N, 1) array or a one-column DataFrame: pipeline.texts.as_texts), or
     (texts, vectors (N, D) float32) of hybrid_inputs pairs. Example: pd.DataFrame({"text": ["a", "b"]})
     -> (array(["a", "b"]), None): the column's texts, never its name.
 
@@ -52,7 +52,7 @@ def texts_or_pairs(X, caller: str) -> tuple[np.ndarray, np.ndarray | None]:
         TextError (a ValueError): an element of plain texts is not a str, naming its position.
     """
     from ..errors import TextsTypeError
-    from ..text.texts import as_texts
+    from ..texts import as_texts
 
     if _is_pairs(X):
         return _split(X)

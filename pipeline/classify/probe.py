@@ -19,7 +19,7 @@ from .folds import (LEXICAL_NAME, check_classes, cross_validate_lexical, cross_v
 from .probe_ranking import CSV_COLUMNS, extract_command, format_corpus_probe, lexical_summary, write_ranking_csv  # noqa: F401
 from .probe_ranking import not_computable, pass_line, reason
 from .probe_files import windows_per_doc
-from ..output.schema import ERROR, N_TOKENS
+from ..columns import ERROR, N_TOKENS
 
 
 # ---------------------------------------------------------------------------------------------------

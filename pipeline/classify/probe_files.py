@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import ConfigError, InputError
 from .features import load_features
 from .folds import check_classes, cross_validate_probe
-from ..output.schema import COMPUTED, ID, ROW
+from ..columns import COMPUTED, ID, ROW
 
 
 def _strategy_text(strategy: dict[str, Any]) -> str:

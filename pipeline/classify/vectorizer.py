@@ -19,8 +19,8 @@ from sklearn.base import BaseEstimator, TransformerMixin
 
 from ..errors import ConfigError
 from ..options.config import PipelineConfig
-from ..output.schema import ERROR
-from ..text.texts import as_texts, preprocessed, raise_on_errors, text_list
+from ..columns import ERROR
+from ..texts import as_texts, preprocessed, raise_on_errors, text_list
 from ..read import block_from_texts
 from ..text.tokenize import EMPTY_TEXT
 from ..options.python_api import config_from_python, python_names

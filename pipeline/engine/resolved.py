@@ -93,7 +93,7 @@ def check_max_length(max_length: int | None, facts: ModelFacts, name: str) -> No
 
 def check_features(cfg: PipelineConfig, seg) -> None:
     """With several --feature: each strategy's window options against the window size, and one strategy
-    at --level window (a --keep-col named like a feature column: pipeline.output.schema.check_keep_cols).
+    at --level window (a --keep-col named like a feature column: pipeline.columns.check_keep_cols).
 
     Raises:
         ConfigError: as SegmentConfig.check_window for that strategy, or features of several strategies

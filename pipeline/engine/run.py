@@ -23,11 +23,11 @@ from tqdm import tqdm
 from ..counts import BlockCounts
 from .resolved import resolve_config
 from ..options.config import PipelineConfig
-from ..model.chip import bf16_note
+from ..chip import bf16_note
 from ..model.st_folder import settings_note
 from ..errors import InputError, RunError
 from ..read import BlockSpec, Plan, row_location, scan
-from ..output.schema import ERROR, ID, WINDOW
+from ..columns import ERROR, ID, WINDOW
 from ..text.tokenize import UNKNOWN_WARN_SHARE, unknown_warning
 from ..output.durable import write_failure
 from .progress import progress_bar

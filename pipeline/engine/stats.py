@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model import chip as chips  # chips.detect at call time (tests fake the chip)
+from .. import chip as chips  # chips.detect at call time (tests fake the chip)
 from ..options.config import PipelineConfig, SegmentConfig
 from ..options.features_config import STRATEGIES
 from ..errors import ConfigError
@@ -188,7 +188,7 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
 
 
 def chip_stats(cfg: PipelineConfig) -> dict[str, Any]:
-    """The device of the run and what it offers (pipeline.model.chip.detect; no weights load).
+    """The device of the run and what it offers (pipeline.chip.detect; no weights load).
 
     Returns:
         {"device": "cpu", "describe": "cpu (...; avx2; no fast bfloat16 path)", "flags": ["avx2"],

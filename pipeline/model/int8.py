@@ -111,7 +111,7 @@ class Int8Linear(nn.Module):
 def weight_levels() -> int:
     """The int8 weights' levels on this CPU: 127, or 63 without int8 dot-product instructions (VNNI:
     amx_int8, avx512_vnni, avx_vnni), where the kernel's 16-bit pair sums would saturate (Int8Linear)."""
-    from .chip import VNNI_FLAGS, detect
+    from ..chip import VNNI_FLAGS, detect
 
     return 127 if any(f in detect("cpu").flags for f in VNNI_FLAGS) else 63
 

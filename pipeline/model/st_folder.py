@@ -14,7 +14,7 @@ from ..errors import ModelError
 from ..options.defaults import DECLARABLE, DEFAULT_MODEL
 from ..types import FolderSettings, ModelFacts
 
-if TYPE_CHECKING:  # the config's keep-column check reaches this module through pipeline.output.schema
+if TYPE_CHECKING:
     from ..options.config import ModelConfig, PipelineConfig
 
 APPLIED = ("cls", "mean", "max")   # Pooling modes longbert applies as its --pooling of the same name

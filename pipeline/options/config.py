@@ -11,6 +11,7 @@ from typing import Any
 
 from .config_file import coerce, load_yaml
 from .defaults import DECLARABLE, DEFAULT_MODEL, FOLDER_SETTINGS  # noqa: F401 - re-exported
+from ..columns import check_keep_cols, feature_column_names
 from ..errors import ConfigError
 from .ray_config import ENGINES, RayConfig  # noqa: F401 - re-exported: the config's sections are all here
 from .features_config import STRATEGIES, Feature, Pooling, Strategy, feature_fault, fold_features  # noqa: F401
@@ -68,8 +69,9 @@ class PipelineConfig:
             raise ConfigError("a run needs at least one feature; give --feature or --strategy/--pooling")
         if self.pool.per_window and self.ray.engine == "ray":  # the Ray writer counts a row per document
             raise ConfigError("--level window runs on the local engine only; drop --engine ray")
-        from ..output.schema import check_keep_cols   # here, not on import: pyarrow stays out of `--help`
-        check_keep_cols(self)
+        parts = self.pool.aggregates[:self.pool.parts]
+        check_keep_cols(self.read.keep_cols, self.pool.level,
+                        feature_column_names([f.name for f in self.feature_list()], parts))
 
     def feature_list(self) -> tuple[Feature, ...]:
         """Every feature of the run (``pool.features``): the --feature list, or the one feature of

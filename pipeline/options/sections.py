@@ -17,7 +17,7 @@ from .features_config import (STRATEGIES, Feature, Pooling, Strategy, check_aggr
 
 # Each closed set of choices is one tuple, used by click.Choice and by the checks below.
 LEVELS = ("document", "token", "window")
-DTYPES = ("float32", "float16", "bfloat16", "auto")  # auto: bfloat16 where the device has a fast path (pipeline.model.chip)
+DTYPES = ("float32", "float16", "bfloat16", "auto")  # auto: bfloat16 where the device has a fast path (pipeline.chip)
 OUT_DTYPES = ("float32", "float16", "int8", "binary")  # int8, binary: pipeline.compact (per-vector forms)
 QUANTIZE = ("none", "int8")
 ON_BAD_LINES = ("error", "skip")
@@ -52,7 +52,7 @@ class ReadConfig:
         if self.block_rows < 1:
             raise ConfigError(f"--block-rows={self.block_rows} must be >= 1")
         seen: set[str] = set()
-        for col in self.keep_cols:  # a name the output already has: PipelineConfig (pipeline.output.schema)
+        for col in self.keep_cols:  # a name the output already has: PipelineConfig (pipeline.columns)
             if col in seen:
                 raise ConfigError(f"--keep-col {col!r} is given twice; name each column once")
             seen.add(col)
@@ -76,7 +76,7 @@ class ModelConfig:
     model: str = DEFAULT_MODEL             # local directory or hub name of a BERT-family encoder
     device: str = "auto"                   # auto | cpu | cuda | cuda:N | mps
     dtype: Literal["float32", "float16", "bfloat16", "auto"] = "float32"   # compute dtype of the model; auto is
-                                           # resolved here, once, to bfloat16 or float32 (pipeline.model.chip.auto_dtype)
+                                           # resolved here, once, to bfloat16 or float32 (pipeline.chip.auto_dtype)
     quantize: Literal["none", "int8"] = "none"                      # int8: dynamic quantization, CPU
     threads: int | None = None             # CPU threads for torch; None: all cores
     allow_pickle: bool = False             # load a pickle-only (.bin) checkpoint
@@ -92,7 +92,7 @@ class ModelConfig:
         if not (dev in ("auto", "cpu", "cuda", "mps") or (dev.startswith("cuda:") and dev[5:].isdigit())):
             raise ConfigError(f"--device={dev!r}; choose auto, cpu, cuda, cuda:N or mps")
         if self.dtype == "auto":  # frozen: set once, here, so the store key, resume and metadata see the real dtype
-            from ..model.chip import auto_dtype
+            from ..chip import auto_dtype
 
             object.__setattr__(self, "dtype", auto_dtype(self.device, self.quantize))
         if self.quantize == "int8" and self.dtype != "float32":

@@ -1,9 +1,7 @@
-"""The output schema and every output column name: the one place they are spelled.
-
-The row builders (pipeline.output.rows), the --keep-col checks (pipeline.options.config), probe's
-label check (pipeline.classify.probe_files) and load_features (pipeline.classify.features) take the names from here, and
-``output_schema`` declares a run's columns from its config before the first row. Nothing here needs
-the model's weights: ``output_columns`` names a run's columns from its options alone.
+"""The output schema: ``output_schema`` declares a run's columns from its config before the first row, with
+the run's metadata. The column names themselves are pipeline.columns' (imported here for the row builders,
+pipeline.output.rows). Nothing here needs the model's weights: ``output_columns`` names a run's columns from
+its options alone.
 """
 from __future__ import annotations
 
@@ -14,42 +12,18 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from ..model import chip as chips  # chips.detect at call time (tests fake the chip)
+from .. import chip as chips  # chips.detect at call time (tests fake the chip)
+from ..columns import (COMPACT_FORMS, ERROR, FEATURES, ID, N_TOKENS, N_UNKNOWN, N_WINDOWS, OFFSETS, POSITIONS,
+                       ROW, SOURCE, SPANS, TOKEN_FEATURES, TOKEN_IDS, TRUNCATED, WINDOW, feature_column_names,
+                       scale_column)
+from ..columns import TOKEN_COLUMNS  # noqa: F401 - the rows stages take it from here
 from ..model.prompts import prompt_metadata
 from ..model.st_folder import settings_metadata
 from ..errors import ConfigError
 from ..types import ModelFacts
 
-if TYPE_CHECKING:  # pipeline.options.config imports this module (check_keep_cols)
+if TYPE_CHECKING:
     from ..options.config import PipelineConfig, SegmentConfig
-
-# Every column name longbert writes itself.
-ID = "id"                    # string: the id column's values, or text files' paths
-ROW = "row"                  # int64: the 0-based row number across all inputs, when they have no id column
-SOURCE = "source"            # --with-source: each row's file
-N_TOKENS = "n_tokens"        # content tokens of the document (--level window: of the window)
-N_UNKNOWN = "n_unknown"
-N_WINDOWS = "n_windows"
-TRUNCATED = "truncated"
-WINDOW = "window"            # --level window: the window's 0-based number within its document
-SPANS = "spans"              # --level window: [start, end) content-token positions
-FEATURES = "features"        # the one feature's vector (several --feature: one column per Feature.name)
-ERROR = "error"
-TOKEN_IDS = "token_ids"      # --level token, the four columns below
-POSITIONS = "positions"
-OFFSETS = "offsets"
-TOKEN_FEATURES = "token_features"
-SCALE_SUFFIX = "_scale"      # --out-dtype int8: FEATURE_scale, each vector's float32 scale (x = q * scale)
-COMPACT_FORMS = ("int8", "binary")  # --out-dtype values stored as pipeline.compact's forms
-
-DOCUMENT_COUNTS = (N_TOKENS, N_UNKNOWN, N_WINDOWS, TRUNCATED)   # a row per document: --level document, token
-WINDOW_COUNTS = (WINDOW, SPANS, N_TOKENS)                       # a row per window: --level window
-TOKEN_COLUMNS = (TOKEN_IDS, POSITIONS, OFFSETS, TOKEN_FEATURES)  # --level token, after error
-# Columns longbert computes (never a label, never a kept input column).
-COMPUTED = tuple(dict.fromkeys((*DOCUMENT_COUNTS, *WINDOW_COUNTS, FEATURES, ERROR, *TOKEN_COLUMNS)))
-# Names a --keep-col may never take, whatever the run's options (the fixed columns of --level document and
-# token); a run's other output columns (window, spans; several --feature's names) are refused in that run.
-RESERVED_COLUMNS = (ID, ROW, SOURCE, *DOCUMENT_COUNTS, FEATURES, ERROR, *TOKEN_COLUMNS)
 
 
 def feature_columns(cfg: PipelineConfig, hidden: int) -> list[tuple[str, int]]:
@@ -61,20 +35,13 @@ def feature_columns(cfg: PipelineConfig, hidden: int) -> list[tuple[str, int]]:
     ``f_chunk_mean_agg-first-last-mean-max``; one part adds nothing (``features`` never changes).
     """
     feats, parts = cfg.feature_list(), cfg.pool.parts
-    if not cfg.multi_feature:
-        return [(FEATURES, feats[0].dim(hidden) * parts)]
-    suffix = "" if parts == 1 else "_agg-" + "-".join(cfg.pool.aggregates)
-    return [(f.name + suffix, f.dim(hidden) * parts) for f in feats]
+    names = feature_column_names([f.name for f in feats], cfg.pool.aggregates[:parts])
+    return [(name, f.dim(hidden) * parts) for name, f in zip(names, feats)]
 
 
 def passthrough_columns(cfg: PipelineConfig) -> list[str]:
     """Input columns copied to the output as they are: each --keep-col, then ``source`` (--with-source)."""
     return [*cfg.read.keep_cols, *([SOURCE] if cfg.read.with_source else [])]
-
-
-def scale_column(column: str) -> str:
-    """The int8 scale column of a feature column: ``features`` -> ``features_scale``."""
-    return column + SCALE_SUFFIX
 
 
 def vector_fields(name: str, dim: int, out_dtype: str) -> list[pa.Field]:
@@ -126,31 +93,6 @@ def output_columns(cfg: PipelineConfig, id_type: pa.DataType = pa.string()) -> l
     ["id", "label", "window", "spans", "n_tokens", "features", "error"].
     """
     return [f.name for f in output_fields(cfg, id_type, hidden=1, dim=1, token_dim=1)]
-
-
-def check_keep_cols(cfg: PipelineConfig) -> None:
-    """No --keep-col takes the name of a column the run writes itself: a reserved name
-    (RESERVED_COLUMNS), or one of this run's columns (``window``/``spans`` at --level window, a
-    --feature's column). Runs when the config is built, before any input or model file is read.
-
-    Raises:
-        ConfigError (exit 2): naming the column and the fix.
-    """
-    features = {name for name, _ in feature_columns(cfg, 1)}
-    kept = len(passthrough_columns(cfg))
-    written = {ROW}  # the id column's other name, then the columns after the passthrough ones
-    written.update(c for i, c in enumerate(output_columns(cfg)) if not 1 <= i <= kept)
-    for col in cfg.read.keep_cols:
-        if col in RESERVED_COLUMNS:
-            raise ConfigError(f"--keep-col {col!r} clashes with an output column of that name; reserved names are "
-                              f"{', '.join(RESERVED_COLUMNS)}; rename the column in the input, or drop --keep-col {col}")
-        if col in features:
-            raise ConfigError(f"--keep-col {col!r} clashes with the feature column of that name; rename the column "
-                              "in the CSV or drop that --feature")
-        if col in written:
-            raise ConfigError(f"--keep-col {col!r} clashes with an output column of that name (--level "
-                              f"{cfg.pool.level} writes {col!r}); rename the column in the input, or drop --keep-col "
-                              f"{col} (or run another --level)")
 
 
 def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, dim: int, token_dim: int,
@@ -225,7 +167,7 @@ def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: in
         "normalize": cfg.pool.normalize,
         "dtype": cfg.model.dtype,
         "quantize": cfg.model.quantize,
-        "device": chips.detect(cfg.model.device).device,  # cpu | cuda | mps, and what it offers (pipeline.model.chip)
+        "device": chips.detect(cfg.model.device).device,  # cpu | cuda | mps, and what it offers (pipeline.chip)
         "compute_dtype": "int8" if cfg.model.quantize == "int8" else cfg.model.dtype,
         "chip": chips.detect(cfg.model.device).describe(),
         "out_dtype": cfg.write.out_dtype,

@@ -15,7 +15,7 @@ from ..errors import InputError
 # A block's table may hold this column: per row, why the reader gives no text for it (a JSON Lines text
 # that is an array, object, number or boolean), None where the text is fine. The tokenize stage makes it
 # the row's error (pipeline.text.tokenize.tokenize_block), so the row is kept, with its error; "error"
-# is the output's own column, so no kept input column can take the name (pipeline.output.schema).
+# is the output's own column, so no kept input column can take the name (pipeline.columns).
 ROW_ERROR = "error"
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import extract_cli, invoke, words, write_csv
 
-import pipeline.model.chip as chip
+import pipeline.chip as chip
 from pipeline.options.config import ModelConfig
 
 AMX = "processor : 0\nmodel name : Intel Xeon Platinum 8481C\nflags : fpu sse avx2 avx512f avx512_bf16 " \

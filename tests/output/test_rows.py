@@ -5,7 +5,7 @@ import numpy as np
 from conftest import words
 
 import longbert
-from pipeline.output.schema import ERROR, FEATURES, ID, N_TOKENS, N_WINDOWS
+from pipeline.columns import ERROR, FEATURES, ID, N_TOKENS, N_WINDOWS
 
 
 def test_rows_stage_writes_one_row_per_text(pipe):

@@ -8,7 +8,7 @@ import pytest
 from conftest import CASES, reference_vectors, words
 
 import longbert
-from pipeline.text.texts import TextError, TextsTypeError, text_list
+from pipeline.texts import TextError, TextsTypeError, text_list
 from pipeline.classify.vectorizer import LongBertVectorizer
 
 TEXTS = [words(5), words(12, 3), words(7, 9)]

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import TextError, TextsTypeError
+from .errors import TextError, TextsTypeError
 
 
 def text_list(texts: Any, caller: str) -> list:
