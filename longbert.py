@@ -43,7 +43,7 @@ _LAZY = {"encode": ("classify.vectorizer", "encode"), "LongBertVectorizer": ("cl
          "Pipeline": ("engine.compose", "Pipeline"), "read": ("api", "read"), "pool": ("api", "pool"),
          "save_features": ("api", "save_features"), "aggregate": ("output.aggregate", "aggregate_rows"),
          "Stage": ("stage", "Stage"), "Tokenize": ("text.tokenize", "Tokenize"), "Segment": ("text.segment", "Segment"),
-         "Dedup": ("text.dedup", "Dedup"), "Encode": ("cache.encode_stage", "Encode"),
+         "Dedup": ("text.dedup", "Dedup"), "Encode": ("model.encode_stage", "Encode"),
          "Aggregate": ("output.aggregate", "Aggregate"), "TokenAggregate": ("output.aggregate", "TokenAggregate"),
          "WindowAggregate": ("output.aggregate", "WindowAggregate"), "Rows": ("output.rows", "Rows"),
          "TokenRows": ("output.rows", "TokenRows"), "WindowRows": ("output.rows", "WindowRows"),

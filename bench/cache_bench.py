@@ -80,7 +80,7 @@ def new_windows(old: list[str], new: list[str], strategy: str) -> int:
 def store_share(texts: list[str], strategy: str) -> tuple[float, float, int]:
     """In this process, a cold run's blocks with a new store: (seconds in all blocks, seconds of those in
     the store's lookups and puts, windows). The store's own cost, apart from the machine's load."""
-    import pipeline.cache.window_cache as wc
+    import pipeline.model.window_cache as wc
     from pipeline.engine.compose import Pipeline
     from pipeline.options.config import PipelineConfig
     from pipeline.read import block_from_texts

@@ -5,7 +5,7 @@ reads (``requires``) and fills (``fills``), as a spaCy component declares ``requ
 ``get_params()`` (``type(s)(**s.get_params())`` builds an equal stage, as a scikit-learn estimator is
 rebuilt) and shows them in its ``repr``. They speak scikit-learn's protocol: ``get_params(deep=...)``,
 ``set_params(**params)`` and ``sklearn.base.clone``; each pickles and deep-copies (the encode stage's
-weights pickle as what reloads them, see pipeline.cache.encode_stage.Weights). A user's stage needs
+weights pickle as what reloads them, see pipeline.model.encode_stage.Weights). A user's stage needs
 none of this: any callable ``Batch -> Batch`` is one; it may set ``requires`` / ``fills`` to have its place in a chain checked.
 A stage after ``rows`` that appends columns to the output table declares them in ``adds_columns`` (pyarrow
 fields, or (name, type) pairs); the file's schema then holds them (pipeline.engine.columns).

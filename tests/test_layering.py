@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "pipeline"
-PHASES = ("options", "read", "text", "model", "cache", "output")
+PHASES = ("options", "read", "text", "cache", "model", "output")   # lowest first: each imports only those before it
 TOP = ("engine", "classify")
 
 

@@ -1,5 +1,5 @@
 """What the encode stage asks of a window store (``Store``), and the look-up as arrays built on it.
-Called by pipeline.cache.window_cache; pipeline.cache.store.WindowStore (SQLite) is the embedded default.
+Called by pipeline.model.window_cache; pipeline.cache.store.WindowStore (SQLite) is the embedded default.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..errors import ConfigError
 class Store(Protocol):
     """A window store: window vectors by (pool key, the window's exact token ids), kept across runs.
 
-    The encode stage (through pipeline.cache.window_cache.WindowCache) calls only these methods, so
+    The encode stage (through pipeline.model.window_cache.WindowCache) calls only these methods, so
     any object that has them plugs in: ``Pipeline.from_config(cfg, store=my_store)``. Keys are
     built in pipeline.cache.store_keys: ``pool_key`` names one kind of vector (weights, dtype, quantize,
     pooling), ``window_key(pool, ids)`` is the 32-byte content hash of one window under it; a store

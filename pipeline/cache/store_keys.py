@@ -1,6 +1,6 @@
 """The window store's keys, built here and nowhere else: which weights, computed how, pooled how
 (``vector_key``, ``token_layer_key``), and the window's exact token ids (``window_key``); and the checksum
-that ties a stored vector to its key. Pure functions, no database; called by pipeline.cache.window_cache
+that ties a stored vector to its key. Pure functions, no database; called by pipeline.model.window_cache
 and the stores (pipeline.cache.store, token_store).
 """
 from __future__ import annotations

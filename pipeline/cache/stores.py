@@ -1,7 +1,7 @@
 """Window stores by URI, opened in one place: ``open_store(uri)`` looks the URI's scheme up in ``SCHEMES``
 (a folder: the SQLite WindowStore; ``s3://BUCKET/PREFIX``: the object store) and imports that store's
 module only then, with an install hint when its library is missing, as fsspec's registry does. Called
-by the encode stage (pipeline.cache.encode_stage: --cache, $LONGBERT_CACHE, cache=, the vectorizer,
+by the encode stage (pipeline.model.encode_stage: --cache, $LONGBERT_CACHE, cache=, the vectorizer,
 Pipeline, Ray workers) and by ``longbert cache`` (pipeline.cache.store_report); no stage names a store.
 """
 from __future__ import annotations

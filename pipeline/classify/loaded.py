@@ -18,7 +18,7 @@ def memory_store():
     """The in-memory window store of this process (pipeline.cache.store.WindowStore.open(None)), made once.
 
     One for every LongBertVectorizer and encode(cache=":memory:") of the process: entries are keyed
-    by model sha256, dtype, quantization, pooling and the window's token ids (pipeline.cache.window_cache),
+    by model sha256, dtype, quantization, pooling and the window's token ids (pipeline.model.window_cache),
     so other options never read a wrong vector. It grows with the distinct windows seen (about
     1.6 KB per window at 384 dimensions) and lives as long as the process; cache=None avoids it.
     """

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ..cache.encode_stage import Encode
+from ..model.encode_stage import Encode
 from ..errors import ConfigError
 from ..options.config import PipelineConfig, PoolConfig, SegmentConfig, WriteConfig
 from ..output.aggregate import Aggregate, TokenAggregate, WindowAggregate

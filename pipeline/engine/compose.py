@@ -18,7 +18,7 @@ from ..batch import Batch, with_dropped
 from ..options.config import PipelineConfig
 from ..errors import ConfigError
 from ..stage import INPUT_FIELDS, check_chain, describe, stage_label
-from ..cache.encode_stage import Encode
+from ..model.encode_stage import Encode
 from .agreement import check_agreement, described_config, parts_config
 from .columns import added_columns, checked_table, declared_label
 from .block_loop import block_pieces

@@ -222,11 +222,11 @@ class Resolved:
         """The built-in stages in order: tokenize, segment, dedup, encode, aggregate, rows.
 
         Args:
-            model: an already loaded model, or the pipeline.cache.encode_stage.Weights of another
+            model: an already loaded model, or the pipeline.model.encode_stage.Weights of another
                 pipeline's encode stage (shared, not loaded again); None: loaded on first encode.
             store: an open window store (the vectorizer's in-memory one), or None.
         """
-        from ..cache.encode_stage import Encode
+        from ..model.encode_stage import Encode
 
         cfg, facts, pool = self.cfg, self.facts, self.cfg.pool
         seg = cfg.segment
@@ -253,7 +253,7 @@ class Resolved:
         or rows stage rebuilt with the run's --cache, --out-dtype and kept columns (the same weights);
         ``stage`` itself when those leave it as it is (another output path, --progress...), and any
         other stage as it is."""
-        from ..cache.encode_stage import Encode
+        from ..model.encode_stage import Encode
 
         if isinstance(stage, Encode):
             return stage.with_io(self.cfg, self.facts)

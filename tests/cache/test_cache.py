@@ -28,7 +28,7 @@ from pipeline.model.facts import model_facts
 from pipeline.text.segment import segment
 from pipeline.cache.store import DB_NAME
 from pipeline.text.tokenize import tokenize_block
-from pipeline.cache.window_cache import WindowCache
+from pipeline.model.window_cache import WindowCache
 from pipeline.model.encode import EncodeSpec
 
 ROOT = Path(__file__).resolve().parents[2]

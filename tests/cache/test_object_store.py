@@ -23,7 +23,7 @@ from conftest import invoke, words, write_csv
 from s3_server import CountedMotoServer
 from test_cache import TEXTS, assert_same, counts, extract, unique_windows
 
-import pipeline.cache.encode_stage as encode_stage
+import pipeline.model.encode_stage as encode_stage
 from pipeline.cache.stores import open_store
 from pipeline.errors import ConfigError, StoreWarning
 
@@ -296,7 +296,7 @@ def test_vectorizer_travels_as_its_uri_and_shares_the_store(tiny_model_dir, s3, 
 
 
 def test_store_object_pickles_as_its_uri_and_the_stage_keeps_the_uri(s3, tiny_model_dir):
-    from pipeline.cache.encode_stage import Encode
+    from pipeline.model.encode_stage import Encode
     from pipeline.options.config import Feature, ModelConfig
 
     uri, _, _ = s3

@@ -66,7 +66,7 @@ def test_every_built_in_stage_pickles_and_deep_copies_to_an_equal_stage(fresh):
 
 
 def test_unpickled_weights_refuse_a_folder_whose_files_changed(fresh, tmp_path):
-    from pipeline.cache.encode_stage import Weights
+    from pipeline.model.encode_stage import Weights
     from pipeline.errors import ModelError
 
     _vectors(fresh)

@@ -22,7 +22,7 @@ from conftest import invoke, words, write_csv
 
 import pipeline.engine.resolved as block
 import pipeline.engine.run as run_module
-from pipeline.cache.encode_stage import Encode
+from pipeline.model.encode_stage import Encode
 from pipeline.output.durable import os_cause
 from pipeline.errors import RunError
 from pipeline.output.lock import acquire, lock_path

@@ -1,7 +1,7 @@
 """The run's side of the window store (``--cache DIR``): a block's unique windows are looked up in the
 store, only the missing ones are encoded, and those are added.
 
-Used by the encode stage (pipeline.cache.encode_stage.Encode, after de-duplication) on every engine, so extract
+Used by the encode stage (pipeline.model.encode_stage.Encode, after de-duplication) on every engine, so extract
 (local and Ray), probe, ``LongBertVectorizer`` and ``longbert.encode`` share one behaviour. It calls
 only the methods of pipeline.cache.store_api.Store, so any store that has them plugs in; the
 embedded default, opened for ``--cache DIR``, is pipeline.cache.store.WindowStore (SQLite); every store
@@ -31,14 +31,14 @@ from pathlib import Path
 import numpy as np
 
 from ..options.config import ModelConfig, PoolConfig
-from ..model.encode import Encoded, Encoder, EncodeSpec
+from .encode import Encoded, Encoder, EncodeSpec
 from ..errors import ConfigError
 from ..options.features_config import compact_layers
-from ..model.pool import pool_offsets
-from ..model.int8 import quantize_label
-from ..model.prompts import prompt_metadata
-from .store_api import Store, check_store, lookup
-from .store_keys import positive_layers, token_layer_key, vector_key
+from .pool import pool_offsets
+from .int8 import quantize_label
+from .prompts import prompt_metadata
+from ..cache.store_api import Store, check_store, lookup
+from ..cache.store_keys import positive_layers, token_layer_key, vector_key
 from ..types import ModelFacts, Window
 
 

@@ -15,14 +15,14 @@ import numpy as np
 from ..batch import Batch
 from ..counts import BlockCounts
 from ..errors import ConfigError
-from ..model.prompts import pools_prompt
+from .prompts import pools_prompt
 from ..options.config import EncodeConfig, Feature, ModelConfig, PipelineConfig
 from ..stage import Stage
 from ..types import ModelFacts
 
 if TYPE_CHECKING:
-    from ..model.encode import EncodeSpec
-    from .store_api import Store
+    from ..cache.store_api import Store
+    from .encode import EncodeSpec
 
 
 class Weights:
@@ -75,7 +75,7 @@ class Weights:
             ModelError: as pipeline.model.load.load_model; or the folder's files changed after the options
                 were resolved (its vectors would be filed in the store under a hash that did not make them).
         """
-        from ..model.encode import Encoder   # torch loads here, not on import
+        from .encode import Encoder   # torch loads here, not on import
 
         name = spec.model.model
         with self._lock:
@@ -141,7 +141,7 @@ class Encode(Stage):
             raise ConfigError(f"Encode needs one or more longbert.Feature values, e.g. [longbert.Feature('chunk', "
                               f"'mean')]; got {list(features)!r}")
         if tokenizer is None or facts is None:
-            from ..model.facts import model_facts
+            from .facts import model_facts
 
             found, tokenizer = model_facts(model, tokenizer)
             facts = found if facts is None else facts
@@ -167,7 +167,7 @@ class Encode(Stage):
     @property
     def spec(self) -> EncodeSpec:
         """pipeline.model.encode.EncodeSpec of this stage: what its Encoder and store keys are built from."""
-        from ..model.encode import EncodeSpec
+        from .encode import EncodeSpec
 
         return EncodeSpec(self.model, self.features, self.encode)
 
@@ -216,7 +216,7 @@ class Encode(Stage):
         with self._lock:
             if self._encoder is not None:
                 return
-            from .stores import open_store
+            from ..cache.stores import open_store
             from .window_cache import WindowCache
 
             spec = self.spec
@@ -270,8 +270,8 @@ class Encode(Stage):
 
 def _files_sha256(name: str) -> str | None:
     """The sha256 of a model's files now (pipeline.model.checkpoint.model_sha256; cached by size and mtime)."""
-    from ..model.checkpoint import model_sha256
-    from ..model.facts import checkpoint_folder, resolve_model_path
+    from .checkpoint import model_sha256
+    from .facts import checkpoint_folder, resolve_model_path
 
     folder = checkpoint_folder(resolve_model_path(name))
     return None if folder is None else model_sha256(folder)
