@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..options.config import PipelineConfig
-from ..options.features_config import STRATEGIES, Feature
+from ..options.features_config import STRATEGIES, Feature, is_late
 from ..errors import ConfigError, InputError
 from .folds import (LEXICAL_NAME, check_classes, cross_validate_lexical, cross_validate_probe,  # noqa: F401 - re-exported
                     lexical_name, no_terms, one_blas_thread, stratified_sample)
@@ -37,9 +37,9 @@ def probe_feature_set(n_layers: int, has_pooler: bool) -> tuple[Feature, ...]:
     layer_choices = [(-1,)] + ([(-2,)] if n_layers >= 2 else []) + ([tuple(range(-last, 0))] if last >= 2 else [])
     out = []
     for strategy in STRATEGIES:
-        for pooling in PROBE_POOLINGS[1:] if strategy == "late" else PROBE_POOLINGS:  # late: no cls (no window)
+        for pooling in PROBE_POOLINGS[1:] if is_late(strategy) else PROBE_POOLINGS:  # late: no cls (no window)
             out += [Feature(strategy, pooling, layers, "mean") for layers in layer_choices]
-        if has_pooler and strategy != "late":
+        if has_pooler and not is_late(strategy):
             out.append(Feature(strategy, "pooler"))
     return tuple(out)
 

@@ -16,6 +16,7 @@ from ..errors import ConfigError, InputError
 from .features import load_features
 from .folds import check_classes, cross_validate_probe
 from ..columns import COMPUTED, ID, ROW
+from ..options.features_config import is_late
 
 
 def _strategy_text(strategy: dict[str, Any]) -> str:
@@ -23,8 +24,8 @@ def _strategy_text(strategy: dict[str, Any]) -> str:
     name = strategy.get("name", "?")
     if name == "head_tail":
         return f"head_tail {strategy.get('head_tokens')}+{strategy.get('tail_tokens')}"
-    if name in ("sliding", "late"):
-        chunks = f" chunks {strategy.get('chunk_tokens')}" if name == "late" else ""
+    if name == "sliding" or is_late(name):
+        chunks = f" chunks {strategy.get('chunk_tokens')}" if is_late(name) else ""
         return f"{name}{chunks} overlap {strategy.get('overlap')}"
     return str(name)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
+from ..options.features_config import is_late
 from ..text.tokenize import UNKNOWN_WARN_SHARE, unknown_warning
 from .probe_plot import layers_text
 
@@ -180,7 +181,7 @@ def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[
         parts += [f"--tail-tokens {seg.tail_tokens}"] if seg.tail_tokens is not None else []
     if feature["strategy"] == "sliding" and seg.overlap != 128:
         parts.append(f"--overlap {seg.overlap}")
-    if feature["strategy"] == "late":
+    if is_late(feature["strategy"]):
         parts += [f"--overlap {seg.late_overlap}"] * (seg.late_overlap != 256) + \
             [f"--chunk-tokens {seg.chunk_tokens}"] * (seg.chunk_tokens != 128)
     if seg.max_tokens_per_doc is not None:

@@ -64,7 +64,7 @@ def check_prompt(cfg: PipelineConfig, seg, tokenizer, facts: ModelFacts) -> None
     if prompt is None:
         return
     for strategy in dict.fromkeys(f.strategy for f in cfg.feature_list()):
-        prompt_rules(seg if strategy == seg.strategy else dataclasses.replace(seg, strategy=strategy), len(prompt.ids))
+        prompt_rules(seg.for_strategy(strategy), len(prompt.ids))
 
 
 def check_max_length(max_length: int | None, facts: ModelFacts, name: str) -> None:
@@ -107,7 +107,7 @@ def check_features(cfg: PipelineConfig, seg) -> None:
                           f"{', '.join(strategies)}; give features of one strategy (e.g. --feature chunk:cls "
                           "--feature chunk:mean), and run once per strategy")
     for strategy in strategies:
-        dataclasses.replace(seg, strategy=strategy)  # __post_init__ runs check_window for this strategy
+        seg.for_strategy(strategy)  # __post_init__ runs check_window for this strategy
 
 
 def feature_dim(cfg: PipelineConfig, hidden: int) -> tuple[int, int]:
@@ -230,8 +230,7 @@ class Resolved:
 
         cfg, facts, pool = self.cfg, self.facts, self.cfg.pool
         seg = cfg.segment
-        strategies = {s: seg if s == seg.strategy else dataclasses.replace(seg, strategy=s)
-                      for s in dict.fromkeys(f.strategy for f in self.features)}
+        strategies = {s: seg.for_strategy(s) for s in dict.fromkeys(f.strategy for f in self.features)}
         aggregate, rows = LEVEL_STAGES[pool.level]
         lower = lowercases(cfg, facts)
         prompt = run_prompt(cfg.model, facts, self.tokenizer, lower)   # a sentence-transformers folder's, in every window

@@ -6,7 +6,6 @@ speed when none is given.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import numpy as np
 
 from .. import chip as chips  # chips.detect at call time (tests fake the chip)
 from ..options.config import PipelineConfig, SegmentConfig
-from ..options.features_config import STRATEGIES
+from ..options.features_config import STRATEGIES, is_late
 from ..errors import ConfigError
 from ..read import read_blocks
 from ..text.segment import prompt_rules, window_spans
@@ -54,7 +53,7 @@ def _options_text(seg: SegmentConfig) -> str:
         return f"{seg.head_tokens} + {seg.tail_tokens} of C={c}"
     if seg.strategy == "sliding":
         return f"C={c}, overlap {seg.overlap}, step {c - seg.overlap}"
-    if seg.strategy == "late":
+    if is_late(seg.strategy):
         return f"C={c}, overlap {seg.late_overlap}, chunks of {seg.chunk_tokens}"
     return f"C={c}"
 
@@ -158,7 +157,7 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
     strategies: dict[str, dict[str, Any]] = {}
     for name in STRATEGIES:
         try:
-            s_seg = dataclasses.replace(seg, strategy=name)
+            s_seg = seg.for_strategy(name)
             cost = strategy_cost(kept, s_seg, n_prompt)
         except ConfigError as err:  # e.g. --overlap too large for sliding (or with the prompt's tokens)
             strategies[name] = {"options": None, "error": str(err)}

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..options.config import EncodeConfig, Feature, ModelConfig, PipelineConfig, PoolConfig
+from ..options.features_config import late_token_layers
 from ..errors import RunError
 from .load import load_model, resolve_device, stop_early
 from .pool import feature_pools, pool_all, token_states
@@ -80,8 +81,7 @@ class EncodeSpec:
 
     def token_layers(self, n_layers: int) -> tuple[int, ...]:
         """The positive hidden-state indices (0..n_layers) the late features read, ascending."""
-        return tuple(sorted({x if x >= 0 else n_layers + 1 + x for f in self.features if f.strategy == "late"
-                             for x in f.layers}))
+        return late_token_layers(self.features, n_layers)
 
 
 @dataclass

@@ -17,6 +17,7 @@ from ..counts import BlockCounts
 from ..errors import ConfigError
 from .prompts import pools_prompt
 from ..options.config import EncodeConfig, Feature, ModelConfig, PipelineConfig
+from ..options.features_config import is_late
 from ..stage import Stage
 from ..types import ModelFacts
 
@@ -287,8 +288,10 @@ def _changed(name: str, then: str, now: str):
 
 def late_windows(batch: Batch) -> np.ndarray | None:
     """(n_unique,) bool: the unique windows whose per-token vectors a late feature reads; None without one."""
-    if "late" not in batch.windows:
+    late = [strategy for strategy in batch.windows if is_late(strategy)]
+    if not late:
         return None
     mask = np.zeros(len(batch.unique), dtype=bool)
-    mask[batch.into_unique("late")] = True
+    for strategy in late:
+        mask[batch.into_unique(strategy)] = True
     return mask

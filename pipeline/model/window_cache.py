@@ -33,12 +33,12 @@ import numpy as np
 from ..options.config import ModelConfig, PoolConfig
 from .encode import Encoded, Encoder, EncodeSpec
 from ..errors import ConfigError
-from ..options.features_config import compact_layers
+from ..options.features_config import compact_layers, late_token_layers
 from .pool import pool_offsets
 from .int8 import quantize_label
 from .prompts import prompt_metadata
 from ..cache.store_api import Store, check_store, lookup
-from ..cache.store_keys import positive_layers, token_layer_key, vector_key
+from ..cache.store_keys import token_layer_key, vector_key
 from ..types import ModelFacts, Window
 
 
@@ -102,12 +102,11 @@ class WindowCache:
             keys.append(key)
         token_keys = []
         int8 = " int8" if model.quantize != "none" else ""
-        for layer in sorted({x for f in spec.features if f.strategy == "late"
-                             for x in positive_layers(f.layers, n_layers)}):
+        for layer in late_token_layers(spec.features, n_layers):
             key = token_layer_key(facts.sha256, model.dtype, quant, layer)
             store.register(key, hidden, f"{facts.name} {model.dtype}{int8} token vectors layer {layer}")
             token_keys.append(key)
-        read = tuple(any(f.strategy != "late" and f.pool_key == p.pool_key for f in spec.features) for p in pools)
+        read = tuple(any(not f.late and f.pool_key == p.pool_key for f in spec.features) for p in pools)
         return cls(store, keys, slices, slices[-1][1], tuple(token_keys), read)
 
     def lookup(self, windows: list[Window]) -> tuple[np.ndarray, list[int]]:

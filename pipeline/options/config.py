@@ -116,7 +116,7 @@ class PipelineConfig:
         d["model"].pop("threads")
         if self.model.quantize == "none":   # int8's activation scale is per forward batch: pieces change its vectors
             d["encode"].pop("block_tokens")   # else where a block is cut into pieces changes no row or vector
-        if not any(f.strategy == "late" for f in self.feature_list()):  # added later: other runs keep their fingerprint
+        if not any(f.late for f in self.feature_list()):  # added later: other runs keep their fingerprint
             for key in ("chunk_tokens", "late_overlap"):
                 d["segment"].pop(key)
         return d

@@ -1,7 +1,12 @@
 """Feature: one requested feature column (strategy, pooling, layers, layer_agg), its validation, its
-dimension and its pooling key; the --feature / --layers parsers. Used by pipeline.options.config and the stages."""
+dimension and its pooling key; the --feature / --layers parsers. Used by pipeline.options.config and the stages.
+
+Late chunking is decided here, once, for every phase above: ``is_late`` (is this strategy late),
+``late_token_layers`` (which hidden states its token vectors hold); pipeline.options.sections'
+``SegmentConfig.for_strategy`` gives a strategy's window options."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -14,10 +19,26 @@ POOLINGS = ("cls", "pooler", "mean", "max")
 LAYER_AGGS = ("mean", "sum", "concat")
 AGGREGATES = ("first", "last", "mean", "max", "weighted")   # --aggregate takes one, or a comma list of several
 
+# a window option -> the strategies that read it (an option the run's strategies do not read is reported)
+STRATEGY_OPTIONS = {"overlap": ("sliding", "late"), "head_tokens": ("head_tail",), "tail_tokens": ("head_tail",),
+                    "chunk_tokens": ("late",)}
 Strategy = Literal["head", "tail", "head_tail", "chunk", "sliding", "late"]
 WINDOW_POOLINGS = ("cls", "pooler")   # read one position of a window: no late chunk has them (pipeline.model.late)
 Pooling = Literal["cls", "pooler", "mean", "max"]
 PoolKey = tuple[str, tuple[int, ...], str]  # (pooling, layers, layer_agg): one pooled vector per window
+
+
+def is_late(strategy: str) -> bool:
+    """True for late chunking: the strategy whose vectors are pooled from the token vectors of a document's
+    windows (pipeline.model.late), not from each window alone. The one place its name is compared."""
+    return strategy == "late"
+
+
+def late_token_layers(features: Sequence[Feature], n_layers: int) -> tuple[int, ...]:
+    """The positive hidden-state indices (0..n_layers) whose per-token vectors the late features of
+    ``features`` read, ascending; () without a late feature. Example: late (-2, -1), head (-4,), 6 -> (5, 6)."""
+    return tuple(sorted({x if x >= 0 else n_layers + 1 + x for f in features if is_late(f.strategy)
+                         for x in f.layers}))
 
 
 def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -51,7 +72,7 @@ def feature_fault(strategy: str, pooling: str, layers: tuple[int, ...], layer_ag
     if len(set(layers)) != len(layers):
         return f"--layers={format_layers(layers)} repeats a layer; name each once" if shorthand else \
             f"layers {format_layers(layers)} repeat a layer; name each once"
-    if strategy == "late" and pooling in WINDOW_POOLINGS:
+    if is_late(strategy) and pooling in WINDOW_POOLINGS:
         dash = "--" if shorthand else ""
         return (f"{dash}pooling {pooling} with {dash}strategy late: {pooling} reads a window's [CLS], but a late "
                 "chunk is a span of content tokens without one; use mean or max pooling")
@@ -99,6 +120,11 @@ class Feature:
     def dim(self, hidden: int) -> int:
         """D of this feature's vectors (and of its token vectors) for a model of ``hidden`` size."""
         return window_dim(self.pooling, self.layers, self.layer_agg, hidden)
+
+    @property
+    def late(self) -> bool:
+        """True when this feature's strategy is late chunking (``is_late``)."""
+        return is_late(self.strategy)
 
     @property
     def pool_key(self) -> PoolKey:

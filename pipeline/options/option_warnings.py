@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .config import PipelineConfig
+from .features_config import STRATEGY_OPTIONS, is_late
 
 
 SMALL_STEP = 32  # sliding: a step (C - overlap) under this many tokens gets a warning
@@ -42,14 +43,11 @@ def option_warnings(cfg: PipelineConfig, given: set[str], cpu_only: bool, max_le
     strategies = list(dict.fromkeys(f.strategy for f in cfg.feature_list()))  # several with --feature
     this_run = ", ".join(strategies)
     out = []
-    if "overlap" in given and not {"sliding", "late"} & set(strategies):
-        out.append(f"--overlap {seg.overlap} has no effect: it applies only to --strategy sliding and late "
-                   f"(this run: {this_run})")
-    for name, owner in (("head_tokens", "head_tail"), ("tail_tokens", "head_tail"), ("chunk_tokens", "late")):
-        if name in given and owner not in strategies:
+    for name, owners in STRATEGY_OPTIONS.items():
+        if name in given and not set(owners) & set(strategies):
             flag = "--" + name.replace("_", "-")
-            out.append(f"{flag} {getattr(seg, name)} has no effect: it applies only to --strategy {owner} "
-                       f"(this run: {this_run})")
+            out.append(f"{flag} {getattr(seg, name)} has no effect: it applies only to --strategy "
+                       f"{' and '.join(owners)} (this run: {this_run})")
     if "aggregate" in given and cfg.pool.per_window:
         out.append(f"--aggregate {cfg.pool.aggregate} has no effect: it applies only to --level document and "
                    "token (this run: window, one vector per window)")
@@ -58,7 +56,7 @@ def option_warnings(cfg: PipelineConfig, given: set[str], cpu_only: bool, max_le
                    "several times slower than in float32 and less exact; drop --dtype (or use --dtype bfloat16, "
                    "fast on CPUs that support it), or run on a GPU")
     content = max_length - 2
-    overlap = seg.overlap if "sliding" in strategies else seg.late_overlap if "late" in strategies else content
+    overlap = seg.overlap if "sliding" in strategies else seg.late_overlap if any(map(is_late, strategies)) else content
     if 0 <= overlap < content and content - overlap < SMALL_STEP:
         step = content - overlap
         w1, w10 = sliding_windows(1_000, content, overlap), sliding_windows(10_000, content, overlap)

@@ -4,6 +4,7 @@ PipelineConfig (pipeline.options.config) holds one of each."""
 from __future__ import annotations
 
 import codecs
+import dataclasses
 from pathlib import Path
 from typing import Literal
 
@@ -11,7 +12,7 @@ from .defaults import DEFAULT_MODEL, FOLDER_SETTINGS
 from ..errors import ConfigError
 from .paths import check_store_uri, expand_user
 from .values import config_section
-from .features_config import (STRATEGIES, Feature, Pooling, Strategy, check_aggregate, check_choice, check_late,
+from .features_config import (STRATEGIES, Feature, Pooling, Strategy, check_aggregate, check_choice, check_late, is_late,
                               feature_fault, window_dim)
 
 
@@ -147,6 +148,12 @@ class SegmentConfig:
                               "...) (it reads the model's positions), or give max_length")
         return self.max_length - 2
 
+    def for_strategy(self, strategy: str) -> SegmentConfig:
+        """These window options for ``strategy``'s windows: this record itself for its own strategy, else a
+        copy with that strategy (checked again: ConfigError when the numbers do not suit it). The one place a
+        feature's strategy is put into a SegmentConfig. Example: head_tail options .for_strategy("late")."""
+        return self if strategy == self.strategy else dataclasses.replace(self, strategy=strategy)
+
     def check_window(self, max_length: int) -> None:
         """Check the options that depend on the window size C = max_length - 2.
 
@@ -157,7 +164,7 @@ class SegmentConfig:
         if self.strategy == "sliding" and not self.overlap < c:
             raise ConfigError(f"--overlap={self.overlap} must be in [0, {c}) for windows of {c} content "
                               f"tokens (max_length {max_length} - [CLS] - [SEP]); lower --overlap")
-        if self.strategy == "late":
+        if is_late(self.strategy):
             check_late(self.chunk_tokens, self.late_overlap, max_length)
         if self.strategy == "head_tail":
             head, tail = self.head_tail_tokens(max_length)

@@ -18,6 +18,7 @@ from ..columns import (COMPACT_FORMS, ERROR, FEATURES, ID, N_TOKENS, N_UNKNOWN, 
                        scale_column)
 from ..columns import TOKEN_COLUMNS  # noqa: F401 - the rows stages take it from here
 from ..model.prompts import prompt_metadata
+from ..options.features_config import is_late
 from ..model.st_folder import settings_metadata
 from ..errors import ConfigError
 from ..types import ModelFacts
@@ -199,7 +200,7 @@ def strategy_metadata(cfg: PipelineConfig, name: str, segments: Mapping[str, Seg
         strategy.update(head_tokens=seg.head_tokens, tail_tokens=seg.tail_tokens)
     if name == "sliding":
         strategy.update(overlap=seg.overlap, step=seg.max_length - 2 - seg.overlap)
-    if name == "late":
+    if is_late(name):
         strategy.update(overlap=seg.late_overlap, step=seg.max_length - 2 - seg.late_overlap,
                         chunk_tokens=seg.chunk_tokens)
     return strategy

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from ..errors import ConfigError
 from ..options.config import SegmentConfig
+from ..options.features_config import is_late
 
 Spans = tuple[tuple[int, int], ...]
 
@@ -232,7 +233,7 @@ def rule_of(cfg: SegmentConfig | WindowRule) -> WindowRule:
         return HeadTail(c + 2, cfg.head_tokens, cfg.tail_tokens)
     if cfg.strategy == "sliding":
         return Sliding(c + 2, cfg.overlap)
-    if cfg.strategy == "late":
+    if is_late(cfg.strategy):
         return Late(c + 2, cfg.late_overlap)
     return RULES[cfg.strategy](c + 2)
 
