@@ -3,7 +3,8 @@
 Called by users: ``import longbert`` then ``longbert.encode(texts)``, ``longbert.load_features(path)``,
 ``longbert.LongBertVectorizer(...)``, ``longbert.HybridClassifier(...)``, ``longbert.PipelineConfig`` and the errors (``longbert.ConfigError``
 ...); the stages (``longbert.Segment``...), the records their constructors take (the window rules ``longbert.Head``,
-``Tail``, ``HeadTail``, ``Chunk``, ``Sliding``, ``Late``; ``SegmentConfig``, ``PoolConfig``, ``EncodeConfig``, ``ModelConfig``, ``Feature``, ``ModelFacts``, ``Window``) and
+``Tail``, ``HeadTail``, ``Chunk``, ``Sliding``, ``Late``; ``SegmentConfig``, ``PoolConfig``, ``EncodeConfig``, ``ModelConfig``, ``Feature``, ``ModelFacts``,
+``FolderSettings``, ``Window``, ``Weights``) and
 ``longbert.model_path(name)``, a model's folder. The stages live in the package ``pipeline/`` beside this file; this module finds that package
 by its location, not by the name ``pipeline``, so a user's own ``pipeline.py`` (or ``pipeline/``) in
 the working directory neither breaks ``import longbert`` nor is replaced by ours:
@@ -33,7 +34,8 @@ __all__ = ["encode", "load_features", "LongBertVectorizer", "HybridClassifier", 
            "aggregate", "save_features", "Stage", "Tokenize", "Segment", "Dedup", "Encode", "Aggregate", "TokenAggregate",
            "WindowAggregate", "Rows", "TokenRows", "WindowRows", "WindowRule", "Head", "Tail", "HeadTail", "Chunk",
            "Sliding", "Late", "SegmentConfig", "PoolConfig", "EncodeConfig",
-           "ModelConfig", "Feature", "ModelFacts", "Window", "model_path", "reuse_freed_memory"]
+           "ModelConfig", "Feature", "ModelFacts", "FolderSettings", "Window", "Weights", "model_path",
+           "reuse_freed_memory"]
 
 # public name -> (module of the stages package, attribute): loaded on first use
 _LAZY = {"encode": ("classify.vectorizer", "encode"), "LongBertVectorizer": ("classify.vectorizer", "LongBertVectorizer"),
@@ -52,7 +54,9 @@ _LAZY = {"encode": ("classify.vectorizer", "encode"), "LongBertVectorizer": ("cl
          "SegmentConfig": ("options.config", "SegmentConfig"), "PoolConfig": ("options.config", "PoolConfig"),
          "EncodeConfig": ("options.config", "EncodeConfig"), "ModelConfig": ("options.config", "ModelConfig"),
          "Feature": ("options.features_config", "Feature"), "ModelFacts": ("types", "ModelFacts"),
-         "Window": ("types", "Window"),
+         "FolderSettings": ("types", "FolderSettings"), "Window": ("types", "Window"),
+         # what Encode.get_params() returns besides those: the loaded model its copies share
+         "Weights": ("model.encode_stage", "Weights"),
          # process tuning for CPU forward passes (the commands call it themselves)
          "reuse_freed_memory": ("model.host_memory", "reuse_freed_memory")}
 

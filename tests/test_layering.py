@@ -35,11 +35,61 @@ def test_no_phase_imports_the_engine_or_classify(phase):
     assert bad == []
 
 
-def test_the_batch_and_the_stage_contract_import_no_phase_but_text_helpers():
-    for name in ("batch.py", "stage.py", "counts.py", "types.py", "errors.py", "plan.py"):
-        mods = [m for _, m in _imports(PKG / name) if m.startswith("pipeline.")]
-        assert all(m in ("pipeline.batch", "pipeline.errors", "pipeline.types", "pipeline.plan",
-                         "pipeline.texts", "pipeline.columns", "pipeline.chip") for m in mods), (name, mods)
+# The ground: the modules beside the phases (batch, stage, counts, types, errors, plan, columns, texts, chip,
+# compact, pieces), every one but the package's entry points (api.py: the stages a user calls alone; __init__).
+TOP_LEVEL = ("pipeline", "pipeline.api")
+GROUND = tuple(sorted(f"pipeline.{p.stem}" for p in PKG.glob("*.py") if f"pipeline.{p.stem}" not in
+                      ("pipeline.__init__", *TOP_LEVEL)))
+# The floors, lowest first: a module imports only modules of its own floor or below. cache/ is storage alone,
+# below model/ (whose encode stage looks windows up in it).
+FLOORS = (("ground",), ("options",), ("read", "text"), ("cache",), ("model",), ("output",), ("engine",), ("classify",),
+          ("top",))
+
+
+def floor_of(module: str) -> int:
+    """The floor of a pipeline module (FLOORS' index). Example: pipeline.model.encode_stage -> 4."""
+    parts = module.split(".")
+    if module in TOP_LEVEL:
+        name = "top"
+    elif module in GROUND:
+        name = "ground"
+    else:
+        name = parts[1]
+    return next(i for i, names in enumerate(FLOORS) if name in names)
+
+
+def test_the_ground_imports_only_the_ground():
+    assert {"pipeline.batch", "pipeline.stage", "pipeline.columns", "pipeline.texts", "pipeline.chip"} <= set(GROUND)
+    for name in GROUND:
+        path = PKG / f"{name.split('.')[1]}.py"
+        mods = [m for _, m in _imports(path) if m.startswith("pipeline")]
+        assert all(m in GROUND for m in mods), (name, mods)
+
+
+def test_no_import_runs_back_up_a_floor():
+    """Every run-time import (module level or inside a function; ``if TYPE_CHECKING:`` ones, type hints
+    only, are left out) goes to a module of the same floor or a lower one."""
+    graph = import_graph()
+    assert {m.split(".")[1] for m in graph if m not in GROUND and m not in TOP_LEVEL} == \
+        {name for names in FLOORS[1:-1] for name in names}   # every phase has its floor
+    up = sorted(f"{m} ({FLOORS[floor_of(m)][0]}) imports {d} ({FLOORS[floor_of(d)][0]})"
+                for m, deps in graph.items() for d in deps if floor_of(d) > floor_of(m))
+    assert up == []
+
+
+def test_the_floor_check_finds_an_arrow_back_up():
+    assert floor_of("pipeline.options.config") < floor_of("pipeline.output.schema")
+    assert floor_of("pipeline.columns") == 0 and floor_of("pipeline.api") == len(FLOORS) - 1
+    assert floor_of("pipeline.cache.store") < floor_of("pipeline.model.encode_stage") < floor_of("pipeline.output.rows")
+
+
+def test_cache_is_storage_alone():
+    """cache/ holds the window store and nothing of the model: no torch, no transformers, no model/ module,
+    and no stage."""
+    bad = [f"{p.relative_to(PKG)}:{line} imports {mod}" for p in sorted((PKG / "cache").rglob("*.py"))
+           for line, mod in _imports(p) if mod.split(".")[0] in ("torch", "transformers", "tokenizers")
+           or mod.startswith("pipeline.model") or mod == "pipeline.stage"]
+    assert bad == []
 
 
 def test_text_stages_import_without_torch():
@@ -172,3 +222,73 @@ def test_no_module_imports_a_private_name_of_another_pipeline_module():
                 bad += [f"{path.relative_to(PKG)}:{node.lineno} takes {mod}.{a.name}" for a in node.names
                         if a.name.startswith("_") and not a.name.startswith("__")]
     assert bad == []
+
+
+def _own_names(tree: ast.Module) -> set[str]:
+    """The private names a module defines itself: its functions, classes and module-level names, and
+    the attributes it assigns on any object (``self._x = ...``, ``out._y = ...``)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name) \
+                and node.value.id in ("self", "cls"):
+            names.add(node.attr)
+    return {n for n in names if n.startswith("_")}
+
+
+# Private attributes of libraries that have no public way to do the same (see each module's comment).
+LIBRARY_INTERNALS = {
+    ("text/tokenize.py", "_tokenizer"),   # transformers: a tokenizer's backend has no setter; a copy gets a changed one
+    ("model/load.py", "_modules"),        # torch: a shallow copy of a module with a child table of its own
+}
+
+
+def private_reads_across_modules() -> list[str]:
+    """``x._name`` where x is not ``self``/``cls`` and ``_name`` is not defined in this module: a private
+    attribute of another module's object (dunders aside)."""
+    bad = []
+    for path in sorted(PKG.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        own = _own_names(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            where = str(path.relative_to(PKG))
+            if node.attr not in own and (where, node.attr) not in LIBRARY_INTERNALS:
+                bad.append(f"{where}:{node.lineno} reads {ast.unparse(node)}")
+    return bad
+
+
+def test_no_module_reads_a_private_attribute_of_another_module():
+    assert private_reads_across_modules() == []
+
+
+def _names_late(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value == "late"
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(_names_late(e) for e in node.elts)
+
+
+def late_by_name() -> list[str]:
+    """The modules that compare a strategy to "late" by name: ``s == "late"``, ``"late" in x``,
+    ``s in ("sliding", "late")``, or a set operation with such a literal."""
+    found = set()
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare) and any(_names_late(x) for x in (node.left, *node.comparators)) or \
+                    isinstance(node, ast.BinOp) and (_names_late(node.left) or _names_late(node.right)):
+                found.add(str(path.relative_to(PKG)))
+    return sorted(found)
+
+
+def test_late_chunking_is_decided_in_at_most_three_modules():
+    """pipeline.options.features_config answers "is this late" (is_late, Feature.late) and "which token
+    layers" (late_token_layers); pipeline.options.sections.SegmentConfig.for_strategy gives a strategy's
+    window options. The aggregate stage still reads its late windows by name."""
+    modules = late_by_name()
+    assert "options/features_config.py" in modules and len(modules) <= 3, modules

@@ -229,7 +229,7 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
             with one_blas_thread():
                 counts = counter.fit_transform([("" if t is None else str(t)) for t in texts]).tocsr()  # (N, V)
                 half = fit_text_half(counts, y, self.text_C, self.inner_folds, self.seed, counted=True)
-                self._fit(V, y, half)
+                self.fit_with_text_half(V, y, half)
         except ValueError as err:
             if not no_terms(err) or self.analyzer != "word":
                 raise
@@ -237,7 +237,7 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         self.text_model_ = Pipeline([("counts", counter), ("lexical", half.model)])   # texts in, as before
         return self
 
-    def _fit(self, V: np.ndarray, y: np.ndarray, text: TextHalf) -> HybridClassifier:
+    def fit_with_text_half(self, V: np.ndarray, y: np.ndarray, text: TextHalf) -> HybridClassifier:
         """The BERT half and the second level on (N, D) V and (N,) y, beside ``text`` (fit_text_half of
         the same rows, inner folds and seed: one such half serves every feature of a probe's fold)."""
         from sklearn.linear_model import LogisticRegression
@@ -367,7 +367,7 @@ def _text_half(train: np.ndarray, y: np.ndarray, test: np.ndarray, C: float | No
 
 def _bert_halves(X: np.ndarray, y: np.ndarray, outer: list, halves: list, seed: int) -> dict[str, Any]:
     """One matrix's outer cross-validation given each outer fold's lexical half and its test-row
-    probabilities: HybridClassifier(seed=seed)._fit on the fold's training rows, then the second level
+    probabilities: HybridClassifier(seed=seed).fit_with_text_half on the fold's training rows, then the second level
     on the test rows' base probabilities; accuracy and macro-F1 as scikit-learn's scorers compute them."""
     import time
 
@@ -376,7 +376,7 @@ def _bert_halves(X: np.ndarray, y: np.ndarray, outer: list, halves: list, seed: 
     t0 = time.perf_counter()
     acc, f1 = [], []
     for (tr, te), (half, text_test) in zip(outer, halves):
-        model = HybridClassifier(seed=seed)._fit(np.asarray(X[tr], np.float32), y[tr], half)
+        model = HybridClassifier(seed=seed).fit_with_text_half(np.asarray(X[tr], np.float32), y[tr], half)
         level_one = np.hstack([text_test, model.bert_model_.predict_proba(np.asarray(X[te], np.float32))])
         pred = model.classes_[np.argmax(model.meta_model_.predict_proba(level_one), axis=1)]
         acc.append(accuracy_score(y[te], pred))

@@ -72,11 +72,12 @@ class Pipeline:
         names = [n for n, _ in self.steps]
         if len(set(names)) != len(names):
             raise ConfigError(f"stage names must be unique; got {names}")
-        # a replacement that declares no ``fills`` fills what the stage it replaced filled
-        self._fills = {n: f for n, f in (fills or {}).items() if n in names}
-        check_chain(self.steps, self.given, fills=self._fills)
+        # public: stage name -> what it fills, for a replacement that declares no ``fills`` (it fills what the
+        # stage it replaced filled); pipeline.engine.params reads it to slice a pipeline
+        self.inherited_fills = {n: f for n, f in (fills or {}).items() if n in names}
+        check_chain(self.steps, self.given, fills=self.inherited_fills)
         check_agreement(self.steps)
-        self.added = added_columns(self.steps, self.given, self._fills)   # (stage, field) of columns of one's own
+        self.added = added_columns(self.steps, self.given, self.inherited_fills)   # (stage, field) of columns of one's own
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig, tokenizer=None, model=None, store=None) -> Pipeline:
@@ -164,7 +165,7 @@ class Pipeline:
         from sklearn.base import clone
 
         return Pipeline([(name, clone(stage, safe=False)) for name, stage in self.steps], self.resolved,
-                        self._fills, self.given)
+                        self.inherited_fills, self.given)
 
     def set_params(self, **params: Any) -> Pipeline:
         """Set parameters by scikit-learn's names, in place (``steps``, ``segment=...``,
@@ -175,9 +176,9 @@ class Pipeline:
                 ones; ConfigError: a chain whose order no longer holds (this pipeline is then unchanged).
         """
         steps = set_step_params(self.steps, params)
-        check_chain(steps, self.given, fills=self._fills)
+        check_chain(steps, self.given, fills=self.inherited_fills)
         check_agreement(steps)
-        self.added = added_columns(steps, self.given, self._fills)
+        self.added = added_columns(steps, self.given, self.inherited_fills)
         self.steps = tuple(steps)
         return self
 
@@ -185,7 +186,7 @@ class Pipeline:
         return f"Pipeline({' -> '.join(self.names)})"
 
     def _with_steps(self, steps: list[tuple[str, StageFn]], fills: dict | None = None) -> Pipeline:
-        return Pipeline(steps, self.resolved, {**self._fills, **(fills or {})}, self.given)
+        return Pipeline(steps, self.resolved, {**self.inherited_fills, **(fills or {})}, self.given)
 
     def insert(self, stage: StageFn, *, before: str | None = None, after: str | None = None,
                name: str | None = None) -> Pipeline:
@@ -212,7 +213,7 @@ class Pipeline:
         i = self._index(name)
         old = steps[i][1]
         steps[i] = (name, stage)
-        inherited = {} if hasattr(stage, "fills") else {name: getattr(old, "fills", None) or self._fills.get(name, ())}
+        inherited = {} if hasattr(stage, "fills") else {name: getattr(old, "fills", None) or self.inherited_fills.get(name, ())}
         return self._with_steps(steps, inherited)
 
     def without(self, name: str) -> Pipeline:
@@ -336,7 +337,7 @@ class Pipeline:
 
     def _rebuilt(self, resolved: Resolved) -> Pipeline:
         """This pipeline, its built-in stages rebuilt from ``resolved`` (Resolved.io_stage)."""
-        return Pipeline([(n, resolved.io_stage(s)) for n, s in self.steps], resolved, self._fills, self.given)
+        return Pipeline([(n, resolved.io_stage(s)) for n, s in self.steps], resolved, self.inherited_fills, self.given)
 
     def __call__(self, batch: Batch | pa.Table) -> pa.Table:
         """Every stage on ``batch``; returns its output table (the schema ``extract`` writes).

@@ -97,8 +97,8 @@ def step_item(pipe, key: str | int | slice):
         start = range(len(steps))[key].start if steps else 0
         have = set(pipe.given)
         for name, stage in steps[:start]:
-            have.update(getattr(stage, "fills", None) or pipe._fills.get(name, ()))
-        return type(pipe)(steps[key], pipe.resolved, pipe._fills, tuple(sorted(have)))
+            have.update(getattr(stage, "fills", None) or pipe.inherited_fills.get(name, ()))
+        return type(pipe)(steps[key], pipe.resolved, pipe.inherited_fills, tuple(sorted(have)))
     if isinstance(key, int):
         return steps[key][1]
     for name, stage in steps:

@@ -265,5 +265,5 @@ def _truncated_view(model, path: str, depth: int):
 def _shallow(module: torch.nn.Module) -> torch.nn.Module:
     """A copy of ``module`` that shares parameters and child modules but has its own child table."""
     clone = copy.copy(module)
-    clone._modules = dict(module._modules)
+    clone._modules = dict(module._modules)   # torch's child table: no public way to copy it (tests/test_layering.py)
     return clone

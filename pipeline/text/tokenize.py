@@ -130,6 +130,8 @@ def text_tokenizer(tokenizer):
             if entry["special"] and entry["content"] not in control:
                 entry["special"] = False   # matched as a token, never split by split_special_tokens
         out = copy.copy(tokenizer)
+        # transformers' own attribute: the backend has no setter, and the public constructor
+        # (tokenizer_object=) registers the added tokens as special again (tests/test_layering.py)
         out._tokenizer = Tokenizer.from_str(json.dumps(state))
     try:
         _TEXT_TOKENIZERS[tokenizer] = out

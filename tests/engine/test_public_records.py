@@ -9,7 +9,8 @@ from transformers import BertTokenizerFast
 
 import longbert
 
-RECORDS = ("SegmentConfig", "PoolConfig", "EncodeConfig", "ModelConfig", "Feature", "ModelFacts", "Window")
+RECORDS = ("SegmentConfig", "PoolConfig", "EncodeConfig", "ModelConfig", "Feature", "ModelFacts", "FolderSettings", "Window",
+           "Weights")
 
 
 @pytest.mark.parametrize("name", RECORDS)
@@ -41,3 +42,35 @@ def test_model_path_reaches_the_bundled_folder_and_a_local_one(tiny_model_dir):
     assert Path(longbert.model_path(str(tiny_model_dir))) == tiny_model_dir
     with pytest.raises(longbert.ModelError, match="not a directory"):
         longbert.model_path(str(tiny_model_dir / "missing"))
+
+
+def _records(value, seen: set) -> set[str]:
+    """The names of the pipeline's own classes reachable from ``value``: itself, a dataclass's fields,
+    the items of a tuple, list, set or dict (keys and values)."""
+    import dataclasses
+
+    if id(value) in seen:
+        return set()
+    seen.add(id(value))
+    found = {type(value).__name__} if type(value).__module__.split(".")[0] in ("pipeline", "_longbert_pipeline") \
+        else set()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = [getattr(value, f.name) for f in dataclasses.fields(value)]
+    elif isinstance(value, dict):
+        items = [*value.keys(), *value.values()]
+    elif isinstance(value, (tuple, list, set, frozenset)):
+        items = list(value)
+    else:
+        items = []
+    for item in items:
+        found |= _records(item, seen)
+    return found
+
+
+@pytest.mark.parametrize("level, strategy", [("document", "chunk"), ("window", "late"), ("token", "late")])
+def test_every_record_a_stage_returns_from_get_params_is_public(tiny_model_dir, level, strategy):
+    pipe = longbert.Pipeline.from_options(model=str(tiny_model_dir), strategy=strategy, max_length=16, level=level,
+                                          overlap=4, pooling="mean")
+    for name, stage in pipe.steps:
+        assert _records(stage.get_params(), set()) - set(longbert.__all__) == set(), name
+    assert {"FolderSettings", "Weights"} <= set(longbert.__all__)
