@@ -56,19 +56,25 @@ def scale_column(column: str) -> str:
     return column + SCALE_SUFFIX
 
 
-def check_keep_cols(keep_cols: Sequence[str], level: str, feature_columns: Sequence[str]) -> None:
+def check_keep_cols(keep_cols: Sequence[str], level: str, feature_columns: Sequence[str],
+                    out_dtype: str = "float32") -> None:
     """No --keep-col takes the name of a column the run writes itself: a reserved name
     (RESERVED_COLUMNS), or one of this run's columns (``window``/``spans`` at --level window, a
-    --feature's column). Runs when the config is built, before any input or model file is read.
+    --feature's column, an int8 scale column). Runs when the config is built, before any input or model
+    file is read.
 
     Args:
         keep_cols: the --keep-col names. level: --level (document | window | token).
         feature_columns: the run's feature column names (feature_column_names).
+        out_dtype: --out-dtype; int8 writes a ``COLUMN_scale`` beside each vector column.
 
     Raises:
         ConfigError (exit 2): naming the column and the fix.
     """
     written = {ID, ROW, *LEVEL_COLUMNS[level], *feature_columns, ERROR}
+    if out_dtype == "int8":   # each vector column's scale, token_features' too at --level token
+        vectors = [*feature_columns, *([TOKEN_FEATURES] if TOKEN_FEATURES in LEVEL_COLUMNS[level] else [])]
+        written.update(scale_column(c) for c in vectors)
     for col in keep_cols:
         if col in RESERVED_COLUMNS:
             raise ConfigError(f"--keep-col {col!r} clashes with an output column of that name; reserved names are "

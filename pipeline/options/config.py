@@ -71,7 +71,7 @@ class PipelineConfig:
             raise ConfigError("--level window runs on the local engine only; drop --engine ray")
         parts = self.pool.aggregates[:self.pool.parts]
         check_keep_cols(self.read.keep_cols, self.pool.level,
-                        feature_column_names([f.name for f in self.feature_list()], parts))
+                        feature_column_names([f.name for f in self.feature_list()], parts), self.write.out_dtype)
 
     def feature_list(self) -> tuple[Feature, ...]:
         """Every feature of the run (``pool.features``): the --feature list, or the one feature of

@@ -102,6 +102,8 @@ def no_model_load(monkeypatch):
     (["--level", "window", "--strategy", "chunk"], "spans", "(--level window writes 'spans')"),
     (["--feature", "head:cls", "--feature", "chunk:mean"], "f_chunk_mean", "the feature column of that name"),
     (["--level", "token"], "token_ids", "an output column of that name; reserved names are"),
+    (["--out-dtype", "int8"], "features_scale", "(--level document writes 'features_scale')"),
+    (["--out-dtype", "int8", "--level", "token"], "token_features_scale", "(--level token writes 'token_features_scale')"),
 ])
 def test_colliding_keep_col_is_exit_2_before_the_model_loads(runner, tiny_model_dir, tmp_path, no_model_load,
                                                              flags, col, why):
