@@ -239,9 +239,8 @@ def _own_names(tree: ast.Module) -> set[str]:
     return {n for n in names if n.startswith("_")}
 
 
-# Private attributes of libraries that have no public way to do the same (see each module's comment).
+# Private attributes of libraries that have no public way to do the same (see the module's comment).
 LIBRARY_INTERNALS = {
-    ("text/tokenize.py", "_tokenizer"),   # transformers: a tokenizer's backend has no setter; a copy gets a changed one
     ("model/load.py", "_modules"),        # torch: a shallow copy of a module with a child table of its own
 }
 

@@ -121,18 +121,17 @@ def text_tokenizer(tokenizer):
     if backend is None or not any(t.special and str(t) not in control for t in added.values()):
         out = tokenizer
     else:
-        import copy
-
         from tokenizers import Tokenizer
 
         state = json.loads(backend.to_str())
         for entry in state["added_tokens"]:
             if entry["special"] and entry["content"] not in control:
                 entry["special"] = False   # matched as a token, never split by split_special_tokens
-        out = copy.copy(tokenizer)
-        # transformers' own attribute: the backend has no setter, and the public constructor
-        # (tokenizer_object=) registers the added tokens as special again (tests/test_layering.py)
-        out._tokenizer = Tokenizer.from_str(json.dumps(state))
+        # the tokenizer's own class on the changed backend, through its public constructor; the settings
+        # that would mark the added tokens special again are left out (the backend holds the added tokens)
+        again = ("additional_special_tokens", "extra_special_tokens", "added_tokens_decoder")
+        settings = {k: v for k, v in tokenizer.init_kwargs.items() if k not in again}
+        out = type(tokenizer)(tokenizer_object=Tokenizer.from_str(json.dumps(state)), **settings)
     try:
         _TEXT_TOKENIZERS[tokenizer] = out
     except TypeError:   # a tokenizer that takes no weak reference: built again next time
