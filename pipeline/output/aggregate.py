@@ -6,6 +6,7 @@ Also ``aggregate_rows``, the same combination on a user's own numpy arrays (``lo
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -49,6 +50,7 @@ def aggregate_documents(agg: Aggregate, batch: Batch) -> Batch:
     n_windows = np.zeros(n, dtype=np.int32)
     truncated = np.zeros(n, dtype=bool)
     tokens: list[tuple | None] = [None] * n
+    rows_of = token_rows(batch, spans[strategies[0]]) if agg.per_token else None    # each document's rows of one array
     half, int8 = agg.out_dtype == "float16", agg.out_dtype == "int8"
     for doc in docs:
         wins = {s: batch.windows[s][spans[s][doc.row]] for s in strategies}
@@ -79,14 +81,30 @@ def aggregate_documents(agg: Aggregate, batch: Batch) -> Batch:
         valid[doc.row] = True
         if agg.per_token:
             s = strategies[0]
-            tokens[doc.row] = token_features(doc, wins[s], [enc.tokens[i] for i in rows[s]])
+            tokens[doc.row] = token_features(doc, wins[s], [enc.tokens[i] for i in rows[s]], rows_of[doc.row])
             if half and not fits_float16(tokens[doc.row][3]):
                 errors[doc.row], valid[doc.row], tokens[doc.row] = FP16_TOKEN_OVERFLOW, False, None
             elif int8 and not np.isfinite(tokens[doc.row][3]).all():
                 errors[doc.row], valid[doc.row], tokens[doc.row] = INT8_NON_FINITE, False, None
+    # at --level token the windows' token vectors are dropped once each document's are made: held once
     return batch.replace(vectors={name: v for (name, _), v in zip(agg.columns, features)}, valid=valid,
                          errors=errors, out_docs=np.arange(n, dtype=np.int64), n_windows=n_windows,
-                         truncated=truncated, tokens=tokens if agg.per_token else None)
+                         truncated=truncated, tokens=tokens if agg.per_token else None,
+                         encoded=dataclasses.replace(enc, tokens=None) if agg.per_token else enc)
+
+
+def token_rows(batch: Batch, spans: list[slice]) -> list[np.ndarray | None]:
+    """Per document, its rows of one new float32 (m_total, D) array for its per-token vectors (m_total:
+    every document's covered positions, documents with an error excluded), so that a block's token
+    vectors are one buffer, which the rows stage hands to Arrow without a copy; None for a document
+    with an error. ``spans``: each document's slice of the first strategy's windows (doc_slices)."""
+    windows, enc = batch.windows[next(iter(batch.windows))], batch.encoded
+    dim = enc.tokens[0].shape[1] if enc.tokens else 0
+    counts = [0 if d.error is not None or s.start == s.stop else
+              len(np.unique(np.concatenate([w.positions for w in windows[s]]))) for d, s in zip(batch.docs, spans)]
+    ends = np.cumsum(counts)
+    flat = np.empty((int(ends[-1]) if len(ends) else 0, dim), dtype=np.float32)
+    return [None if d.error is not None else flat[e - c:e] for d, c, e in zip(batch.docs, counts, ends)]
 
 
 def aggregate_windows(agg: Aggregate, batch: Batch) -> Batch:
@@ -201,7 +219,8 @@ def doc_slices(windows: list[Window], n_docs: int) -> list[slice]:
     return out
 
 
-def token_features(doc: TokenizedDoc, windows: list[Window], window_tokens: list[np.ndarray]):
+def token_features(doc: TokenizedDoc, windows: list[Window], window_tokens: list[np.ndarray],
+                   out: np.ndarray | None = None):
     """Per-token output of one document: (token_ids, positions, offsets, token_features).
 
     Every position that is in some window appears once, ascending. A token in two overlapping
@@ -209,10 +228,13 @@ def token_features(doc: TokenizedDoc, windows: list[Window], window_tokens: list
     tokens right) within the window (the "max context" rule of BERT's SQuAD code, Devlin et al.
     2019); on a tie the earlier window wins.
 
+    Args:
+        out: float32 (m, D) the token features are written into (token_rows); None: a new array.
+
     Returns:
         token_ids int32 (m,), positions int32 (m,), offsets int32 (m, 2), token_features (m, D) float32.
     """
-    positions, feats = max_context([w.positions for w in windows], window_tokens)    # (m,), (m, D)
+    positions, feats = max_context([w.positions for w in windows], window_tokens, out)    # (m,), (m, D)
     return (doc.ids[positions].astype(np.int32), positions.astype(np.int32),
             doc.offsets[positions].astype(np.int32), feats)
 
