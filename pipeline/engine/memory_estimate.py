@@ -54,14 +54,14 @@ def largest_piece(n_kept: np.ndarray, block_tokens: int, content_tokens: int) ->
     return max(longest, min(budget_content, int(np.sum(n_kept))))
 
 
-def peak_estimate(model_bytes: int, n_kept: np.ndarray, level: str, token_dim: int, block_rows: int,
+def peak_estimate(model_bytes: int, n_kept: np.ndarray, per_token: bool, token_dim: int, block_rows: int,
                   block_tokens: int, content_tokens: int) -> dict:
     """The estimated peak resident memory of ``extract`` over a corpus, in bytes, and its parts.
 
     Args:
         model_bytes: measured peak of the runtime, the weights and one forward batch (``stats``).
         n_kept: (N,) int content tokens per document (after --max-tokens-per-doc), in input order.
-        level: document | window | token. token_dim: values per token vector at --level token.
+        per_token: a --level token run. token_dim: values per token vector at --level token.
         block_rows, block_tokens: the run's --block-rows and --block-tokens. content_tokens: C.
 
     Returns:
@@ -71,7 +71,7 @@ def peak_estimate(model_bytes: int, n_kept: np.ndarray, level: str, token_dim: i
         blocks 11.6 MB, tokens 3.5 x 77,508 x 384 x 4 = 417 MB.
     """
     blocks = BYTES_PER_BLOCK_TOKEN * largest_blocks(n_kept, block_rows)
-    piece = largest_piece(n_kept, block_tokens, content_tokens) if level == "token" else 0
+    piece = largest_piece(n_kept, block_tokens, content_tokens) if per_token else 0
     tokens = int(TOKEN_COPIES * piece * token_dim * 4)
     return {"bytes": int(model_bytes) + blocks + tokens, "model": int(model_bytes), "blocks": blocks,
             "tokens": tokens, "piece_tokens": piece}
@@ -84,7 +84,7 @@ def format_estimate(estimate: dict, level: str, block_tokens: int) -> str:
     gb = 1e9
     parts = [f"model and one forward batch {estimate['model'] / gb:.2f} GB measured",
              f"blocks in flight {estimate['blocks'] / gb:.2f} GB"]
-    if level == "token":
+    if estimate["piece_tokens"]:
         parts.append(f"token vectors of the largest piece {estimate['tokens'] / gb:.2f} GB: "
                      f"{estimate['piece_tokens']:,} tokens (--block-tokens {block_tokens} bounds a piece; "
                      "one longer document is a piece of its own)")

@@ -117,6 +117,21 @@ def _checked(cfg: PipelineConfig) -> tuple[PipelineConfig, object, object, bool,
     return cfg, tokenizer, plan, lower, len(prompt.ids) if prompt else 0, feature_dim(cfg, facts.hidden_size)[1]
 
 
+def _speed_and_memory(cfg: PipelineConfig, tokenizer, sample_ids: np.ndarray, kept: np.ndarray, token_dim: int,
+                      windows_per_second: float | None) -> tuple[float, str, dict | None]:
+    """(windows per second, where the speed comes from, the peak memory estimate or None): measured on the
+    model (``measure_speed``, pipeline.engine.memory_estimate.peak_estimate), or the speed given and no
+    estimate. Raises ConfigError: a given speed <= 0."""
+    if windows_per_second is not None:
+        if windows_per_second <= 0:
+            raise ConfigError(f"--windows-per-second={windows_per_second} must be > 0")
+        return float(windows_per_second), "given with --windows-per-second", None
+    speed, device, model_bytes = measure_speed(cfg, tokenizer, sample_ids)
+    memory = peak_estimate(model_bytes, kept, cfg.pool.per_token, token_dim, cfg.read.block_rows, cfg.encode.block_tokens,
+                           cfg.segment.content_tokens) if model_bytes else None
+    return speed, f"measured on {device}, {_SPEED_WINDOWS} windows of {cfg.segment.max_length}", memory
+
+
 def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -> dict[str, Any]:
     """Token statistics of cfg.read.inputs and the cost of every strategy with the chosen options.
 
@@ -159,16 +174,7 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
     kept = lengths if seg.max_tokens_per_doc is None else np.minimum(lengths, seg.max_tokens_per_doc)  # (N,)
     unknown = np.asarray(n_unknown, dtype=np.int64)                   # (N,)
     c = seg.content_tokens
-    memory = None
-    if windows_per_second is None:
-        speed, device, model_bytes = measure_speed(cfg, tokenizer, sample_ids)
-        source = f"measured on {device}, {_SPEED_WINDOWS} windows of {seg.max_length}"
-        memory = peak_estimate(model_bytes, kept, cfg.pool.level, token_dim, cfg.read.block_rows,
-                               cfg.encode.block_tokens, c) if model_bytes else None
-    else:
-        if windows_per_second <= 0:
-            raise ConfigError(f"--windows-per-second={windows_per_second} must be > 0")
-        speed, source = float(windows_per_second), "given with --windows-per-second"
+    speed, source, memory = _speed_and_memory(cfg, tokenizer, sample_ids, kept, token_dim, windows_per_second)
     strategies: dict[str, dict[str, Any]] = {}
     for name in STRATEGIES:
         try:

@@ -103,9 +103,8 @@ class PipelineConfig:
         d.pop("user_set")   # the values it let a model folder fill are compared themselves
         later = {"folder_settings": "auto", "prompt_name": None}   # added later: runs without them keep their fingerprint
         d["model"] = {k: v for k, v in d["model"].items() if k not in later or v != later[k]}
-        for key in ("output", "overwrite", "resume", "progress", "strict", "cache", "binary_center",
-                    "binary_center_file"):
-            d["write"].pop(key)   # binary_center (and the file it came from): read back from the parts a resumed run finishes
+        for key in ("output", "overwrite", "resume", "progress", "strict", "cache", "binary_center_file"):
+            d["write"].pop(key)   # the binary centre's file: the centre is read back from the parts a resumed run finishes
         d.pop("ray")
         d["read"].pop("inputs")  # inputs are compared by content, not by name (pipeline.read)
         for key, default in (("format", None), ("delimiter", None), ("with_source", False)):

@@ -29,12 +29,12 @@ def test_largest_piece_is_the_budget_or_one_longer_document():
 
 def test_peak_estimate_adds_its_parts():
     n_kept = np.array([77_508, 10, 20])
-    est = peak_estimate(900_000_000, n_kept, "token", 384, 256, 32_768, 510)
+    est = peak_estimate(900_000_000, n_kept, True, 384, 256, 32_768, 510)
     assert est["piece_tokens"] == 77_508
     assert est["tokens"] == int(TOKEN_COPIES * 77_508 * 384 * 4)
     assert est["blocks"] == BYTES_PER_BLOCK_TOKEN * 77_538
     assert est["bytes"] == 900_000_000 + est["blocks"] + est["tokens"]
-    doc = peak_estimate(900_000_000, n_kept, "document", 384, 256, 32_768, 510)
+    doc = peak_estimate(900_000_000, n_kept, False, 384, 256, 32_768, 510)
     assert doc["tokens"] == 0 and doc["bytes"] == 900_000_000 + est["blocks"]
 
 

@@ -175,7 +175,7 @@ def test_token_vectors_are_held_once_from_aggregate_to_the_table(tiny_model_dir)
 
 
 def test_token_rows_that_do_not_tile_one_array_are_copied():
-    from pipeline.output.rows import tiled_buffer
+    from pipeline.output.arrow_arrays import tiled_buffer
 
     flat = np.arange(12, dtype=np.float32).reshape(6, 2)
     assert np.shares_memory(tiled_buffer([flat[:2], None, flat[2:]], np.float32), flat)

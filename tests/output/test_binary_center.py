@@ -75,3 +75,26 @@ def test_binary_center_refusals(tmp_path, tiny_model_dir):
                             str(tmp_path / "missing.parquet"), model=tiny_model_dir, name="m.parquet", ok=False)
     assert result.exit_code == 2 and "cannot be read as a longbert output" in result.output
     assert "Traceback" not in result.output
+
+
+def test_token_level_rows_without_any_token_vector_keep_the_signs_of_x(tmp_path, tiny_model_dir):
+    """Two blank texts give the centre no per-token vector: token_features keeps the signs of x, no error."""
+    result, out = extract_cli(tmp_path, [" ", " "], *COMMON, "--out-dtype", "binary", "--level", "token",
+                              model=tiny_model_dir, name="t.parquet")
+    assert pq.read_table(out).column("error").to_pylist() == ["empty text", "empty text"]
+
+
+def test_a_given_centre_must_be_the_one_of_the_run_a_resume_finishes(tmp_path, tiny_model_dir, monkeypatch):
+    import longbert
+    from conftest import run_cut_at_part, write_csv
+    from pipeline.errors import ConfigError
+
+    src = write_csv(tmp_path / "in.csv", [{"id": f"d{i}", "text": words(9 + 3 * i, i)} for i in range(6)])
+    common = dict(model=str(tiny_model_dir), strategy="chunk", max_length=16, out_dtype="binary")
+    out = tmp_path / "parts"
+    run_cut_at_part(monkeypatch, 2, longbert.Pipeline.from_options(**common), src, out, block_rows=2)
+    other = longbert.Pipeline.from_options(**common, binary_center=np.full(32, 0.5, np.float32))
+    with pytest.raises(ConfigError, match="binary_center is not the centre of the run being resumed"):
+        other.run(str(src), f"{out}/", resume=True, block_rows=2)
+    longbert.Pipeline.from_options(**common).run(str(src), f"{out}/", resume=True, block_rows=2)   # its own: goes on
+    assert pq.read_table(out).num_rows == 6
