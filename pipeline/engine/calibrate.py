@@ -22,6 +22,7 @@ from ..errors import ConfigError
 from ..options.config import PipelineConfig
 from ..output.schema import TOKEN_FEATURES
 from ..output.write import load_manifest
+from ..pieces import pieces
 from ..read import Plan, read_block
 
 
@@ -62,7 +63,7 @@ def binary_centre(cfg: PipelineConfig, pipeline: Callable[[], object], plan: Pla
     if centers is None and cfg.write.binary_center_file is not None:
         centers = file_centers(cfg.write.binary_center_file, pipeline().resolution().binary_columns())
     if centers is None:
-        found, n_docs = first_documents_centers(pipeline(), plan)
+        found, n_docs = first_documents_centers(pipeline(), plan, max_tokens=cfg.encode.block_tokens)
         if n_docs == 1:
             centers = tuple((name, None) for name in found)
             note = ("binary: one document has no centre of its own (its mean is itself, every bit 0): its bits are "
@@ -128,14 +129,19 @@ def resumed_centers(cfg: PipelineConfig) -> tuple | None:
     return tuple((c["column"], tuple(c["center"]) if "center" in c else None) for c in compact["columns"])
 
 
-def first_documents_centers(pipe, plan: Plan, n_docs: int = CALIBRATION_DOCS) -> tuple[dict[str, np.ndarray], int]:
+def first_documents_centers(pipe, plan: Plan, n_docs: int = CALIBRATION_DOCS,
+                            max_tokens: int | None = None) -> tuple[dict[str, np.ndarray], int]:
     """({column: (D,) float32 centre}, documents read) from the first ``n_docs`` rows of ``plan`` run
     through ``pipe``'s stages before ``rows``: the mean of their valid vectors per feature column
     (documents, or windows at --level window) and, when the stages give per-token vectors, of their
-    tokens' (``token_features``). A column with no valid vector among them gets zeros."""
+    tokens' (``token_features``). A column with no valid vector among them gets zeros.
+
+    The model's part runs in pieces of at most ``max_tokens`` window tokens (pipeline.pieces, as a run's
+    blocks do; None: one piece), and the tokens' mean is summed piece by piece in float64, so no more than
+    one piece's token vectors are held (pipeline.compact.binary_center's mean up to the order of the sum)."""
     stop = pipe.names.index("rows") if "rows" in pipe.names else len(pipe.names)
     vectors: dict[str, list[np.ndarray]] = {}
-    tokens: list[np.ndarray] = []
+    token_sum, token_rows = None, 0
     left = n_docs
     for spec in plan.blocks:
         if left <= 0:
@@ -143,12 +149,20 @@ def first_documents_centers(pipe, plan: Plan, n_docs: int = CALIBRATION_DOCS) ->
         rows = read_block(spec)
         rows = rows.slice(0, min(left, rows.num_rows))
         left -= rows.num_rows
-        batch = pipe.process(Batch(rows=rows), 0, stop)
-        for name, values in (batch.vectors or {}).items():
-            valid = batch.valid if batch.valid is not None else np.ones(len(values), bool)
-            vectors.setdefault(name, []).append(np.asarray(values, np.float32)[valid])
-        tokens += [t[3] for t in batch.tokens or () if t is not None and t[3] is not None]
+        for piece in pieces(pipe.process(Batch(rows=rows), 0, pipe.split), max_tokens):
+            batch = pipe.process(piece, pipe.split, stop)
+            for name, values in (batch.vectors or {}).items():
+                valid = batch.valid if batch.valid is not None else np.ones(len(values), bool)
+                vectors.setdefault(name, []).append(np.asarray(values, np.float32)[valid])
+            for t in batch.tokens or ():
+                if t is not None and t[3] is not None:
+                    x = np.asarray(t[3], dtype=np.float32)
+                    finite = x[np.isfinite(x).all(axis=1)]                       # (m', D)
+                    part = finite.sum(axis=0, dtype=np.float64)                  # (D,)
+                    token_sum = part if token_sum is None else token_sum + part
+                    token_rows += len(finite)
     centers = {name: binary_center(np.concatenate(parts)) for name, parts in vectors.items()}
-    if tokens:
-        centers[TOKEN_FEATURES] = binary_center(np.concatenate(tokens).astype(np.float32))
+    if token_sum is not None:
+        centers[TOKEN_FEATURES] = (token_sum / token_rows).astype(np.float32) if token_rows else \
+            np.zeros(len(token_sum), np.float32)
     return centers, n_docs - left
