@@ -40,15 +40,17 @@ RESERVED_COLUMNS = (ID, ROW, SOURCE, *DOCUMENT_COUNTS, FEATURES, ERROR, *TOKEN_C
 LEVEL_COLUMNS = {"document": DOCUMENT_COUNTS, "window": WINDOW_COUNTS, "token": (*DOCUMENT_COUNTS, *TOKEN_COLUMNS)}
 
 
-def feature_column_names(feature_names: Sequence[str], aggregates: Sequence[str]) -> list[str]:
-    """The feature columns' names: ``["features"]`` for one feature, else each Feature.name, with
-    ``_agg-`` and the --aggregate parts joined by ``-`` when there are several parts (pass one part at
-    --level window). Example: ("f_chunk_mean", "f_head_cls"), ("mean", "max") ->
-    ["f_chunk_mean_agg-mean-max", "f_head_cls_agg-mean-max"]."""
-    if len(feature_names) == 1:
+def column_names(features: Sequence, aggregates: Sequence[str] = ()) -> list[str]:
+    """The feature columns' names, from values alone: ``["features"]`` for one feature, else each
+    feature's Feature.name, with ``_agg-`` and the aggregate parts joined by ``-`` when there are
+    several (pass () at --level window, where window vectors are not aggregated).
+
+    Example: (chunk:mean, head:cls), ("mean", "max") -> ["f_chunk_mean_agg-mean-max", "f_head_cls_agg-mean-max"].
+    """
+    if len(features) == 1:
         return [FEATURES]
-    suffix = "" if len(aggregates) == 1 else "_agg-" + "-".join(aggregates)
-    return [name + suffix for name in feature_names]
+    suffix = "" if len(aggregates) <= 1 else "_agg-" + "-".join(aggregates)
+    return [f.name + suffix for f in features]
 
 
 def scale_column(column: str) -> str:
@@ -65,7 +67,7 @@ def check_keep_cols(keep_cols: Sequence[str], level: str, feature_columns: Seque
 
     Args:
         keep_cols: the --keep-col names. level: --level (document | window | token).
-        feature_columns: the run's feature column names (feature_column_names).
+        feature_columns: the run's feature column names (column_names).
         out_dtype: --out-dtype; int8 writes a ``COLUMN_scale`` beside each vector column.
 
     Raises:

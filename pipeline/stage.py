@@ -108,8 +108,8 @@ MAKERS = {"docs": "tokenize", "windows": "segment", "plan": "dedup", "encoded": 
 # How to add each of them to a list of stages (messages); Pipeline.from_options builds them all.
 MAKER_CALLS = {"tokenize": "longbert.Tokenize(tokenizer)", "segment": "longbert.Segment(strategies, cls_id, sep_id)",
                "dedup": "longbert.Dedup()", "encode": "longbert.Encode(model, features, tokenizer, facts)",
-               "aggregate": "longbert.Aggregate(features, columns, slices)",
-               "rows": "longbert.Rows(schemas, kept, columns)"}
+               "aggregate": "longbert.Aggregate(features, aggregates)",
+               "rows": "longbert.Rows(kept, out_dtype)"}
 
 
 def describe(stage: Any) -> str:

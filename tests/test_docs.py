@@ -188,3 +188,32 @@ def test_readme_says_that_make_tests_time_grows_with_the_load():
     assert ("Its time grows with the machine's load: the same suite took about 25 minutes on those 2 cores at a "
             "load average of 7-15") in text
     assert "make run # creates .venv" in text and "make test # installs the test dependencies" in text
+
+
+def test_the_pipeline_from_the_six_constructors_gives_the_models_own_mean(tiny_model_dir):
+    """The python.md block that builds a pipeline from Tokenize, Segment, Dedup, Encode, Aggregate and Rows
+    with a filter, public names only: its vector of a text that fits one window is the mean of the model's
+    last layer over that window ([CLS] and [SEP] included), by a direct transformers AutoModel call."""
+    import numpy as np
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    import longbert
+
+    text = (DOCS / "python.md").read_text(encoding="utf-8")
+    block = next(body for lang, body in FENCE.findall(text) if lang == "python" and "longbert.Rows(" in body)
+    for name in ("Tokenize", "Segment", "Dedup", "Encode", "Aggregate", "Rows"):
+        assert f"longbert.{name}(" in block, name
+    assert "import" not in block and len(block.strip().splitlines()) <= 12   # public names only, about 11 lines
+    namespace = {"longbert": longbert, "MODEL": str(tiny_model_dir), "texts": [words(30, 1)] * 4}
+    exec(compile(block, "python.md", "exec"), namespace)
+    short, fits = words(5, 2), words(40, 3)    # 5 tokens: the filter drops it; 40 fit one window of 64 positions
+    table = namespace["mine"](longbert.Batch.from_texts([short, fits], ids=["short", "fits"]))
+    assert table.column("id").to_pylist() == ["fits"] and table.column("n_windows").to_pylist() == [1]
+    tok, model = AutoTokenizer.from_pretrained(tiny_model_dir), AutoModel.from_pretrained(tiny_model_dir).eval()
+    enc = tok(fits, return_tensors="pt")
+    assert enc["input_ids"].shape[1] == 42
+    with torch.no_grad():
+        want = model(**enc).last_hidden_state[0].mean(dim=0).numpy()     # (hidden,) over every position
+    got = np.array(table.column("features").to_pylist()[0], dtype=np.float32)
+    np.testing.assert_allclose(got, want, atol=1e-6)

@@ -18,7 +18,6 @@ from ..errors import ConfigError
 from ..options.config import PipelineConfig, PoolConfig, SegmentConfig, WriteConfig
 from ..output.aggregate import Aggregate, TokenAggregate, WindowAggregate
 from ..output.rows import Rows, TokenRows, WindowRows
-from ..output.schema import feature_columns
 from ..text.rules import as_config
 from ..text.segment import Segment
 from ..text.tokenize import Tokenize
@@ -46,8 +45,8 @@ def check_agreement(steps: Sequence[tuple[str, Any]]) -> None:
     Checked: each Segment window fits the Encode model's positions and begins and ends with its
     special ids; the Tokenize tokenizer has the Encode tokenizer's vocabulary; every Aggregate feature's
     strategy is one the Segment makes; every Aggregate feature reads a pooled vector the Encode stage
-    computes, at the place Encode puts it, with the columns Encode's config gives; the Rows stage is the
-    one for the Aggregate's output level and writes its columns.
+    computes (the Aggregate reads where it lies from the encoded batch); the Rows stage is the one for
+    the Aggregate's output level.
 
     Raises:
         ConfigError: naming both stages and the values that differ, and the fix. Example: a Segment of
@@ -100,28 +99,13 @@ def _tokenize_and_encode(tok: tuple[str, Tokenize], enc: tuple[str, Encode]) -> 
 
 
 def _encode_and_aggregate(enc: tuple[str, Encode], agg: tuple[str, Aggregate]) -> None:
-    from ..model.pool import pool_offsets
-
     (enc_name, encode), (agg_name, aggregate) = enc, agg
-    pools = encode.spec.pools
-    keys = [p.pool_key for p in pools]
-    offsets = pool_offsets(pools, encode.facts.hidden_size)
-    for feature, where in zip(aggregate.features, aggregate.slices):
+    keys = [p.pool_key for p in encode.spec.pools]
+    for feature in aggregate.features:
         if feature.pool_key not in keys:
             raise ConfigError(f"stage {agg_name!r}'s feature {feature.spec!r} reads pooling {feature.pool_key}, which "
                               f"stage {enc_name!r} does not compute (it pools {keys}); build both from one config, "
                               "e.g. longbert.Pipeline.from_options(feature=[...])")
-        if tuple(offsets[keys.index(feature.pool_key)]) != tuple(where):
-            raise ConfigError(f"stage {agg_name!r} reads feature {feature.spec!r} at [{where[0]}, {where[1]}) of a "
-                              f"window vector, but stage {enc_name!r} puts it at {list(offsets[keys.index(feature.pool_key)])}; "
-                              "give the Aggregate the slices of the Encode's pools")
-    level = LEVEL_OF.get(type(aggregate), "document")
-    pool = dataclasses.replace(_encode_pool(encode), features=tuple(aggregate.features),
-                               aggregate=",".join(aggregate.aggregates), level=level)
-    expected = tuple(tuple(c) for c in feature_columns(PipelineConfig(pool=pool), encode.facts.hidden_size))
-    if tuple(aggregate.columns) != expected:
-        raise ConfigError(f"stage {agg_name!r} writes columns {list(aggregate.columns)}, but its features of "
-                          f"stage {enc_name!r}'s model make {list(expected)} (column, D); build both from one config")
 
 
 def _aggregate_and_rows(agg: tuple[str, Aggregate], rows: tuple[str, Rows]) -> None:
@@ -130,9 +114,6 @@ def _aggregate_and_rows(agg: tuple[str, Aggregate], rows: tuple[str, Rows]) -> N
     if wanted is not None and type(row_stage) in ROWS_OF.values() and type(row_stage) is not wanted:
         raise ConfigError(f"stage {agg_name!r} is a {type(aggregate).__name__}, whose output rows stage "
                           f"{rows_name!r} ({type(row_stage).__name__}) does not write; use a {wanted.__name__}")
-    if tuple(row_stage.columns) != tuple(aggregate.columns):
-        raise ConfigError(f"stage {rows_name!r} writes feature columns {list(row_stage.columns)}, but stage "
-                          f"{agg_name!r} fills {list(aggregate.columns)}; build both with the same columns")
 
 
 def described_config(cfg: PipelineConfig, steps: Sequence[tuple[str, Any]]
@@ -169,8 +150,8 @@ def described_config(cfg: PipelineConfig, steps: Sequence[tuple[str, Any]]
 def parts_config(steps: Sequence[tuple[str, Any]]) -> PipelineConfig:
     """The config a pipeline built from parts runs with: the Encode stage's model options, features,
     batch limits and store folder, described by the other built-in stages (``described_config``: the
-    Segment's windows, the Tokenize's tokens kept, the Aggregate's features, aggregates, normalize,
-    --out-dtype and level); the read and write options are the defaults (a run gives its own).
+    Segment's windows, the Tokenize's tokens kept, the Aggregate's features, aggregates, normalize and
+    level, the Rows' --out-dtype); the read and write options are the defaults (a run gives its own).
 
     Raises:
         ConfigError: no Encode stage in ``steps``, or values that make no valid config.
@@ -181,8 +162,8 @@ def parts_config(steps: Sequence[tuple[str, Any]]) -> PipelineConfig:
                           "with Pipeline.from_options(...) or include an Encode stage")
     encode = found[Encode][1]
     write = WriteConfig(cache=encode.store if isinstance(encode.store, str) else None)
-    if Aggregate in found:
-        write = dataclasses.replace(write, out_dtype=found[Aggregate][1].out_dtype)
+    if Rows in found:
+        write = dataclasses.replace(write, out_dtype=found[Rows][1].out_dtype)
     base = PipelineConfig(model=encode.model, encode=encode.encode, pool=_encode_pool(encode), write=write)
     cfg, _ = described_config(base, steps)
     if Aggregate in found:

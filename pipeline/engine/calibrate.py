@@ -2,15 +2,15 @@
 
 The centre of a column is the per-dimension mean of the first ``CALIBRATION_DOCS`` documents'
 vectors (pipeline.compact.binary_center): their document vectors, their windows' at --level window,
-their tokens' for ``token_features``, computed by the run's own stages up to ``rows``. It goes into
-the run's config (``WriteConfig.binary_center``), hence into the output's metadata, where the rows
-stage reads it on every engine (a Ray worker gets it with the config). A resumed run takes it from
-the manifest of the run it finishes, so every part keeps the bits of one centre; a run begun before
-the centre existed (no centre in its metadata) goes on with the signs of x itself.
+their tokens' for ``token_features``, computed by the run's own stages up to ``rows``. It is the rows
+stage's fitted state (pipeline.output.rows.Rows ``binary_center``; Pipeline.with_binary_center), which
+the writer records in the output's metadata (a Ray worker gets it with its stages). A resumed run takes
+it from the manifest of the run it finishes, so every part keeps the bits of one centre; a run begun
+before the centre existed (no centre in its metadata) goes on with the signs of x itself.
 """
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable
 
@@ -18,16 +18,18 @@ import numpy as np
 
 from ..batch import Batch
 from ..compact import CALIBRATION_DOCS, binary_center
+from ..errors import ConfigError
 from ..options.config import PipelineConfig
 from ..output.schema import TOKEN_FEATURES
 from ..output.write import load_manifest
+from ..pieces import pieces
 from ..read import Plan, read_block
 
 
-def with_binary_center(cfg: PipelineConfig, pipeline: Callable[[], object], plan: Plan
-                       ) -> tuple[PipelineConfig, str | None]:
-    """``cfg`` with ``write.binary_center`` filled for an --out-dtype binary run (any other run: as it is),
-    and a note for the summary when the centre rests on few documents.
+def binary_centre(cfg: PipelineConfig, pipeline: Callable[[], object], plan: Plan,
+                  given: Mapping[str, object] | None = None) -> tuple[dict | None, str | None]:
+    """The centre of an --out-dtype binary run's bits when the run must find it (any other run, or a
+    centre ``given`` to the rows stage: None), and a note for the summary when it rests on few documents.
 
     The centre is, in this order: the resumed run's (its manifest), the one of the output named by
     --binary-center (``file_centers``), or the mean of the first ``CALIBRATION_DOCS`` documents. Of one
@@ -38,24 +40,30 @@ def with_binary_center(cfg: PipelineConfig, pipeline: Callable[[], object], plan
         cfg: the run's config. pipeline: returns the Pipeline whose stages up to ``rows`` compute the
             vectors (called only when a centre must be computed; its model loads on first encode).
         plan: the run's plan of blocks (the first documents are read from its first blocks).
+        given: the rows stage's own centre ({column: values or None}), or None.
 
     Returns:
-        (the config, ``binary_center`` set to ((column, (D,) centre as floats, or None for the signs of
-        x), ...); the summary's note or None).
+        ({column: (D,) centre as floats, or None for the signs of x}, or None; the summary's note or None).
 
     Raises:
-        ConfigError: a --binary-center file that is not a binary output, or whose columns differ.
+        ConfigError: a --binary-center file that is not a binary output, or whose columns differ; a
+            ``given`` centre that is not the centre of the run a --resume finishes.
         Whatever the stages raise on the first documents (RunError, ModelError...).
     """
-    if cfg.write.out_dtype != "binary" or cfg.write.binary_center is not None:
-        return cfg, None
+    if cfg.write.out_dtype != "binary":
+        return None, None
+    resumed = resumed_centers(cfg)
+    if given is not None:
+        if resumed is not None and dict(resumed) != {k: None if v is None else tuple(v) for k, v in given.items()}:
+            raise ConfigError("binary_center is not the centre of the run being resumed (its parts' bits keep "
+                              "another); pass that run's centre, or start afresh with overwrite")
+        return None, None
     note = None
-    centers = resumed_centers(cfg)
+    centers = resumed
     if centers is None and cfg.write.binary_center_file is not None:
-        pipe = pipeline()
-        centers = file_centers(cfg.write.binary_center_file, binary_columns(pipe))
+        centers = file_centers(cfg.write.binary_center_file, pipeline().resolution().binary_columns())
     if centers is None:
-        found, n_docs = first_documents_centers(pipeline(), plan)
+        found, n_docs = first_documents_centers(pipeline(), plan, max_tokens=cfg.encode.block_tokens)
         if n_docs == 1:
             centers = tuple((name, None) for name in found)
             note = ("binary: one document has no centre of its own (its mean is itself, every bit 0): its bits are "
@@ -65,16 +73,8 @@ def with_binary_center(cfg: PipelineConfig, pipeline: Callable[[], object], plan
             if 1 < n_docs < CALIBRATION_DOCS:
                 note = (f"binary: the centre is the mean of {n_docs} documents (fewer than {CALIBRATION_DOCS}); pass "
                         "--binary-center with a larger run's output to take its centre")
-    return dataclasses.replace(cfg, write=dataclasses.replace(cfg.write, binary_center=centers)), note
-
-
-def binary_columns(pipe) -> dict[str, int]:
-    """{column: D} of the binary columns ``pipe``'s run writes: each feature column and, per token, token_features."""
-    resolved = pipe.resolution()
-    columns = dict(resolved.columns)
-    if resolved.cfg.pool.per_token:
-        columns[TOKEN_FEATURES] = resolved.token_dim
-    return columns
+    # a column none of the first documents gave a vector (per-token: all refused) keeps the signs of x
+    return {**{c: None for c in pipeline().resolution().binary_columns()}, **dict(centers)}, note
 
 
 def file_centers(path: str, columns: dict[str, int]) -> tuple:
@@ -93,7 +93,6 @@ def file_centers(path: str, columns: dict[str, int]) -> tuple:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ..errors import ConfigError
     from ..output.write import DONE_MANIFEST
 
     where = Path(path)
@@ -130,14 +129,19 @@ def resumed_centers(cfg: PipelineConfig) -> tuple | None:
     return tuple((c["column"], tuple(c["center"]) if "center" in c else None) for c in compact["columns"])
 
 
-def first_documents_centers(pipe, plan: Plan, n_docs: int = CALIBRATION_DOCS) -> tuple[dict[str, np.ndarray], int]:
+def first_documents_centers(pipe, plan: Plan, n_docs: int = CALIBRATION_DOCS,
+                            max_tokens: int | None = None) -> tuple[dict[str, np.ndarray], int]:
     """({column: (D,) float32 centre}, documents read) from the first ``n_docs`` rows of ``plan`` run
     through ``pipe``'s stages before ``rows``: the mean of their valid vectors per feature column
     (documents, or windows at --level window) and, when the stages give per-token vectors, of their
-    tokens' (``token_features``). A column with no valid vector among them gets zeros."""
+    tokens' (``token_features``). A column with no valid vector among them gets zeros.
+
+    The model's part runs in pieces of at most ``max_tokens`` window tokens (pipeline.pieces, as a run's
+    blocks do; None: one piece), and the tokens' mean is summed piece by piece in float64, so no more than
+    one piece's token vectors are held (pipeline.compact.binary_center's mean up to the order of the sum)."""
     stop = pipe.names.index("rows") if "rows" in pipe.names else len(pipe.names)
     vectors: dict[str, list[np.ndarray]] = {}
-    tokens: list[np.ndarray] = []
+    token_sum, token_rows = None, 0
     left = n_docs
     for spec in plan.blocks:
         if left <= 0:
@@ -145,12 +149,20 @@ def first_documents_centers(pipe, plan: Plan, n_docs: int = CALIBRATION_DOCS) ->
         rows = read_block(spec)
         rows = rows.slice(0, min(left, rows.num_rows))
         left -= rows.num_rows
-        batch = pipe.process(Batch(rows=rows), 0, stop)
-        for name, values in (batch.vectors or {}).items():
-            valid = batch.valid if batch.valid is not None else np.ones(len(values), bool)
-            vectors.setdefault(name, []).append(np.asarray(values, np.float32)[valid])
-        tokens += [t[3] for t in batch.tokens or () if t is not None and t[3] is not None]
+        for piece in pieces(pipe.process(Batch(rows=rows), 0, pipe.split), max_tokens):
+            batch = pipe.process(piece, pipe.split, stop)
+            for name, values in (batch.vectors or {}).items():
+                valid = batch.valid if batch.valid is not None else np.ones(len(values), bool)
+                vectors.setdefault(name, []).append(np.asarray(values, np.float32)[valid])
+            for t in batch.tokens or ():
+                if t is not None and t[3] is not None:
+                    x = np.asarray(t[3], dtype=np.float32)
+                    finite = x[np.isfinite(x).all(axis=1)]                       # (m', D)
+                    part = finite.sum(axis=0, dtype=np.float64)                  # (D,)
+                    token_sum = part if token_sum is None else token_sum + part
+                    token_rows += len(finite)
     centers = {name: binary_center(np.concatenate(parts)) for name, parts in vectors.items()}
-    if tokens:
-        centers[TOKEN_FEATURES] = binary_center(np.concatenate(tokens).astype(np.float32))
+    if token_sum is not None:
+        centers[TOKEN_FEATURES] = (token_sum / token_rows).astype(np.float32) if token_rows else \
+            np.zeros(len(token_sum), np.float32)
     return centers, n_docs - left

@@ -24,6 +24,7 @@ from .columns import added_columns, checked_table, declared_label
 from .block_loop import block_pieces
 from .params import StepsByName, pipeline_params, set_step_params, step_item, with_io_options
 from .resolved import Resolved
+from ..output.rows import Rows
 
 StageFn = Callable[[Batch], Batch]
 BUILT_IN_NAMES = ("tokenize", "segment", "dedup", "encode", "aggregate", "rows")
@@ -95,18 +96,25 @@ class Pipeline:
         return cls(resolved.stages(model=model, store=store), resolved)
 
     @classmethod
-    def from_options(cls, **options: Any) -> Pipeline:
+    def from_options(cls, binary_center: Any = None, **options: Any) -> Pipeline:
         """As from_config, with ``extract``'s options by their Python names (``model``, ``strategy``,
         ``feature``, ``pooling``, ``layers``, ``aggregate``, ``level``, ``normalize``, ``dtype``,
-        ``cache``...). ``progress`` defaults to False.
+        ``out_dtype``, ``cache``...). ``progress`` defaults to False.
+
+        ``binary_center`` (``out_dtype="binary"``), so queries and a corpus share one: a (D,) array for the
+        column ``features``, {column: (D,) array}, or an earlier binary output's path (``--binary-center``).
 
         Raises:
-            ConfigError: an unknown option or a value out of range; ModelError as from_config.
+            ConfigError: an unknown option or a value out of range, a centre that is not one of those
+                forms or does not fit this run's columns; ModelError as from_config.
         """
         from ..options.python_api import config_from_python, python_names
 
+        if isinstance(binary_center, str) or hasattr(binary_center, "__fspath__"):   # an earlier output, as --binary-center FILE
+            options["binary_center_file"], binary_center = str(binary_center), None
         with python_names():   # the options checked against the model too: messages name the arguments
-            return cls.from_config(config_from_python(**options))
+            pipe = cls.from_config(config_from_python(**options))
+        return pipe if binary_center is None else pipe.with_binary_center(binary_center, given=True)
 
     @property
     def cfg(self) -> PipelineConfig:
@@ -320,7 +328,7 @@ class Pipeline:
         Raises:
             ConfigError: a --keep-col that clashes with a column of this run.
         """
-        resolved = self.resolution().with_io(cfg)
+        resolved = self.resolution().with_io(cfg, next((s for _, s in self.steps if isinstance(s, Rows)), None))
         plain = dataclasses.replace(resolved, stage_labels=None)
         built = {type(s).name: s for s in plain.stages()}   # what the options build, each stage compared with it
         labels = tuple(stage_label(n, s, built.get(n)) + declared_label(s) for n, s in self._rebuilt(plain).steps)
@@ -329,6 +337,15 @@ class Pipeline:
             resolved = dataclasses.replace(resolved, stage_labels=labels, described=described,
                                            segments=tuple(segments.items()), added=self.added)
         return self._rebuilt(resolved)
+
+    def with_binary_center(self, centre: Any, given: bool = False) -> Pipeline:
+        """A new pipeline whose rows stage packs --out-dtype binary's bits around ``centre`` (a (D,) array for
+        the one column ``features``, or {column: (D,) array or None}), which the file's metadata records.
+
+        Raises:
+            ConfigError: as Resolved.centred.
+        """
+        return self._rebuilt(self.resolution().centred(centre, given))
 
     def with_facts(self, facts) -> Pipeline:
         """A new pipeline whose built-in stages use ``facts`` (a hub model's, its sha256 known after the load)."""

@@ -9,6 +9,7 @@ from a process (bench/feeder.py measures the split).
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -89,7 +90,10 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int,
                 pending.append((following, pool.submit(fn, following)))
             yield item, result
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        # a generator dropped while a worker still runs fn (an interrupted run) may be closed from that
+        # worker itself, which cannot wait for its own thread: it only cancels what has not started
+        inside = threading.current_thread().name.startswith(f"{name}_")
+        pool.shutdown(wait=not inside, cancel_futures=True)
 
 
 _END = object()

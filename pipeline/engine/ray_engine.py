@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from ..cache.stores import open_store, store_env
 from ..counts import BlockCounts
 from .resolved import output_for
-from .calibrate import with_binary_center
+from .calibrate import binary_centre
 from .compose import Pipeline
 from ..options.config import PipelineConfig
 from ..errors import ConfigError, PipelineError, RunError
@@ -63,13 +63,16 @@ class RayBlock:
         cfg: the run's config (max_length and the id column resolved by the driver).
         threads: torch threads for this actor when --threads is not given (its reserved CPUs).
         id_type: the plan's id type (pa.int64() row numbers, or pa.string()).
+        centre: --out-dtype binary's centre the driver found ({column: values or None}), or None.
     """
 
-    def __init__(self, cfg: PipelineConfig, threads: int, id_type: pa.DataType):
+    def __init__(self, cfg: PipelineConfig, threads: int, id_type: pa.DataType, centre: dict | None = None):
         if cfg.model.threads is None:
             cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, threads=threads))
         reuse_freed_memory()   # this worker process runs forward passes (pipeline.model.host_memory)
         self.pipe = Pipeline.from_config(cfg)
+        if centre is not None:
+            self.pipe = self.pipe.with_binary_center(centre)
         self.pipe.encode_stage().load()   # once per actor, before the first batch
 
     def __call__(self, batch: pa.Table) -> Iterator[pa.Table]:
@@ -256,9 +259,9 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
         open_store(cfg.write.cache).close()
     cfg, schema = output_for(cfg, tokenizer, plan.id_type)
     check_resume(cfg, run_fingerprint(cfg, plan, schema))
-    binary, binary_note = with_binary_center(cfg, lambda: Pipeline.from_config(driver_config(cfg), tokenizer), plan)
-    if binary is not cfg:   # --out-dtype binary: the centre, found here once, reaches the actors in the config
-        cfg, schema = output_for(binary, tokenizer, plan.id_type)
+    centre, binary_note = binary_centre(cfg, lambda: Pipeline.from_config(driver_config(cfg), tokenizer), plan)
+    if centre is not None:   # --out-dtype binary: the centre, found here once, reaches the actors' rows stage
+        cfg, schema = output_for(cfg, tokenizer, plan.id_type, centre)
     ray = import_ray()
     sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
     if binary_note:
@@ -267,7 +270,7 @@ def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summa
     with writing(sink, cfg, bar):
         if todo:
             first_doc = 0   # the piece's first document within its block
-            for spec, piece, last in _run_ray(ray, cfg, plan.id_type, todo):
+            for spec, piece, last in _run_ray(ray, cfg, plan.id_type, todo, centre):
                 table, counts = split_counts(piece)
                 if cfg.write.strict:
                     fail_on_row_error(table, spec, first_doc)
@@ -290,7 +293,7 @@ def driver_config(cfg: PipelineConfig) -> PipelineConfig:
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, device="cpu", dtype="float32"))
 
 
-def _run_ray(ray, cfg: PipelineConfig, id_type: pa.DataType, specs: list[BlockSpec]
+def _run_ray(ray, cfg: PipelineConfig, id_type: pa.DataType, specs: list[BlockSpec], centre: dict | None = None
              ) -> Iterator[tuple[BlockSpec, pa.Table, bool]]:
     """Map read_block + the block function over ``specs`` on an actor pool; yield (spec, output rows of
     a piece, whether the block is complete with it) in plan order (in_block_order). Ray's errors become RunError (exit 1) with the cause's last line; a PipelineError
@@ -303,7 +306,8 @@ def _run_ray(ray, cfg: PipelineConfig, id_type: pa.DataType, specs: list[BlockSp
         ds = ray.data.from_items([{SPEC: s.to_json()} for s in specs], override_num_blocks=len(specs))
         env = store_env(cfg.write.cache)   # s3://: the driver's AWS_* variables, so the actors reach its store
         ds = ds.map_batches(
-            RayBlock, fn_constructor_kwargs={"cfg": cfg, "threads": max(1, round(cpus)), "id_type": id_type},
+            RayBlock, fn_constructor_kwargs={"cfg": cfg, "threads": max(1, round(cpus)), "id_type": id_type,
+                                             "centre": centre},
             batch_size=1, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=cfg.ray.workers),
             num_cpus=cpus, num_gpus=cfg.ray.gpus_per_worker or None,
             **({"runtime_env": {"env_vars": env}} if env else {}))

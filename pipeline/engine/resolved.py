@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ from ..model.facts import check_pooler, model_facts, resolve_model_path
 from ..options.config import PipelineConfig, SegmentConfig
 from ..output.aggregate import Aggregate, TokenAggregate, WindowAggregate
 from ..output.rows import Rows, TokenRows, WindowRows
-from ..output.schema import feature_columns, output_schema, passthrough_columns
+from ..output.schema import TOKEN_FEATURES, feature_columns, output_schema, passthrough_columns
 from ..text.dedup import Dedup
 from ..text.segment import Segment, prompt_rules
 from ..text.tokenize import Tokenize
@@ -118,16 +119,18 @@ def feature_dim(cfg: PipelineConfig, hidden: int) -> tuple[int, int]:
     return dim * cfg.pool.parts, dim
 
 
-def output_for(cfg: PipelineConfig, tokenizer, id_type: pa.DataType) -> tuple[PipelineConfig, pa.Schema]:
+def output_for(cfg: PipelineConfig, tokenizer, id_type: pa.DataType, binary_center: Mapping[str, Any] | None = None
+               ) -> tuple[PipelineConfig, pa.Schema]:
     """(config with max_length resolved, the output schema) without loading weights: what a driver
-    needs to open the sink before any worker has loaded the model.
+    needs to open the sink before any worker has loaded the model. ``binary_center``: the rows
+    stage's {column: centre or None} of an --out-dtype binary run, for the metadata.
 
     Raises:
         As resolve_config.
     """
     cfg, _, facts = resolve_config(cfg, tokenizer)
     dim, token_dim = feature_dim(cfg, facts.hidden_size)
-    return cfg, output_schema(cfg, id_type, facts, dim, token_dim)
+    return cfg, output_schema(cfg, id_type, facts, dim, token_dim, binary_center=binary_center)
 
 
 # Per output level: its aggregate and rows classes.
@@ -143,27 +146,28 @@ class Resolved:
         cfg: the config, segment.max_length set from the model.
         tokenizer: the model's fast tokenizer. facts: the model's facts (hidden size, layers,
             special ids, sha256...).
-        columns: per feature (output column name, D). slices: per feature its [a, b) in a window
-            vector (every pooling of the run side by side). dim, token_dim: D of ``features`` and of
+        columns: per feature (output column name, D). dim, token_dim: D of ``features`` and of
             ``token_features`` in a one-feature run. stage_labels: the labels of a pipeline's own
             stage list (written to the file's metadata, compared by --resume); None: the built-in stages.
         added: (stage name, pyarrow field) of each column a stage after 'rows' declares (file_schema).
         described, segments: the config a pipeline's own stages describe and its Segment stage's
             windows per strategy (pipeline.engine.agreement.described_config): the file's metadata takes
             its window and pooling fields from them; None / (): from ``cfg``.
+        binary_center: the rows stage's fitted centre of an --out-dtype binary run ({column: (D,)
+            values or None}, pipeline.output.rows.Rows), recorded in the file's metadata; None: none.
     """
 
     cfg: PipelineConfig
     tokenizer: Any
     facts: ModelFacts
     columns: tuple[tuple[str, int], ...]
-    slices: tuple[tuple[int, int], ...]
     dim: int
     token_dim: int
     stage_labels: tuple[str, ...] | None = None   # a pipeline's own stage list (pipeline.stage.stage_label); None: built-in
     described: PipelineConfig | None = None       # what the stages that run say (metadata only); None: cfg
     segments: tuple[tuple[str, SegmentConfig], ...] = ()   # the Segment stage's strategies, in its order
     added: tuple[tuple[str, pa.Field], ...] = ()  # (stage, field): columns stages after 'rows' declare
+    binary_center: Mapping[str, Any] | None = None   # the rows stage's fitted centre (metadata); None: none
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig, tokenizer=None) -> Resolved:
@@ -172,35 +176,33 @@ class Resolved:
         Raises:
             ConfigError / ModelError: as pipeline.engine.resolved.resolve_config.
         """
-        from ..model.pool import pool_offsets, window_pools
-
         cfg, tokenizer, facts = resolve_config(cfg, tokenizer)
         hidden = facts.hidden_size
         dim, token_dim = feature_dim(cfg, hidden)
-        pools = window_pools(cfg)
-        offsets = pool_offsets(pools, hidden)
-        keys = [p.pool_key for p in pools]
-        slices = tuple(tuple(offsets[keys.index(f.pool_key)]) for f in cfg.feature_list())
-        return cls(cfg, tokenizer, facts, tuple(feature_columns(cfg, hidden)), slices, dim, token_dim)
+        return cls(cfg, tokenizer, facts, tuple(feature_columns(cfg, hidden)), dim, token_dim)
 
     @property
     def features(self) -> tuple:
         """The run's features, in column order."""
         return self.cfg.feature_list()
 
-    def with_io(self, cfg: PipelineConfig) -> Resolved:
+    def with_io(self, cfg: PipelineConfig, rows: Rows | None = None) -> Resolved:
         """This record with ``cfg``'s read and write options (inputs, output, --keep-col, --out-dtype,
-        --cache...); what was resolved against the model stays.
+        --cache...); what was resolved against the model stays. ``rows``: a pipeline's rows stage, whose
+        binary centre (if any) the record takes for the metadata of an --out-dtype binary run.
 
         Raises:
             ConfigError: a --keep-col that clashes with a column of this run.
         """
-        return dataclasses.replace(self, cfg=dataclasses.replace(self.cfg, read=cfg.read, write=cfg.write))
+        out = dataclasses.replace(self, cfg=dataclasses.replace(self.cfg, read=cfg.read, write=cfg.write))
+        if rows is not None and rows.binary_center is not None and cfg.write.out_dtype == "binary":
+            out = dataclasses.replace(out, binary_center=rows.binary_center)
+        return out
 
     def schema(self, id_type: pa.DataType) -> pa.Schema:
         """The output schema for ids of ``id_type`` (pa.int64(): a ``row`` column; pa.string(): ``id``)."""
         schema = output_schema(self.cfg, id_type, self.facts, self.dim, self.token_dim, self.described,
-                               dict(self.segments))
+                               dict(self.segments), self.binary_center)
         if self.stage_labels is None:
             return schema
         meta = json.loads(schema.metadata[b"longbert"])
@@ -239,28 +241,45 @@ class Resolved:
                 Segment(strategies, facts.cls_id, facts.sep_id, prompt.ids if prompt else ()),
                 Dedup(),
                 Encode.from_config(cfg, self.tokenizer, facts, model, store, with_tokens=pool.per_token),
-                aggregate(self.features, self.columns, self.slices, cfg.pool.aggregates, cfg.pool.normalize,
-                          cfg.write.out_dtype, seg.chunk_tokens, facts.num_hidden_layers, facts.hidden_size),
-                rows(self.row_schemas(), tuple(passthrough_columns(cfg)), self.columns)]
+                aggregate(self.features, cfg.pool.aggregates, cfg.pool.normalize, seg.chunk_tokens),
+                self.rows_stage(rows)]
 
-    def row_schemas(self) -> dict[str, pa.Schema]:
-        """{"row": the schema for int64 row numbers, "id": for string ids} (the rows stage's parameter)."""
-        return {"row": self.schema(pa.int64()), "id": self.schema(pa.string())}
+    def rows_stage(self, kind: type = Rows, centre: Mapping[str, Any] | None = None) -> Rows:
+        """The rows stage of class ``kind`` for this record: the run's kept columns and --out-dtype, and
+        the binary centre (this record's, else ``centre``; none unless --out-dtype binary)."""
+        out_dtype = self.cfg.write.out_dtype
+        centre = (self.binary_center if self.binary_center is not None else centre) if out_dtype == "binary" else None
+        return kind(tuple(passthrough_columns(self.cfg)), out_dtype, centre)
+
+    def binary_columns(self) -> dict[str, int]:
+        """{column: D} of the columns --out-dtype binary packs: each feature column and, per token, token_features."""
+        columns = dict(self.columns)
+        if self.cfg.pool.per_token:
+            columns[TOKEN_FEATURES] = self.token_dim
+        return columns
+
+    def centred(self, centre: Any, given: bool = False) -> Resolved:
+        """This record with ``centre`` as the rows stage's binary centre (pipeline.output.rows.centers_of).
+
+        Raises:
+            ConfigError: a centre without --out-dtype binary, of another form, or, with ``given`` (a user's),
+                one whose columns or D differ from this run's (``binary_columns``), naming the fix.
+        """
+        rows = Rows(out_dtype=self.cfg.write.out_dtype, binary_center=centre)
+        if given:
+            rows.check_centers(self.binary_columns())
+        return dataclasses.replace(self, binary_center=rows.binary_center)
 
     def io_stage(self, stage: Any) -> Any:
-        """``stage`` for a run with this record's read and write options: a built-in encode, aggregate
-        or rows stage rebuilt with the run's --cache, --out-dtype and kept columns (the same weights);
-        ``stage`` itself when those leave it as it is (another output path, --progress...), and any
-        other stage as it is."""
+        """``stage`` for a run with this record's read and write options: a built-in encode or rows
+        stage rebuilt with the run's --cache, --out-dtype and kept columns (the same weights; a rows
+        stage keeps its own binary centre, else takes this record's); ``stage`` itself when those leave
+        it as it is (another output path, --progress...), and any other stage as it is."""
         from ..model.encode_stage import Encode
 
         if isinstance(stage, Encode):
             return stage.with_io(self.cfg, self.facts)
-        if isinstance(stage, Aggregate):
-            return stage.with_io(self.cfg.write.out_dtype)
         if isinstance(stage, Rows):
-            rows = type(stage)(self.row_schemas(), tuple(passthrough_columns(self.cfg)), stage.columns)
-            same = rows.kept == stage.kept and rows.schemas.keys() == stage.schemas.keys() and all(
-                rows.schemas[k].equals(stage.schemas[k], check_metadata=True) for k in rows.schemas)
-            return stage if same else rows   # the metadata compared too: it names the run's options
+            rows = self.rows_stage(type(stage), stage.binary_center)
+            return stage if rows == stage else rows
         return stage

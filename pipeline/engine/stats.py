@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..read import read_blocks
 from ..text.segment import prompt_rules, window_spans
 from ..text.tokenize import UNKNOWN_WARN_SHARE, tokenize_block, unknown_warning
+from .memory_estimate import format_estimate, peak_estimate
 
 _SPEED_WINDOWS = 4   # full-size windows per timed forward pass when measuring the speed
 
@@ -58,19 +59,23 @@ def _options_text(seg: SegmentConfig) -> str:
     return f"C={c}"
 
 
-def measure_speed(cfg: PipelineConfig, tokenizer, sample_ids: np.ndarray) -> tuple[float, str]:
-    """Full-size windows per second of the configured model and device (about 2-4 s on a CPU).
+def measure_speed(cfg: PipelineConfig, tokenizer, sample_ids: np.ndarray) -> tuple[float, str, int]:
+    """Full-size windows per second of the configured model and device (about 2-6 s on a CPU), and the
+    peak memory of a forward batch as large as extract's.
 
-    Loads the model (pipeline.model.encode.Encoder), runs one untimed warm-up pass, then times forward
-    passes of 4 windows of max_length positions each (content: ``sample_ids`` repeated) until 1 s
+    Loads the model (pipeline.model.encode.Encoder), runs one untimed warm-up pass of as many windows of
+    max_length positions as the run's batch budget holds (16 on a CPU by default; the peak memory is read
+    after it), then times forward passes of 4 such windows (content: ``sample_ids`` repeated) until 1 s
     has passed or 5 passes ran. A shared or busy machine reads slower than it runs alone.
 
     Returns:
-        (windows per second, the device it ran on, e.g. "cpu").
+        (windows per second, the device it ran on, e.g. "cpu", this process's peak resident bytes after
+        the warm-up: runtime, weights and one full batch; pipeline.engine.run.peak_memory).
     """
     from ..model.encode import Encoder, EncodeSpec
     from ..model.facts import special_ids
     from ..types import Window
+    from .run import peak_memory
 
     seg = cfg.segment
     c = seg.content_tokens
@@ -79,30 +84,51 @@ def measure_speed(cfg: PipelineConfig, tokenizer, sample_ids: np.ndarray) -> tup
     content = np.resize(sample_ids.astype(np.int64), c)                            # (C,)
     cls_id, sep_id = special_ids(tokenizer, cfg.model.model)
     ids = np.concatenate([[cls_id], content, [sep_id]]).astype(np.int64)
-    windows = [Window(doc=0, window_idx=i, n_windows=_SPEED_WINDOWS, spans=((0, c),), input_ids=ids)
-               for i in range(_SPEED_WINDOWS)]
-    encoder = Encoder.from_config(EncodeSpec.from_config(cfg), tokenizer)
-    encoder.encode(windows)  # warm-up at the timed shape: first-call allocations are not the steady speed
+    spec = EncodeSpec.from_config(cfg)
+    encoder = Encoder.from_config(spec, tokenizer)
+    per_batch = max(_SPEED_WINDOWS, min(spec.encode.batch_size,
+                                        spec.encode.token_budget_on(encoder.device.type) // seg.max_length))
+    full = [Window(doc=0, window_idx=i, n_windows=per_batch, spans=((0, c),), input_ids=ids) for i in range(per_batch)]
+    encoder.encode(full)     # warm-up, one batch as extract makes them: its peak memory is the model part's
+    peak = peak_memory()
+    windows = full[:_SPEED_WINDOWS]
+    encoder.encode(windows)  # at the timed shape: first-call allocations are not the steady speed
     passes, t0 = 0, time.perf_counter()
     while passes == 0 or (time.perf_counter() - t0 < 1.0 and passes < 5):
         encoder.encode(windows)
         passes += 1
-    return passes * _SPEED_WINDOWS / (time.perf_counter() - t0), str(encoder.device)
+    return passes * _SPEED_WINDOWS / (time.perf_counter() - t0), str(encoder.device), peak
 
 
-def _checked(cfg: PipelineConfig) -> tuple[PipelineConfig, object, object, bool, int]:
+def _checked(cfg: PipelineConfig) -> tuple[PipelineConfig, object, object, bool, int, int]:
     """pipeline.engine.run.check's (config, tokenizer, plan), whether extract lowercases the texts (a
-    sentence-transformers folder's do_lower_case) and its prompt's tokens per window (0: none)."""
+    sentence-transformers folder's do_lower_case), its prompt's tokens per window (0: none) and the
+    values of a token vector at --level token."""
     from ..model.prompts import run_prompt
     from ..model.st_folder import lowercases
-    from .resolved import resolve_config
+    from .resolved import feature_dim, resolve_config
     from .run import scan_inputs
 
     cfg, plan = scan_inputs(cfg)
     cfg, tokenizer, facts = resolve_config(cfg)
     lower = lowercases(cfg, facts)
     prompt = run_prompt(cfg.model, facts, tokenizer, lower)
-    return cfg, tokenizer, plan, lower, len(prompt.ids) if prompt else 0
+    return cfg, tokenizer, plan, lower, len(prompt.ids) if prompt else 0, feature_dim(cfg, facts.hidden_size)[1]
+
+
+def _speed_and_memory(cfg: PipelineConfig, tokenizer, sample_ids: np.ndarray, kept: np.ndarray, token_dim: int,
+                      windows_per_second: float | None) -> tuple[float, str, dict | None]:
+    """(windows per second, where the speed comes from, the peak memory estimate or None): measured on the
+    model (``measure_speed``, pipeline.engine.memory_estimate.peak_estimate), or the speed given and no
+    estimate. Raises ConfigError: a given speed <= 0."""
+    if windows_per_second is not None:
+        if windows_per_second <= 0:
+            raise ConfigError(f"--windows-per-second={windows_per_second} must be > 0")
+        return float(windows_per_second), "given with --windows-per-second", None
+    speed, device, model_bytes = measure_speed(cfg, tokenizer, sample_ids)
+    memory = peak_estimate(model_bytes, kept, cfg.pool.per_token, token_dim, cfg.read.block_rows, cfg.encode.block_tokens,
+                           cfg.segment.content_tokens) if model_bytes else None
+    return speed, f"measured on {device}, {_SPEED_WINDOWS} windows of {cfg.segment.max_length}", memory
 
 
 def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -> dict[str, Any]:
@@ -128,7 +154,7 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
         ConfigError, ModelError, InputError: as pipeline.engine.run.check (bad options, unreadable inputs,
             no rows).
     """
-    cfg, tokenizer, corpus, lowercase, n_prompt = _checked(cfg)
+    cfg, tokenizer, corpus, lowercase, n_prompt, token_dim = _checked(cfg)
     seg = cfg.segment
     n_tokens: list[int] = []
     n_unknown: list[int] = []
@@ -147,13 +173,7 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
     kept = lengths if seg.max_tokens_per_doc is None else np.minimum(lengths, seg.max_tokens_per_doc)  # (N,)
     unknown = np.asarray(n_unknown, dtype=np.int64)                   # (N,)
     c = seg.content_tokens
-    if windows_per_second is None:
-        speed, device = measure_speed(cfg, tokenizer, sample_ids)
-        source = f"measured on {device}, {_SPEED_WINDOWS} windows of {seg.max_length}"
-    else:
-        if windows_per_second <= 0:
-            raise ConfigError(f"--windows-per-second={windows_per_second} must be > 0")
-        speed, source = float(windows_per_second), "given with --windows-per-second"
+    speed, source, memory = _speed_and_memory(cfg, tokenizer, sample_ids, kept, token_dim, windows_per_second)
     strategies: dict[str, dict[str, Any]] = {}
     for name in STRATEGIES:
         try:
@@ -183,6 +203,9 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
         "speed": {"windows_per_second": speed, "source": source},
         "chip": chip_stats(cfg),
         "strategies": strategies,
+        "memory": memory,
+        "level": cfg.pool.level,
+        "block_tokens": cfg.encode.block_tokens,
     }
 
 
@@ -249,6 +272,9 @@ def format_stats(result: dict[str, Any]) -> str:
     chip = result["chip"]
     lines.append(f"chip         {chip['describe']}; recommended --dtype {chip['recommended_dtype']} "
                  f"(--dtype auto picks it; this run: {chip['dtype']})")
+    lines.append("memory       " + (format_estimate(result["memory"], result["level"], result["block_tokens"])
+                                     if result["memory"] else "not estimated: the model was not run "
+                                     "(--windows-per-second given, or the system does not report memory)"))
     lines.append("")
     rows = [("strategy", "options", "windows/doc", "windows", "forward tokens", "est. time")]
     for name, s in result["strategies"].items():

@@ -19,7 +19,7 @@ from ..options.config import DEFAULT_MODEL, PipelineConfig
 from ..output.lock import holds_output
 from ..output.write import check_resume
 from ..read import Plan, read_block, verify_inputs
-from .calibrate import with_binary_center
+from .calibrate import binary_centre
 from .columns import as_written
 from .feed import feed_workers
 from .run import BatchProgress, Summary, documents_of, peak_memory, fail_on_row_error, open_run, run_fingerprint, scan_inputs, writing
@@ -74,10 +74,9 @@ def stream_corpus(plan: Plan, pipe, echo: Callable[[str], None] | None = None,
                 encode.close()
                 encode = pipe.encode_stage()
                 encode.load()
-        binary, binary_note = with_binary_center(cfg, lambda: pipe, plan)   # --out-dtype binary: the centre of the signs
-        if binary is not cfg:
-            pipe = pipe.for_run(binary)
-            cfg = pipe.cfg
+        centre, binary_note = binary_centre(cfg, lambda: pipe, plan, pipe.resolution().binary_center)
+        if centre is not None:   # --out-dtype binary: the rows stage's centre of the signs, found on the first documents
+            pipe = pipe.with_binary_center(centre)
         schema = pipe.resolution().file_schema(plan.id_type)   # a hub model's sha256 may be known now
         sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
         if binary_note:

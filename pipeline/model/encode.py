@@ -14,9 +14,9 @@ import torch
 
 from ..options.config import EncodeConfig, Feature, ModelConfig, PipelineConfig, PoolConfig
 from ..options.features_config import late_token_layers
-from ..errors import RunError
+from ..errors import ConfigError, RunError
 from .load import load_model, resolve_device, stop_early
-from .pool import feature_pools, pool_all, token_states
+from .pool import feature_pools, pool_all, pool_offsets, token_states
 from ..types import Window
 
 EARLY_CLOSE_TOKENS = 2048
@@ -83,6 +83,44 @@ class EncodeSpec:
         """The positive hidden-state indices (0..n_layers) the late features read, ascending."""
         return late_token_layers(self.features, n_layers)
 
+    def layout(self, hidden: int, n_layers: int, with_tokens: bool = False) -> Layout:
+        """Where this spec's encoder puts each pooled vector and per-token layer (``Encoded.layout``).
+
+        Example: features chunk:mean and head:cls of a 384-wide, 6-layer model -> pools
+        (("mean", (-1,), "mean"), (0, 384)), (("cls", (-1,), "mean"), (384, 768)); no token layers.
+        """
+        pools = self.pools
+        offsets = pool_offsets(pools, hidden)
+        return Layout(hidden, n_layers, tuple((p.pool_key, tuple(o)) for p, o in zip(pools, offsets)),
+                      self.token_layers(n_layers), pools[0].dim(hidden) if with_tokens else None)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What an encoded batch holds where: the stages after ``encode`` read the model's sizes and each
+    pooling's place here, as sentence-transformers' ``Pooling`` asks the module before it.
+
+    Raises (``slice_of``): ConfigError naming a pooling the encoder did not compute.
+    """
+
+    hidden: int                                      # the model's hidden size (config hidden_size)
+    n_layers: int                                    # its transformer layers (config num_hidden_layers)
+    pools: tuple[tuple[tuple, tuple[int, int]], ...]  # (pool_key, [a, b) in a window vector) per pooling
+    token_layers: tuple[int, ...] = ()               # positive hidden-state indices in ``Encoded.layers``, side by side
+    token_dim: int | None = None                     # D of ``Encoded.tokens`` (None: no per-token vectors)
+
+    def slice_of(self, feature: Feature) -> tuple[int, int]:
+        """[a, b) of ``feature``'s pooled vector in a window vector (its pool_key's place).
+
+        Raises:
+            ConfigError: the encoder did not compute that pooling, naming it and those it did.
+        """
+        for key, where in self.pools:
+            if key == feature.pool_key:
+                return where
+        raise ConfigError(f"feature {feature.spec!r} reads pooling {feature.pool_key}, which the encoded batch "
+                          f"does not hold (it pools {[k for k, _ in self.pools]}); give the Encode stage that feature")
+
 
 @dataclass
 class EncodeStats:
@@ -103,6 +141,7 @@ class Encoded:
     tokens: list[np.ndarray] | None = None           # per window (n_content, D_tok) float32, --level token
     layers: list[np.ndarray | None] | None = None    # per window asked (n_content, k*h) float32: the hidden
                                                      # states of Encoder.token_layers side by side (late)
+    layout: Layout | None = None                     # where each pooling lies, the model's sizes (the encode stage's)
 
 
 class Encoder:

@@ -266,7 +266,14 @@ class Encode(Stage):
                                     with_layers=late_windows(batch))
         counts = BlockCounts(windows=len(batch.unique) - cached, windows_cached=cached,
                              oom_splits=stats.oom_splits - oom, fp32_recomputed=stats.fp32_recomputed - fp32)
+        enc = dataclasses.replace(enc, layout=self.layout)   # what the aggregate stage reads its sizes and slices from
         return batch.replace(encoded=enc, cached=cached, counts=counts)
+
+    @property
+    def layout(self):
+        """The pipeline.model.encode.Layout of this stage's vectors: the model's hidden size and layers,
+        each pooling's [a, b) in a window vector, the late token layers and, with tokens, their D."""
+        return self.spec.layout(self.facts.hidden_size, self.facts.num_hidden_layers, self.with_tokens)
 
 
 def _files_sha256(name: str) -> str | None:

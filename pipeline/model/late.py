@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 
-def max_context(positions: list[np.ndarray], vectors: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def max_context(positions: list[np.ndarray], vectors: list[np.ndarray],
+                out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """One vector per document position from overlapping windows, by the max-context rule.
 
     A position in several windows takes its vector from the window where it has the most context,
@@ -27,16 +28,24 @@ def max_context(positions: list[np.ndarray], vectors: list[np.ndarray]) -> tuple
     Args:
         positions: per window, int (n_w,) ascending content-token positions in the document.
         vectors: per window, float32 (n_w, D) content-token vectors ([CLS]/[SEP] dropped), same order.
+        out: float32 (m, D) to fill (e.g. a document's rows of a block's one token array); None: a new one.
 
     Returns:
-        (positions int64 (m,) every position of some window, ascending; vectors float32 (m, D)).
+        (positions int64 (m,) every position of some window, ascending; vectors float32 (m, D): ``out``
+        when given).
+
+    Raises:
+        ValueError: ``out`` is not (m, D).
         Example: windows over positions 0..4 and 2..6 -> positions 0..6; 0-3 from the first window
         (position 3 has context 1 in both: the earlier wins), 4-6 from the second.
     """
     every = np.unique(np.concatenate(positions)) if positions else np.zeros(0, np.int64)   # (m,)
     dim = vectors[0].shape[1] if vectors else 0
     best = np.full(every.shape[0], -1, dtype=np.int64)
-    out = np.zeros((every.shape[0], dim), dtype=np.float32)                                   # (m, D)
+    if out is None:
+        out = np.zeros((every.shape[0], dim), dtype=np.float32)                               # (m, D)
+    elif out.shape != (every.shape[0], dim):
+        raise ValueError(f"out has shape {out.shape}; the windows cover {every.shape[0]} positions of {dim} values")
     for pos, vecs in zip(positions, vectors):
         k = np.arange(pos.shape[0])
         score = np.minimum(k, pos.shape[0] - 1 - k)                                           # context, (n_w,)

@@ -160,7 +160,10 @@ def option_groups(*groups: list):
 # extract's command line are accepted with a "has no effect" warning. probe: the same for its groups.
 STATS_USES = {"text_col", "format", "delimiter", "encoding", "on_bad_lines", "config_file", "strategy", "max_length",
               "head_tokens", "tail_tokens", "overlap", "chunk_tokens", "max_tokens_per_doc", "model", "device", "dtype", "quantize",
-              "threads", "allow_pickle", "folder_settings", "prompt_name"}
+              "threads", "allow_pickle", "folder_settings", "prompt_name",
+              # the peak memory estimate's
+              "level", "block_rows", "block_tokens", "max_batch_tokens", "batch_size", "pooling", "layers", "layer_agg",
+              "features"}
 # a corpus probe extracts its own features; its reading options go into the extract command it prints
 PROBE_IGNORES = ("strategy",)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from .config_file import coerce, load_yaml
 from .defaults import DECLARABLE, DEFAULT_MODEL, FOLDER_SETTINGS  # noqa: F401 - re-exported
-from ..columns import check_keep_cols, feature_column_names
+from ..columns import check_keep_cols, column_names
 from ..errors import ConfigError
 from .ray_config import ENGINES, RayConfig  # noqa: F401 - re-exported: the config's sections are all here
 from .features_config import STRATEGIES, Feature, Pooling, Strategy, feature_fault, fold_features  # noqa: F401
@@ -69,9 +69,9 @@ class PipelineConfig:
             raise ConfigError("a run needs at least one feature; give --feature or --strategy/--pooling")
         if self.pool.per_window and self.ray.engine == "ray":  # the Ray writer counts a row per document
             raise ConfigError("--level window runs on the local engine only; drop --engine ray")
-        parts = self.pool.aggregates[:self.pool.parts]
-        check_keep_cols(self.read.keep_cols, self.pool.level,
-                        feature_column_names([f.name for f in self.feature_list()], parts), self.write.out_dtype)
+        aggregates = self.pool.aggregates if self.pool.parts > 1 else ()
+        check_keep_cols(self.read.keep_cols, self.pool.level, column_names(self.feature_list(), aggregates),
+                        self.write.out_dtype)
 
     def feature_list(self) -> tuple[Feature, ...]:
         """Every feature of the run (``pool.features``): the --feature list, or the one feature of
@@ -105,9 +105,8 @@ class PipelineConfig:
         d.pop("user_set")   # the values it let a model folder fill are compared themselves
         later = {"folder_settings": "auto", "prompt_name": None}   # added later: runs without them keep their fingerprint
         d["model"] = {k: v for k, v in d["model"].items() if k not in later or v != later[k]}
-        for key in ("output", "overwrite", "resume", "progress", "strict", "cache", "binary_center",
-                    "binary_center_file"):
-            d["write"].pop(key)   # binary_center (and the file it came from): read back from the parts a resumed run finishes
+        for key in ("output", "overwrite", "resume", "progress", "strict", "cache", "binary_center_file"):
+            d["write"].pop(key)   # the binary centre's file: the centre is read back from the parts a resumed run finishes
         d.pop("ray")
         d["read"].pop("inputs")  # inputs are compared by content, not by name (pipeline.read)
         for key, default in (("format", None), ("delimiter", None), ("with_source", False)):

@@ -306,10 +306,6 @@ class WriteConfig:
     progress: bool = True
     cache: str | None = None               # --cache DIR or s3://BUCKET/PREFIX: the window store
                                            # (pipeline.cache.stores.open_store); changes no value
-    binary_center: tuple[tuple[str, tuple[float, ...] | None], ...] | None = None
-                                           # binary: per column (name, the (D,) centre of its signs, or None: 0);
-                                           # None: the engine calibrates it on the first documents
-                                           # (pipeline.engine.calibrate), stored in the metadata
     binary_center_file: str | None = None  # binary: an earlier binary output whose centre this run takes
 
     def __post_init__(self) -> None:

@@ -6,7 +6,9 @@ Also ``aggregate_rows``, the same combination on a user's own numpy arrays (``lo
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,12 +20,12 @@ from ..model.late import chunk_spans, doc_chunks, max_context
 from ..model.pool import aggregate_parts, normalize
 from ..text.segment import covered_tokens
 from ..types import TokenizedDoc, Window
-from .write import fits_float16
+from .schema import column_names
+
+if TYPE_CHECKING:
+    from ..model.encode import Layout
 
 NON_FINITE = "non-finite features (overflow in half precision, also in the float32 recompute)"
-FP16_OVERFLOW = "features overflow float16 (|x| > 65504); use --out-dtype float32"
-FP16_TOKEN_OVERFLOW = "per-token features overflow float16 (|x| > 65504); use --out-dtype float32"
-INT8_NON_FINITE = "features hold a value that is not finite, which --out-dtype int8 cannot store; use --out-dtype float32"
 NO_WINDOW = "no content tokens: the document makes no window"
 
 
@@ -31,25 +33,31 @@ def aggregate_documents(agg: Aggregate, batch: Batch) -> Batch:
     """Document (and token) level: per document and feature, its windows' vectors aggregated.
 
     Args:
-        agg: the stage (features, ``slices`` of each feature in a window vector, columns, aggregates...).
-        batch: after ``encode``.
+        agg: the stage (features, aggregates, normalize, chunk_tokens).
+        batch: after ``encode``; its ``encoded.layout`` says where each feature's pooling lies in a window
+            vector (pipeline.model.encode.Layout).
 
     Returns:
         The batch with vectors {column: (n_docs, D) float32}, valid, errors, out_docs = 0..n-1,
         n_windows, truncated and, at --level token, tokens.
+
+    Raises:
+        ConfigError: the encoded batch has no layout, or lacks a feature's pooling.
     """
     docs, enc = batch.docs, batch.encoded
     n = len(docs)
+    layout = layout_of(enc)
+    slices = [layout.slice_of(f) for f in agg.features]
     strategies = list(batch.windows)
     index = dict(zip(strategies, batch.plan.index))                   # strategy -> (n_req,) into unique
     spans = {s: doc_slices(batch.windows[s], n) for s in strategies}
-    features = [np.zeros((n, dim), dtype=np.float32) for _, dim in agg.columns]
+    features = [np.zeros((n, (b - a) * len(agg.aggregates)), dtype=np.float32) for a, b in slices]
     valid = np.zeros(n, dtype=bool)
     errors: list[str | None] = [d.error for d in docs]
     n_windows = np.zeros(n, dtype=np.int32)
     truncated = np.zeros(n, dtype=bool)
     tokens: list[tuple | None] = [None] * n
-    half, int8 = agg.out_dtype == "float16", agg.out_dtype == "int8"
+    rows_of = token_rows(batch, spans[strategies[0]]) if agg.per_token else None    # each document's rows of one array
     for doc in docs:
         wins = {s: batch.windows[s][spans[s][doc.row]] for s in strategies}
         rows = {s: index[s][spans[s][doc.row]] for s in strategies}     # (windows of doc,) into enc
@@ -61,58 +69,72 @@ def aggregate_documents(agg: Aggregate, batch: Batch) -> Batch:
         if not all(enc.finite[rows[s]].all() for s in strategies):
             errors[doc.row] = NON_FINITE
             continue
-        vecs = []
         late = late_chunks(agg, wins["late"], rows["late"], enc) if "late" in wins else {}
-        for f, (a, b) in zip(agg.features, agg.slices):
+        for col, f, (a, b) in zip(features, agg.features, slices):
             parts, weights = late[f] if f.strategy == "late" else (
                 enc.vectors[rows[f.strategy], a:b], np.array([w.n_content for w in wins[f.strategy]], dtype=np.float64))
             vec = aggregate_parts(parts, weights, agg.aggregates)
-            vecs.append(normalize(vec) if agg.normalize else vec)
-        if half and not all(fits_float16(v) for v in vecs):
-            errors[doc.row] = FP16_OVERFLOW
-            continue
-        if int8 and not all(np.isfinite(v).all() for v in vecs):
-            errors[doc.row] = INT8_NON_FINITE
-            continue
-        for col, vec in zip(features, vecs):
-            col[doc.row] = vec
+            col[doc.row] = normalize(vec) if agg.normalize else vec
         valid[doc.row] = True
         if agg.per_token:
             s = strategies[0]
-            tokens[doc.row] = token_features(doc, wins[s], [enc.tokens[i] for i in rows[s]])
-            if half and not fits_float16(tokens[doc.row][3]):
-                errors[doc.row], valid[doc.row], tokens[doc.row] = FP16_TOKEN_OVERFLOW, False, None
-            elif int8 and not np.isfinite(tokens[doc.row][3]).all():
-                errors[doc.row], valid[doc.row], tokens[doc.row] = INT8_NON_FINITE, False, None
-    return batch.replace(vectors={name: v for (name, _), v in zip(agg.columns, features)}, valid=valid,
+            tokens[doc.row] = token_features(doc, wins[s], [enc.tokens[i] for i in rows[s]], rows_of[doc.row])
+    # at --level token the windows' token vectors are dropped once each document's are made: held once
+    return batch.replace(vectors=dict(zip(agg.column_names(), features)), valid=valid,
                          errors=errors, out_docs=np.arange(n, dtype=np.int64), n_windows=n_windows,
-                         truncated=truncated, tokens=tokens if agg.per_token else None)
+                         truncated=truncated, tokens=tokens if agg.per_token else None,
+                         encoded=dataclasses.replace(enc, tokens=None) if agg.per_token else enc)
+
+
+def token_rows(batch: Batch, spans: list[slice]) -> list[np.ndarray | None]:
+    """Per document, its rows of one new float32 (m_total, D) array for its per-token vectors (m_total:
+    every document's covered positions, documents with an error excluded), so that a block's token
+    vectors are one buffer, which the rows stage hands to Arrow without a copy; None for a document
+    with an error. ``spans``: each document's slice of the first strategy's windows (doc_slices)."""
+    windows, enc = batch.windows[next(iter(batch.windows))], batch.encoded
+    dim = enc.tokens[0].shape[1] if enc.tokens else 0
+    counts = [0 if d.error is not None or s.start == s.stop else
+              len(np.unique(np.concatenate([w.positions for w in windows[s]]))) for d, s in zip(batch.docs, spans)]
+    ends = np.cumsum(counts)
+    flat = np.empty((int(ends[-1]) if len(ends) else 0, dim), dtype=np.float32)
+    return [None if d.error is not None else flat[e - c:e] for d, c, e in zip(batch.docs, counts, ends)]
+
+
+def layout_of(enc) -> Layout:
+    """The Layout an encoded batch carries (pipeline.model.encode.Encoded.layout).
+
+    Raises:
+        ConfigError: none there (an encode stage of one's own that did not record it).
+    """
+    layout = getattr(enc, "layout", None)
+    if layout is None:
+        raise ConfigError("the encoded batch does not say where each pooling lies (batch.encoded.layout is None); "
+                          "an encode stage of one's own sets it as longbert.Encode does (its `layout` property)")
+    return layout
 
 
 def aggregate_windows(agg: Aggregate, batch: Batch) -> Batch:
     """--level window: one output row per window of the run's one strategy, its vector as encoded
     (unit-scaled with --normalize). A document without a window keeps one row with its error; a
-    window whose vector is not finite, or overflows float16 with --out-dtype float16, gets an error.
+    window whose vector is not finite gets an error.
 
     Returns:
         The batch with vectors {column: (n_out, D) float32}, valid, errors, out_docs and out_windows.
+
+    Raises:
+        ConfigError: as aggregate_documents.
     """
     strategy = agg.features[0].strategy     # one strategy at --level window (PoolConfig refuses more)
     docs, rows, raw, finite = (chunk_rows if strategy == "late" else window_rows)(agg, batch)
     errors = [batch.docs[d].error or NO_WINDOW if w is None else None if ok else NON_FINITE
               for d, w, ok in zip(docs, rows, finite)]
     vectors = {}
-    for (name, _), v in zip(agg.columns, raw):
+    for name, v in zip(agg.column_names(), raw):
         if agg.normalize:
             v = normalize(v)                                                      # (n_out, D), row by row
         vectors[name] = np.where(finite[:, None], v, 0).astype(np.float32)
-    valid = finite.copy()
-    if agg.out_dtype == "float16":
-        fits = np.logical_and.reduce([fits_float16(v, axis=1) for v in vectors.values()])      # (n_out,)
-        for i in np.flatnonzero(valid & ~fits):
-            errors[i], valid[i] = FP16_OVERFLOW, False
-    return batch.replace(vectors=vectors, valid=valid, errors=errors, out_docs=np.asarray(docs, dtype=np.int64),
-                         out_windows=rows)
+    return batch.replace(vectors=vectors, valid=finite.copy(), errors=errors,
+                         out_docs=np.asarray(docs, dtype=np.int64), out_windows=rows)
 
 
 def window_rows(agg: Aggregate, batch: Batch) -> tuple[list[int], list, list[np.ndarray], np.ndarray]:
@@ -122,10 +144,11 @@ def window_rows(agg: Aggregate, batch: Batch) -> tuple[list[int], list, list[np.
     into = batch.into_unique(strategy)
     docs, wins = row_plan(batch.docs, windows)
     enc = batch.encoded
+    slices = [layout_of(enc).slice_of(f) for f in agg.features]
     enc_rows = into[np.maximum(wins, 0)] if len(windows) else np.zeros(len(wins), np.int64)
     finite = enc.finite[enc_rows] & (wins >= 0) if len(windows) else np.zeros(len(wins), bool)
     vectors = [enc.vectors[enc_rows, a:b] if len(windows) else np.zeros((len(wins), b - a), np.float32)
-               for a, b in agg.slices]                                            # (n_out, D) each
+               for a, b in slices]                                                # (n_out, D) each
     return docs, [windows[w] if w >= 0 else None for w in wins], vectors, finite
 
 
@@ -137,7 +160,7 @@ def chunk_rows(agg: Aggregate, batch: Batch) -> tuple[list[int], list, list[np.n
     """
     windows, enc = batch.windows["late"], batch.encoded
     into = batch.into_unique("late")
-    dims = [b - a for a, b in agg.slices]
+    dims = [b - a for a, b in (layout_of(enc).slice_of(f) for f in agg.features)]
     docs, rows, finite, vectors = [], [], [], [[] for _ in dims]
     start = 0
     for doc in batch.docs:
@@ -159,10 +182,12 @@ def chunk_rows(agg: Aggregate, batch: Batch) -> tuple[list[int], list, list[np.n
 
 def late_chunks(agg: Aggregate, windows: list[Window], rows: np.ndarray, enc) -> dict:
     """{late feature: (chunk vectors, tokens per chunk)} of one document's late ``windows`` (``rows``:
-    theirs in ``enc``), by pipeline.model.late.doc_chunks."""
+    theirs in ``enc``), by pipeline.model.late.doc_chunks, with the token layers, layer count and
+    hidden size the encoded batch's layout gives."""
+    layout = layout_of(enc)
     return doc_chunks([w.positions for w in windows], [enc.layers[i] for i in rows],
                       [f for f in agg.features if f.strategy == "late"], agg.chunk_tokens,
-                      agg.token_layers, agg.n_layers, agg.hidden)
+                      layout.token_layers, layout.n_layers, layout.hidden)
 
 
 def row_plan(docs: list[TokenizedDoc], windows: list[Window]) -> tuple[list[int], np.ndarray]:
@@ -201,7 +226,8 @@ def doc_slices(windows: list[Window], n_docs: int) -> list[slice]:
     return out
 
 
-def token_features(doc: TokenizedDoc, windows: list[Window], window_tokens: list[np.ndarray]):
+def token_features(doc: TokenizedDoc, windows: list[Window], window_tokens: list[np.ndarray],
+                   out: np.ndarray | None = None):
     """Per-token output of one document: (token_ids, positions, offsets, token_features).
 
     Every position that is in some window appears once, ascending. A token in two overlapping
@@ -209,10 +235,13 @@ def token_features(doc: TokenizedDoc, windows: list[Window], window_tokens: list
     tokens right) within the window (the "max context" rule of BERT's SQuAD code, Devlin et al.
     2019); on a tie the earlier window wins.
 
+    Args:
+        out: float32 (m, D) the token features are written into (token_rows); None: a new array.
+
     Returns:
         token_ids int32 (m,), positions int32 (m,), offsets int32 (m, 2), token_features (m, D) float32.
     """
-    positions, feats = max_context([w.positions for w in windows], window_tokens)    # (m,), (m, D)
+    positions, feats = max_context([w.positions for w in windows], window_tokens, out)    # (m,), (m, D)
     return (doc.ids[positions].astype(np.int32), positions.astype(np.int32),
             doc.offsets[positions].astype(np.int32), feats)
 
@@ -283,56 +312,50 @@ class Aggregate(Stage):
     """``encoded`` -> one vector per document and feature: its windows' vectors combined with
     ``aggregates`` (``aggregate_documents``), unit-scaled with ``normalize``.
 
+    Each feature's place in a window vector, the hidden size and the layer count are read from the
+    encoded batch (``batch.encoded.layout``, which the encode stage records); the column names come
+    from the values alone (``column_names``).
+
     Args:
         features: the run's features in column order: pipeline.options.features_config.Feature
             objects or specs as ``--feature`` takes them (``"chunk:mean"``, ``"head:cls:-4..-1:concat"``,
             or a mapping of strategy/pooling/layers/layer_agg).
-        columns: per feature (output column name, D); slices: per feature its [a, b) in a window vector.
         aggregates: first | last | mean | max | weighted, several side by side (e.g. ("mean", "max")).
-        normalize: scale each vector to unit L2 norm. out_dtype: "float16" turns a vector that
-            overflows half precision into a row error, "int8" one that is not finite (the rows stage
-            quantizes; "binary" packs the signs there).
+        normalize: scale each vector to unit L2 norm.
         chunk_tokens: late chunking's content tokens per chunk.
-        n_layers, hidden: the model's number of layers and hidden size (its config's
-            num_hidden_layers and hidden_size; the default model's are 6 and 384). Read by late
-            features only, which need both; None where there are none.
 
     Raises:
         ConfigError: ``features`` is not a sequence of features or specs, a spec is wrong (as
-            ``--feature``'s message), or a late feature without ``n_layers`` and ``hidden``.
+            ``--feature``'s message), or an aggregate that is not one of AGGREGATES.
 
     Fills ``vectors`` {column: (n_docs, D) float32}, ``valid``, ``errors``, ``out_docs``, ``n_windows``,
     ``truncated`` (and ``tokens`` in TokenAggregate). A replacement aggregate needs to fill only
     ``vectors`` (and ``errors`` where it refuses a row): the rows stage derives the rest.
+
+    Example:
+        >>> Aggregate(["chunk:mean"], aggregates=("mean", "max")).column_names()
+        ['features']
     """
 
     name, requires, fills = "aggregate", ("encoded",), ("vectors",)
     per_token = False
 
-    def __init__(self, features: tuple, columns: tuple[tuple[str, int], ...], slices: tuple[tuple[int, int], ...],
-                 aggregates: tuple[str, ...] = ("mean",), normalize: bool = False, out_dtype: str = "float32",
-                 chunk_tokens: int = 128, n_layers: int | None = None, hidden: int | None = None):
+    def __init__(self, features: Sequence, aggregates: Sequence[str] = ("mean",), normalize: bool = False,
+                 chunk_tokens: int = 128):
         self.features = _features_of(features)
-        self.columns, self.slices = tuple(map(tuple, columns)), tuple(map(tuple, slices))
-        self.aggregates, self.normalize, self.out_dtype = tuple(aggregates), bool(normalize), out_dtype
-        self.chunk_tokens = int(chunk_tokens)
-        self.n_layers = None if n_layers is None else int(n_layers)
-        self.hidden = None if hidden is None else int(hidden)
-        if (n_layers is None or hidden is None) and any(f.strategy == "late" for f in self.features):
-            raise ConfigError("Aggregate: late features need n_layers and hidden, the model's num_hidden_layers "
-                              f"and hidden_size (got n_layers={n_layers!r}, hidden={hidden!r})")
-        # the hidden states late features read, as positive indices (pipeline.model.encode.Encoder.token_layers)
-        self.token_layers = tuple(sorted({x if x >= 0 else n_layers + 1 + x for f in self.features
-                                          if f.strategy == "late" for x in f.layers}))
+        self.aggregates = (aggregates,) if isinstance(aggregates, str) else tuple(aggregates)
+        bad = [a for a in self.aggregates if a not in AGGREGATES]
+        if bad or not self.aggregates:
+            raise ConfigError(f"Aggregate: aggregates={aggregates!r}; choose from {AGGREGATES} or a tuple of them")
+        self.normalize, self.chunk_tokens = bool(normalize), int(chunk_tokens)
 
     def get_params(self, deep: bool = True) -> dict:
-        return {"features": self.features, "columns": self.columns, "slices": self.slices,
-                "aggregates": self.aggregates, "normalize": self.normalize, "out_dtype": self.out_dtype,
-                "chunk_tokens": self.chunk_tokens, "n_layers": self.n_layers, "hidden": self.hidden}
+        return {"features": self.features, "aggregates": self.aggregates, "normalize": self.normalize,
+                "chunk_tokens": self.chunk_tokens}
 
-    def with_io(self, out_dtype: str) -> Aggregate:
-        """This stage with a run's --out-dtype."""
-        return self if out_dtype == self.out_dtype else type(self)(**{**self.get_params(), "out_dtype": out_dtype})
+    def column_names(self) -> list[str]:
+        """The output columns this stage fills, in feature order (pipeline.output.schema.column_names)."""
+        return column_names(self.features, self.aggregates)
 
     def __call__(self, batch: Batch) -> Batch:
         self.check(batch)
@@ -349,6 +372,10 @@ class TokenAggregate(Aggregate):
 class WindowAggregate(Aggregate):
     """One output row per window of the run's one strategy, its vector as encoded (``aggregate_windows``);
     fills ``out_docs`` and ``out_windows`` too (``aggregates`` is not used)."""
+
+    def column_names(self) -> list[str]:
+        """As Aggregate's, without aggregate parts (window vectors are not aggregated)."""
+        return column_names(self.features)
 
     def __call__(self, batch: Batch) -> Batch:
         self.check(batch)

@@ -1,31 +1,38 @@
 """The ``rows`` stage: a batch's vectors -> the output table in the schema ``extract`` writes, one
 class per level (``Rows``, ``TokenRows``, ``WindowRows``) over one builder each.
 
+The stage builds its Arrow fields from its own values (kept columns, --out-dtype) and the batch's
+vector names and sizes (pipeline.output.schema.row_fields); the run's metadata is the writer's to add.
 ``document_table`` writes one row per document (and, with per-token output, its per-token lists);
-``window_table`` one row per window. Both take the schema (pipeline.output.schema.output_schema), the
-kept columns, the feature columns and the batch explicitly.
+``window_table`` one row per window. --out-dtype binary packs the signs of x minus the stage's
+``binary_center`` (its fitted state: given, or found by pipeline.engine.calibrate on a run's first documents).
 """
 from __future__ import annotations
 
-import functools
-import json
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from collections.abc import Mapping
-
 from ..batch import Batch
 from ..compact import pack_binary, quantize_int8
 from ..counts import BlockCounts
+from ..errors import ConfigError
+from ..options.sections import OUT_DTYPES
 from ..stage import Stage
 from ..text.segment import covered_tokens
-from .schema import (ERROR, ID, N_TOKENS, N_UNKNOWN, N_WINDOWS, SPANS, TOKEN_COLUMNS, TOKEN_FEATURES, TRUNCATED,
-                     WINDOW, scale_column)
+from .arrow_arrays import fixed_list_array, list_array
+from .schema import (ERROR, FEATURES, ID, N_TOKENS, N_UNKNOWN, N_WINDOWS, SPANS, TOKEN_COLUMNS, TOKEN_FEATURES,
+                     TRUNCATED, WINDOW, row_fields, scale_column)
+from .write import fits_float16
+
+FP16_OVERFLOW = "features overflow float16 (|x| > 65504); use --out-dtype float32"
+FP16_TOKEN_OVERFLOW = "per-token features overflow float16 (|x| > 65504); use --out-dtype float32"
+INT8_NON_FINITE = "features hold a value that is not finite, which --out-dtype int8 cannot store; use --out-dtype float32"
 
 
 def document_table(schema: pa.Schema, kept: tuple[str, ...], columns: list[tuple[str, int]], batch: Batch,
-                   per_token: bool = False) -> pa.Table:
+                   per_token: bool = False, centers: Mapping[str, np.ndarray | None] | None = None) -> pa.Table:
     """One row per document: id or row, kept columns, n_tokens, n_unknown, n_windows, truncated,
     the feature column(s), error and, at --level token, token_ids, positions, offsets, token_features.
 
@@ -33,7 +40,7 @@ def document_table(schema: pa.Schema, kept: tuple[str, ...], columns: list[tuple
         schema: the output schema (its first field names the id column and its type).
         kept: the input columns written after the id (--keep-col, source). columns: [(feature column
             name, D)]. batch: after ``aggregate`` at document or token level. per_token: write the
-            per-token lists too.
+            per-token lists too. centers: --out-dtype binary's {column: (D,) float32 centre or None}.
     """
     rows, docs = batch.rows, batch.docs
     cols = _leading(schema, kept, rows, None)
@@ -42,24 +49,25 @@ def document_table(schema: pa.Schema, kept: tuple[str, ...], columns: list[tuple
     cols[N_WINDOWS] = pa.array(batch.n_windows, type=pa.int32())
     cols[TRUNCATED] = pa.array(batch.truncated, type=pa.bool_())
     for name, _ in columns:
-        cols.update(_vector_columns(schema, name, batch.vectors[name], batch.valid))
+        cols.update(_vector_columns(schema, name, batch.vectors[name], batch.valid, centers))
     cols[ERROR] = pa.array(batch.errors, type=pa.string())
     if per_token:
         per_doc = [t if t is not None else (None,) * len(TOKEN_COLUMNS) for t in batch.tokens]
         for k, name in enumerate(TOKEN_COLUMNS[:3]):  # token_ids, positions, offsets
-            cols[name] = _list_array([t[k] for t in per_doc], schema.field(name).type)
-        cols.update(_token_vector_columns(schema, [t[3] for t in per_doc]))
+            cols[name] = list_array([t[k] for t in per_doc], schema.field(name).type)
+        cols.update(_token_vector_columns(schema, [t[3] for t in per_doc], centers))
     return pa.Table.from_pydict(cols, schema=schema)
 
 
-def window_table(schema: pa.Schema, kept: tuple[str, ...], columns: list[tuple[str, int]], batch: Batch) -> pa.Table:
+def window_table(schema: pa.Schema, kept: tuple[str, ...], columns: list[tuple[str, int]], batch: Batch,
+                 centers: Mapping[str, np.ndarray | None] | None = None) -> pa.Table:
     """One row per window (--level window): id or row, kept columns, window, spans, n_tokens (content
     tokens of the window), the feature column(s), error; a document without a window has one row
     whose window, spans and n_tokens are null.
 
     Args:
         schema: the output schema. kept: as document_table. columns: [(feature column name, D)]. batch: after ``aggregate`` at
-            --level window (out_docs and out_windows set).
+            --level window (out_docs and out_windows set). centers: as document_table.
     """
     wins = batch.out_windows
     cols = _leading(schema, kept, batch.rows, pa.array(batch.out_docs, type=pa.int64()))
@@ -68,64 +76,51 @@ def window_table(schema: pa.Schema, kept: tuple[str, ...], columns: list[tuple[s
                              type=schema.field(SPANS).type)
     cols[N_TOKENS] = pa.array([None if w is None else w.n_content for w in wins], type=pa.int32())
     for name, _ in columns:
-        cols.update(_vector_columns(schema, name, batch.vectors[name], batch.valid))
+        cols.update(_vector_columns(schema, name, batch.vectors[name], batch.valid, centers))
     cols[ERROR] = pa.array(batch.errors, type=pa.string())
     return pa.Table.from_pydict(cols, schema=schema)
 
 
-def _vector_columns(schema: pa.Schema, name: str, values: np.ndarray, valid: np.ndarray) -> dict[str, pa.Array]:
+def _vector_columns(schema: pa.Schema, name: str, values: np.ndarray, valid: np.ndarray,
+                    centers: Mapping[str, np.ndarray | None] | None = None) -> dict[str, pa.Array]:
     """One feature column's stored array(s), in the form its schema field declares.
 
     (n, D) float32 values and (n,) validity -> {name: fixed_size_list<float>[D]} (float32 / float16);
     with an int8 field {name: fixed_size_list<int8>[D], name_scale: (n,) float32} (quantize_int8, one
     scale per vector); with a uint8 field {name: fixed_size_list<uint8>[ceil(D / 8)]} (pack_binary, the signs of x minus
-    the column's centre in the schema's metadata).
+    the column's centre in ``centers``; none there: the signs of x).
     Rows that are not valid are null in every column. Each vector's bytes depend on that vector alone.
 
     Raises:
-        ValueError: a valid int8 row that is not finite (the aggregate stage makes those row errors).
+        ValueError: a valid int8 row that is not finite (the rows stage makes those row errors first).
     """
     list_type = schema.field(name).type
     leaf = list_type.value_type
     if pa.types.is_int8(leaf):
         q, scale = quantize_int8(np.where(valid[:, None], values, 0))       # (n, D) int8, (n,) float32
-        return {name: _fixed_list(q, valid, list_type),
+        return {name: fixed_list_array(q, valid, list_type),
                 scale_column(name): pa.array(scale, type=pa.float32(), mask=~valid)}
     if pa.types.is_uint8(leaf):                                            # (n, ceil(D / 8)) uint8
-        return {name: _fixed_list(pack_binary(values, binary_centers(schema).get(name)), valid, list_type)}
-    return {name: _fixed_list(values, valid, list_type)}
+        return {name: fixed_list_array(pack_binary(values, (centers or {}).get(name)), valid, list_type)}
+    return {name: fixed_list_array(values if valid.all() else np.where(valid[:, None], values, 0), valid, list_type)}
 
 
-def binary_centers(schema: pa.Schema) -> dict[str, np.ndarray]:
-    """{column: (D,) float32 centre} of a binary schema, from its metadata's ``compact`` columns (what
-    pipeline.output.schema.compact_metadata wrote); {} when there is none (the signs of x itself)."""
-    raw = (schema.metadata or {}).get(b"longbert")
-    return _centers(raw) if raw is not None else {}
-
-
-@functools.lru_cache(maxsize=8)
-def _centers(raw: bytes) -> dict[str, np.ndarray]:
-    compact = json.loads(raw).get("compact") or {}
-    if compact.get("form") != "binary":
-        return {}
-    return {c["column"]: np.asarray(c["center"], dtype=np.float32) for c in compact["columns"] if "center" in c}
-
-
-def _token_vector_columns(schema: pa.Schema, items: list[np.ndarray | None]) -> dict[str, pa.Array]:
+def _token_vector_columns(schema: pa.Schema, items: list[np.ndarray | None],
+                          centers: Mapping[str, np.ndarray | None] | None = None) -> dict[str, pa.Array]:
     """--level token: per document an (m, D) float32 array or None -> token_features in its schema form
     (and token_features_scale list<float32>, one scale per token, with int8)."""
     list_type = schema.field(TOKEN_FEATURES).type
     leaf = list_type.value_type.value_type
     if pa.types.is_int8(leaf):
         pairs = [quantize_int8(x) if x is not None else (None, None) for x in items]
-        return {TOKEN_FEATURES: _list_array([q for q, _ in pairs], list_type),
-                scale_column(TOKEN_FEATURES): _list_array([s for _, s in pairs],
+        return {TOKEN_FEATURES: list_array([q for q, _ in pairs], list_type),
+                scale_column(TOKEN_FEATURES): list_array([s for _, s in pairs],
                                                           schema.field(scale_column(TOKEN_FEATURES)).type)}
     if pa.types.is_uint8(leaf):
-        center = binary_centers(schema).get(TOKEN_FEATURES)
-        return {TOKEN_FEATURES: _list_array([pack_binary(x, center) if x is not None else None for x in items],
+        center = (centers or {}).get(TOKEN_FEATURES)
+        return {TOKEN_FEATURES: list_array([pack_binary(x, center) if x is not None else None for x in items],
                                             list_type)}
-    return {TOKEN_FEATURES: _list_array(items, list_type)}
+    return {TOKEN_FEATURES: list_array(items, list_type)}
 
 
 def _leading(schema: pa.Schema, kept: tuple[str, ...], rows: pa.Table, take: pa.Array | None) -> dict[str, pa.Array]:
@@ -141,97 +136,201 @@ def _leading(schema: pa.Schema, kept: tuple[str, ...], rows: pa.Table, take: pa.
     return cols
 
 
-def _fixed_list(values: np.ndarray, valid: np.ndarray, list_type: pa.FixedSizeListType) -> pa.Array:
-    """(n, D) values and (n,) validity -> fixed_size_list<x>[D] (x: the type's value type) with nulls
-    where not valid."""
-    flat = pa.array(values.astype(list_type.value_type.to_pandas_dtype()).reshape(-1), type=list_type.value_type)
-    mask = pa.array(~valid) if not valid.all() else None
-    return pa.FixedSizeListArray.from_arrays(flat, list_size=list_type.list_size, mask=mask)
-
-
-def _list_array(items: list[np.ndarray | None], list_type: pa.ListType) -> pa.Array:
-    """Per row an (m,) or (m, k) array, or None -> list<x> or list<fixed_size_list<x>[k]> with nulls."""
-    inner = list_type.value_type
-    fixed = pa.types.is_fixed_size_list(inner)
-    leaf = inner.value_type if fixed else inner
-    dtype = leaf.to_pandas_dtype()
-    offsets = np.zeros(len(items) + 1, dtype=np.int32)
-    for i, item in enumerate(items):
-        offsets[i + 1] = offsets[i] + (item.shape[0] if item is not None else 0)
-    width = inner.list_size if fixed else 1
-    flat_values = np.empty(int(offsets[-1]) * width, dtype=dtype)   # one copy of the values, filled in place
-    for i, item in enumerate(items):
-        if item is not None:
-            flat_values[offsets[i] * width:offsets[i + 1] * width] = item.reshape(-1)
-    flat = pa.array(flat_values, type=leaf)
-    values = pa.FixedSizeListArray.from_arrays(flat, list_size=inner.list_size) if fixed else flat
-    mask = pa.array([item is None for item in items], type=pa.bool_())
-    return pa.ListArray.from_arrays(pa.array(offsets), values, type=list_type, mask=mask)
-
-
 class Rows(Stage):
-    """``vectors`` -> ``table``: one output row per document in the schema extract writes, and the
-    block's ``counts``.
+    """``vectors`` -> ``table``: one output row per document, and the block's ``counts``.
 
-    Fields a replacement aggregate left empty are derived here: ``errors`` from the tokenizer's,
-    ``valid`` where there is no error and the vector is finite, ``n_windows`` and ``truncated`` from
-    the windows.
+    The table's fields come from this stage's values and the batch (pipeline.output.schema.row_fields):
+    ``row`` int64 for integer ids, else ``id`` string; the kept columns; each ``batch.vectors`` column
+    with its D, stored per ``out_dtype``. The run's metadata is not here: the writer adds it.
+    Fields a replacement aggregate left empty are derived (``completed``): ``errors`` from the
+    tokenizer's, ``valid`` where there is no error and the vector is finite, ``n_windows`` and
+    ``truncated`` from the windows. A row whose values ``out_dtype`` cannot store becomes a row error
+    (``unstorable``).
 
     Args:
-        schemas: {"row": the schema for int64 row numbers, "id": the schema for string ids}
-            (pipeline.output.schema.output_schema with each id type).
-        kept: the input columns written after the id, in order. columns: per feature (column name, D).
+        kept: the input columns written after the id, in order (--keep-col, then ``source``).
+        out_dtype: float32 | float16 | int8 (q and a float32 scale per vector) | binary (bits packed 8
+            to a byte: 1 where x > the column's centre).
+        binary_center: --out-dtype binary's centre, the stage's fitted state: a (D,) array for the one
+            feature column ``features``, or {column: (D,) array, or None for the signs of x} (a per-token
+            run's ``token_features`` too); None: the signs of x (a run finds one on its first documents,
+            pipeline.engine.calibrate). Stored as {column: tuple of float32 values}.
+
+    Raises:
+        ConfigError: an unknown ``out_dtype``, a ``binary_center`` without out_dtype "binary", or one that
+            is not finite numbers of one dimension; when called, a column the centre lacks or another D.
+
+    Example:
+        >>> Rows(out_dtype="binary", binary_center=np.zeros(384, np.float32))   # packs the signs of x
     """
 
     name, requires, fills = "rows", ("vectors",), ("table", "counts")
+    per_token = per_window = False
 
-    def __init__(self, schemas: Mapping[str, pa.Schema], kept: tuple[str, ...], columns: tuple[tuple[str, int], ...]):
-        self.schemas, self.kept, self.columns = dict(schemas), tuple(kept), tuple(map(tuple, columns))
+    def __init__(self, kept: Sequence[str] = (), out_dtype: str = "float32",
+                 binary_center: np.ndarray | Mapping[str, object] | None = None):
+        if isinstance(kept, str) or not all(isinstance(c, str) for c in kept):
+            raise ConfigError(f"Rows: kept={kept!r}; give a tuple of input column names, e.g. ('label',)")
+        if out_dtype not in OUT_DTYPES:
+            raise ConfigError(f"Rows: out_dtype={out_dtype!r}; choose one of {OUT_DTYPES}")
+        self.kept, self.out_dtype = tuple(kept), out_dtype
+        self.binary_center = centers_of(binary_center, out_dtype)
+        self.centers = None if self.binary_center is None else {
+            c: None if v is None else np.asarray(v, np.float32) for c, v in self.binary_center.items()}
 
     def get_params(self, deep: bool = True) -> dict:
-        return {"schemas": dict(self.schemas), "kept": self.kept, "columns": self.columns}
-
-    def schema(self, id_type: pa.DataType) -> pa.Schema:
-        """The output schema for ids of ``id_type`` (an integer: a ``row`` column; a string: ``id``)."""
-        return self.schemas["row" if pa.types.is_integer(id_type) else "id"]
+        return {"kept": self.kept, "out_dtype": self.out_dtype, "binary_center": self.binary_center}
 
     def complete(self, batch: Batch) -> Batch:
-        """``batch`` with the fields a replacement aggregate may leave empty derived (``completed``)."""
-        return completed(batch)
+        """``batch`` with the fields a replacement aggregate may leave empty derived (``completed``) and
+        the rows ``out_dtype`` cannot store made errors (``unstorable``)."""
+        return unstorable(completed(batch), self.out_dtype, self.per_token)
+
+    def columns(self, batch: Batch) -> list[tuple[str, int]]:
+        """(feature column, D) of the batch's vectors, in order."""
+        return [(name, int(np.shape(v)[1])) for name, v in batch.vectors.items()]
+
+    def schema(self, batch: Batch) -> pa.Schema:
+        """The table's schema for ``batch`` (no metadata: the writer adds the run's)."""
+        token_dim = self.token_dim(batch) if self.per_token else None
+        return pa.schema(row_fields(batch.rows.column(ID).type, self.kept, self.columns(batch), self.out_dtype,
+                                    self.per_window, token_dim))
+
+    def token_dim(self, batch: Batch) -> int:
+        """D of the per-token vectors: a document's, else the encoded batch's layout's.
+
+        Raises:
+            ConfigError: neither says it."""
+        for t in batch.tokens or ():
+            if t is not None:
+                return int(t[3].shape[1])
+        dim = getattr(getattr(batch.encoded, "layout", None), "token_dim", None)
+        if dim is None:
+            raise ConfigError("per-token rows need the per-token vectors' size: no document has tokens and the "
+                              "encoded batch's layout names none; encode with per-token vectors (longbert.Encode("
+                              "..., with_tokens=True))")
+        return int(dim)
+
+    def check_centers(self, columns: Mapping[str, int]) -> None:
+        """Check ``binary_center`` against the binary columns ({column: D}) this stage writes.
+
+        Raises:
+            ConfigError: a column without a centre, or a centre of another D, naming both and the fix."""
+        if self.centers is None:
+            return
+        for name, dim in columns.items():
+            if name not in self.centers:
+                raise ConfigError(f"Rows: binary_center has centres for {list(self.centers)}, but the rows hold "
+                                  f"column {name!r}; give {{column: (D,) array}} for each of {list(columns)}")
+            center = self.centers[name]
+            if center is not None and center.shape != (dim,):
+                raise ConfigError(f"Rows: binary_center[{name!r}] has {center.shape[0]} values, but the column's "
+                                  f"vectors have {dim}; pass the centre of vectors of this model and feature "
+                                  "(e.g. an earlier binary output's, --binary-center FILE)")
 
     def build(self, schema: pa.Schema, batch: Batch) -> pa.Table:
         """The output table of a batch whose aggregate fields are all filled."""
-        return document_table(schema, self.kept, list(self.columns), batch)
+        return document_table(schema, self.kept, self.columns(batch), batch, self.per_token, self.centers)
 
     def __call__(self, batch: Batch) -> Batch:
         self.check(batch)
         batch = self.complete(batch)
-        table = self.build(self.schema(batch.rows.column("id").type), batch)
-        return batch.replace(table=table, counts=BlockCounts.of(batch))
+        schema = self.schema(batch)
+        if self.out_dtype == "binary":
+            binary = dict(self.columns(batch))
+            if self.per_token:
+                binary[TOKEN_FEATURES] = self.token_dim(batch)
+            self.check_centers(binary)
+        return batch.replace(table=self.build(schema, batch), counts=BlockCounts.of(batch))
 
 
 class TokenRows(Rows):
     """As Rows, with each document's per-token lists (token_ids, positions, offsets, token_features)."""
 
-    def build(self, schema: pa.Schema, batch: Batch) -> pa.Table:
-        return document_table(schema, self.kept, list(self.columns), batch, per_token=True)
+    per_token = True
 
 
 class WindowRows(Rows):
     """One output row per window (the window aggregate's ``out_docs`` and ``out_windows``, which a
     replacement must fill as the built-in one does)."""
 
-    def complete(self, batch: Batch) -> Batch:
-        from ..errors import ConfigError
+    per_window = True
 
+    def complete(self, batch: Batch) -> Batch:
         missing = [f for f in ("valid", "errors", "out_docs", "out_windows") if getattr(batch, f) is None]
         if missing:
             raise ConfigError(f"one row per window needs the aggregate stage to fill {missing}; "
                               "fill them as WindowAggregate does")
-        return batch
+        return unstorable(batch, self.out_dtype)
 
     def build(self, schema: pa.Schema, batch: Batch) -> pa.Table:
-        return window_table(schema, self.kept, list(self.columns), batch)
+        return window_table(schema, self.kept, self.columns(batch), batch, self.centers)
+
+
+def centers_of(value: object, out_dtype: str) -> dict[str, tuple[float, ...] | None] | None:
+    """A ``binary_center`` as Rows keeps it: {column: (D,) float32 values as a tuple, or None}.
+
+    Example: np.zeros(3) -> {"features": (0.0, 0.0, 0.0)}; {"f_a": [1, 2], "f_b": None} -> as floats.
+
+    Raises:
+        ConfigError: a centre without out_dtype "binary", or one that is not a 1-D array of finite numbers
+            (naming the value and the form to give).
+    """
+    if value is None:
+        return None
+    if out_dtype != "binary":
+        raise ConfigError(f"Rows: binary_center is the centre of --out-dtype binary's bits, but out_dtype is "
+                          f"{out_dtype!r}; pass out_dtype='binary', or drop binary_center")
+    given = dict(value) if isinstance(value, Mapping) else {FEATURES: value}
+    out: dict[str, tuple[float, ...] | None] = {}
+    for name, center in given.items():
+        if center is None:
+            out[str(name)] = None
+            continue
+        try:
+            arr = np.asarray(center, dtype=np.float32)
+        except (TypeError, ValueError):
+            arr = np.zeros((0, 0))
+        if not isinstance(name, str) or arr.ndim != 1 or not arr.size or not np.isfinite(arr).all():
+            raise ConfigError(f"Rows: binary_center {_shown(value)} is not a centre; give one (D,) array of finite "
+                              "numbers (the centre of the one column 'features'), or {column: (D,) array}, e.g. "
+                              "X.mean(axis=0) of a corpus's float32 vectors")
+        out[name] = tuple(float(x) for x in arr)
+    return out
+
+
+def _shown(value: object) -> str:
+    """A centre as a message names it: its type and shape, or its repr when short."""
+    shape = getattr(value, "shape", None)
+    text = f"{type(value).__name__} of shape {tuple(shape)}" if shape is not None else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def unstorable(batch: Batch, out_dtype: str, per_token: bool = False) -> Batch:
+    """``batch`` with each valid row whose values ``out_dtype`` cannot store made a row error: float16
+    overflows (|x| > 65504, FP16_OVERFLOW; a document's per-token vectors: FP16_TOKEN_OVERFLOW) and int8
+    holds no value that is not finite (INT8_NON_FINITE); such a row's per-token vectors are dropped.
+    ``batch`` itself for the other dtypes or when every row fits."""
+    if out_dtype not in ("float16", "int8") or not batch.vectors:
+        return batch
+    half = out_dtype == "float16"
+
+    def fits(v: np.ndarray, axis: int | None = None) -> np.ndarray:
+        return fits_float16(v, axis=axis) if half else np.isfinite(v).all(axis=axis)
+
+    ok = np.logical_and.reduce([fits(np.asarray(v), axis=1) for v in batch.vectors.values()])   # (n,)
+    errors, valid = list(batch.errors), batch.valid.copy()
+    tokens = list(batch.tokens) if per_token and batch.tokens is not None else None
+    for i in np.flatnonzero(valid & ~ok):
+        errors[i], valid[i] = FP16_OVERFLOW if half else INT8_NON_FINITE, False
+        if tokens is not None:
+            tokens[i] = None
+    for i in np.flatnonzero(valid) if tokens is not None else ():
+        if tokens[i] is not None and not fits(tokens[i][3]):
+            errors[i], valid[i], tokens[i] = FP16_TOKEN_OVERFLOW if half else INT8_NON_FINITE, False, None
+    if valid.sum() == batch.valid.sum():
+        return batch
+    return batch.replace(errors=errors, valid=valid, **({"tokens": tokens} if tokens is not None else {}))
 
 
 def completed(batch: Batch) -> Batch:
@@ -242,8 +341,6 @@ def completed(batch: Batch) -> Batch:
     Raises:
         ConfigError: a ``vectors`` entry without one row per document.
     """
-    from ..errors import ConfigError
-
     n = len(batch)
     for name, v in batch.vectors.items():
         if np.ndim(v) != 2 or len(v) != n:

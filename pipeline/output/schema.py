@@ -6,7 +6,7 @@ its options alone.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING
 
@@ -14,9 +14,8 @@ import pyarrow as pa
 
 from .. import chip as chips  # chips.detect at call time (tests fake the chip)
 from ..columns import (COMPACT_FORMS, ERROR, FEATURES, ID, N_TOKENS, N_UNKNOWN, N_WINDOWS, OFFSETS, POSITIONS,
-                       ROW, SOURCE, SPANS, TOKEN_FEATURES, TOKEN_IDS, TRUNCATED, WINDOW, feature_column_names,
-                       scale_column)
-from ..columns import TOKEN_COLUMNS  # noqa: F401 - the rows stages take it from here
+                       ROW, SOURCE, SPANS, TOKEN_FEATURES, TOKEN_IDS, TRUNCATED, WINDOW, column_names, scale_column)
+from ..columns import TOKEN_COLUMNS  # noqa: F401 - the rows stage takes it from here
 from ..model.prompts import prompt_metadata
 from ..options.features_config import is_late
 from ..model.st_folder import settings_metadata
@@ -36,7 +35,7 @@ def feature_columns(cfg: PipelineConfig, hidden: int) -> list[tuple[str, int]]:
     ``f_chunk_mean_agg-first-last-mean-max``; one part adds nothing (``features`` never changes).
     """
     feats, parts = cfg.feature_list(), cfg.pool.parts
-    names = feature_column_names([f.name for f in feats], cfg.pool.aggregates[:parts])
+    names = column_names(feats, cfg.pool.aggregates if parts > 1 else ())
     return [(name, f.dim(hidden) * parts) for name, f in zip(names, feats)]
 
 
@@ -67,20 +66,37 @@ def token_vector_fields(token_dim: int, out_dtype: str) -> list[pa.Field]:
 
 def output_fields(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: int, token_dim: int) -> list[pa.Field]:
     """The run's columns in order, as ``output_schema`` documents them (no metadata, no checks)."""
-    out_dtype = cfg.write.out_dtype
-    fields = [pa.field(ROW if pa.types.is_integer(id_type) else ID, id_type)]
-    fields += [pa.field(c, pa.string()) for c in passthrough_columns(cfg)]
-    if cfg.pool.per_window:  # one row per window (pipeline.output.rows.window_table)
+    columns = feature_columns(cfg, hidden) if cfg.multi_feature else [(FEATURES, dim)]
+    return row_fields(id_type, passthrough_columns(cfg), columns, cfg.write.out_dtype, cfg.pool.per_window,
+                      token_dim if cfg.pool.per_token else None)
+
+
+def row_fields(id_type: pa.DataType, kept: Sequence[str], columns: Sequence[tuple[str, int]], out_dtype: str,
+               per_window: bool = False, token_dim: int | None = None) -> list[pa.Field]:
+    """The output columns in order, from values alone (the rows stage's fields, and ``output_schema``'s).
+
+    Args:
+        id_type: the ids' type: an integer gives ``row`` int64, anything else ``id`` string.
+        kept: the input columns copied after the id (string). columns: (feature column, D) in order.
+        out_dtype: float32 | float16 | int8 | binary (vector_fields). per_window: one row per window
+            (window, spans, n_tokens) instead of a document's counts. token_dim: D of the per-token
+            vectors at --level token (token_ids, positions, offsets, token_features after error); None: none.
+
+    Example: pa.int64(), (), [("features", 4)], "float32" -> row int64, n_tokens, n_unknown,
+    n_windows, truncated, features fixed_size_list<float>[4], error.
+    """
+    fields = [pa.field(ROW, pa.int64()) if pa.types.is_integer(id_type) else pa.field(ID, pa.string())]
+    fields += [pa.field(c, pa.string()) for c in kept]
+    if per_window:  # one row per window (pipeline.output.rows.window_table)
         fields += [pa.field(WINDOW, pa.int32()), pa.field(SPANS, pa.list_(pa.list_(pa.int32(), 2))),
                    pa.field(N_TOKENS, pa.int32())]
     else:
         fields += [pa.field(N_TOKENS, pa.int32()), pa.field(N_UNKNOWN, pa.int32()),
                    pa.field(N_WINDOWS, pa.int32()), pa.field(TRUNCATED, pa.bool_())]
-    columns = feature_columns(cfg, hidden) if cfg.multi_feature else [(FEATURES, dim)]
     for name, d in columns:
         fields += vector_fields(name, d, out_dtype)
     fields += [pa.field(ERROR, pa.string())]
-    if cfg.pool.per_token:
+    if token_dim is not None:
         fields += [pa.field(TOKEN_IDS, pa.list_(pa.int32())), pa.field(POSITIONS, pa.list_(pa.int32())),
                    pa.field(OFFSETS, pa.list_(pa.list_(pa.int32(), 2))),
                    *token_vector_fields(token_dim, out_dtype)]
@@ -97,8 +113,8 @@ def output_columns(cfg: PipelineConfig, id_type: pa.DataType = pa.string()) -> l
 
 
 def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, dim: int, token_dim: int,
-                  described: PipelineConfig | None = None,
-                  segments: Mapping[str, SegmentConfig] | None = None) -> pa.Schema:
+                  described: PipelineConfig | None = None, segments: Mapping[str, SegmentConfig] | None = None,
+                  binary_center: Mapping[str, object] | None = None) -> pa.Schema:
     """The fixed output schema, declared from the config and the model's facts before the first row.
 
     Columns: id (string: the id column's values or text files' paths), or row (int64: the 0-based row
@@ -116,7 +132,8 @@ def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, 
     list<fixed_size_list<int32>[2]> ([start, end) content-token positions), n_tokens int32 (content
     tokens of the window), the feature column(s), error. Metadata key ``longbert``: run_metadata as JSON,
     of ``described`` and ``segments`` where given (the config a pipeline's own stages describe and its
-    Segment stage's windows per strategy, pipeline.engine.agreement.described_config), else of ``cfg``.
+    Segment stage's windows per strategy, pipeline.engine.agreement.described_config), else of ``cfg``;
+    ``binary_center``: {column: (D,) centre or None} of an --out-dtype binary run (the rows stage's).
 
     Raises:
         ConfigError: two columns of one name (check_keep_cols refuses the options that would make them).
@@ -127,7 +144,7 @@ def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, 
     if twice:
         raise ConfigError(f"the output would have two columns named {', '.join(map(repr, twice))}; rename that "
                           "--keep-col column in the input")
-    meta = {"longbert": json.dumps(run_metadata(described or cfg, model, dim, token_dim, segments))}
+    meta = {"longbert": json.dumps(run_metadata(described or cfg, model, dim, token_dim, segments, binary_center))}
     return pa.schema(fields, metadata=meta)
 
 
@@ -139,11 +156,12 @@ def _version(dist: str) -> str | None:
 
 
 def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: int,
-                 segments: Mapping[str, SegmentConfig] | None = None) -> dict:
+                 segments: Mapping[str, SegmentConfig] | None = None,
+                 binary_center: Mapping[str, object] | None = None) -> dict:
     """The JSON stored under the parquet schema metadata key ``longbert``.
 
     ``segments``: each strategy's SegmentConfig where a pipeline's Segment stage sets them apart (None:
-    every strategy has cfg.segment's numbers).
+    every strategy has cfg.segment's numbers). ``binary_center``: as compact_metadata's.
 
     ``model`` is what the user named (pipeline.model.facts.model_label: never an absolute path of this
     machine), ``model_sha256`` the hash of its config and weight files (pipeline.model.checkpoint.model_sha256),
@@ -184,7 +202,7 @@ def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: in
     # a sentence-transformers folder's; None: not one
     meta["folder_settings"] = settings_metadata(cfg, model, prompt_metadata(cfg.model, model))
     if cfg.write.out_dtype in COMPACT_FORMS:
-        meta["compact"] = compact_metadata(cfg, model.hidden_size, dim, token_dim)
+        meta["compact"] = compact_metadata(cfg, model.hidden_size, dim, token_dim, binary_center)
     if cfg.multi_feature:  # no one strategy/pooling describes the file: see meta["features"]
         meta.update(strategy=None, pooling=None, layers=None, layer_agg=None, feature_dim=None)
     return meta
@@ -228,7 +246,8 @@ def aggregate_metadata(cfg: PipelineConfig) -> str | list[str] | None:
     return cfg.pool.aggregate if len(cfg.pool.aggregates) == 1 else list(cfg.pool.aggregates)
 
 
-def compact_metadata(cfg: PipelineConfig, hidden: int, dim: int, token_dim: int) -> dict:
+def compact_metadata(cfg: PipelineConfig, hidden: int, dim: int, token_dim: int,
+                     binary_center: Mapping[str, object] | None = None) -> dict:
     """The metadata's ``compact`` entry of an --out-dtype int8 or binary run: how to decode each column.
 
     int8: {"form": "int8", "dequantize": "x = q * scale", "scale_column": "features_scale" (the first
@@ -237,7 +256,8 @@ def compact_metadata(cfg: PipelineConfig, hidden: int, dim: int, token_dim: int)
     [{"column", "dim", "bytes", "center"}, ...]}, "center" the (D,) per-dimension mean of the first
     documents' vectors whose signs the bits keep (pipeline.compact.binary_center; absent: the signs of
     x). --level token adds token_features to "columns" (its scale column is list<float32>, one scale
-    per token).
+    per token). ``binary_center``: {column: (D,) centre, or None for the signs of x} (the rows stage's
+    fitted state, pipeline.output.rows.Rows); None: no centre.
     """
     form = cfg.write.out_dtype
     columns = feature_columns(cfg, hidden) if cfg.multi_feature else [(FEATURES, dim)]
@@ -247,11 +267,11 @@ def compact_metadata(cfg: PipelineConfig, hidden: int, dim: int, token_dim: int)
         entries = [{"column": c, "scale_column": scale_column(c), "dim": d} for c, d in columns]
         return {"form": "int8", "dequantize": "x = q * scale", "scale_column": entries[0]["scale_column"],
                 "levels": 127, "columns": entries}
-    centers = dict(cfg.write.binary_center or ())
+    centers = dict(binary_center or {})
     entries = [{"column": c, "dim": d, "bytes": -(-d // 8)} for c, d in columns]
     for entry in entries:
         if centers.get(entry["column"]) is not None:
-            entry["center"] = list(centers[entry["column"]])
+            entry["center"] = [float(x) for x in centers[entry["column"]]]
     centred = any("center" in e for e in entries)
     return {"form": "binary", "dim": entries[0]["dim"], "bitorder": "big", "decode": "x = 2*bit - 1",
             "bit": "1 where x > center" if centred else "1 where x > 0", "columns": entries}

@@ -211,13 +211,15 @@ class PartsSink:
     def write(self, spec, table: pa.Table, last: bool = True) -> None:
         """Write rows of the block of ``spec`` (a BlockSpec: index, first_row) to its part, in one or more
         pieces, the last with ``last`` True; then record the part in the manifest. Blocks may come in any
-        order, but one block's pieces come together. Row groups as FileSink's (``RowGroups``).
+        order, but one block's pieces come together. Row groups as FileSink's (``RowGroups``). Each part
+        holds the run's metadata (this sink's schema's), whatever metadata ``table`` has.
 
         Raises:
             RunError: a piece of another block while one is being written.
         """
         index = spec.index
         tmp = self.path / f".part-{index:05d}.partial"
+        table = table.replace_schema_metadata(self.schema.metadata)   # the run's metadata: the writer's, not the rows stage's
         if self._open is None:
             self._open = (index, pq.ParquetWriter(tmp, table.schema, **writer_options(table.schema)), 0)
         elif self._open[0] != index:

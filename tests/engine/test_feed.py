@@ -93,3 +93,26 @@ def test_parallel_feeder_equals_single_thread_run(tmp_path, tiny_model_dir, monk
     assert tables[4].column("id").to_pylist() == [r["id"] for r in rows]
     assert tables[4].equals(tables[1])
     assert tables[4].schema.metadata == tables[1].schema.metadata
+
+
+def test_a_feed_closed_from_its_own_worker_does_not_wait_for_itself():
+    """An interrupted run can drop the feed while a worker runs: closing it there cancels what has not
+    started instead of joining the worker's own thread (RuntimeError: cannot join current thread)."""
+    seen: dict = {}
+    done = threading.Event()
+
+    def fn(x):
+        if x == 2:
+            try:
+                feed.close()
+            except Exception as err:          # noqa: BLE001 - the test reports what closing raised
+                seen["error"] = err
+            seen["thread"] = threading.current_thread().name
+            done.set()
+        return x
+
+    feed = ordered_map(fn, range(5), workers=1, name="feedtest")
+    assert [next(feed), next(feed)] == [(0, 0), (1, 1)]    # item 2 is now submitted
+    assert done.wait(30)
+    assert seen.get("error") is None and seen["thread"].startswith("feedtest_")
+    assert list(feed) == []                               # closed: nothing more comes

@@ -23,7 +23,7 @@ def test_another_output_path_keeps_every_stage(pipe, tmp_path):
 def test_options_that_change_a_stage_rebuild_that_stage_only(pipe, tmp_path):
     half = _for(pipe, out_dtype="float16")
     rebuilt = {n for n in pipe.names if half[n] is not pipe[n]}
-    assert rebuilt == {"aggregate", "rows"} and half["aggregate"].out_dtype == "float16"
+    assert rebuilt == {"rows"} and half["rows"].out_dtype == "float16"
     cached = _for(pipe, cache=str(tmp_path / "store"))
     assert {n for n in pipe.names if cached[n] is not pipe[n]} == {"encode"}
     assert cached["encode"].store == str(tmp_path / "store") and pipe["encode"].store is None

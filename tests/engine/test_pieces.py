@@ -140,3 +140,47 @@ def test_encode_in_pieces_gives_each_text_its_own_vectors(tiny_model_dir, level)
     else:
         assert pieced.shape == whole.shape == (5, 32)
         np.testing.assert_allclose(pieced, whole, atol=1e-6)
+
+
+def test_token_vectors_are_held_once_from_aggregate_to_the_table(tiny_model_dir):
+    """At --level token each document's token vectors are rows of one block array, the window token vectors
+    are dropped once they are made, and the output table's token_features is that array, not a copy;
+    every vector equals the max-context rule computed here from the encode stage's window vectors."""
+    from pipeline.model.late import max_context
+
+    tok = longbert.Pipeline.from_options(model=str(tiny_model_dir), strategy="sliding", max_length=16, overlap=4,
+                                         level="token")
+    texts = [words(40, 1), words(9, 2), "", words(23, 3)]
+    encoded = tok.process(tok.prepare(longbert.Batch.from_texts(texts)), tok.split, tok.names.index("aggregate"))
+    out = tok.process(encoded, tok.names.index("aggregate"))
+    assert out.encoded.tokens is None                                       # the windows' copies are dropped
+    held = [t[3] for t in out.tokens if t is not None]
+    base = held[0].base
+    assert all(x.base is base for x in held) and sum(x.nbytes for x in held) == base.nbytes
+    column = out.table.column("token_features")
+    assert column.num_chunks == 1
+    leaf = column.chunk(0).values.values                                      # float32 leaf of list<fsl<f32>>
+    assert np.shares_memory(np.asarray(leaf), base)                           # handed to Arrow without a copy
+    windows = encoded.windows["sliding"]
+    into = encoded.into_unique("sliding")
+    for doc, t in enumerate(out.tokens):
+        mine = [i for i, w in enumerate(windows) if w.doc == doc]
+        if not mine:
+            assert t is None or len(t[1]) == 0
+            continue
+        positions, want = max_context([windows[i].positions for i in mine],
+                                      [encoded.encoded.tokens[into[i]] for i in mine])
+        assert t[1].tolist() == positions.tolist()
+        np.testing.assert_array_equal(t[3], want)
+
+
+def test_token_rows_that_do_not_tile_one_array_are_copied():
+    from pipeline.output.arrow_arrays import tiled_buffer
+
+    flat = np.arange(12, dtype=np.float32).reshape(6, 2)
+    assert np.shares_memory(tiled_buffer([flat[:2], None, flat[2:]], np.float32), flat)
+    assert tiled_buffer([flat[:2], flat[3:]], np.float32) is None          # a gap: a row left unused
+    assert tiled_buffer([flat[:2], flat[2:5]], np.float32) is None         # the array's end unused
+    assert tiled_buffer([flat[2:], flat[:2]], np.float32) is None          # out of order
+    assert tiled_buffer([flat[:2], flat[2:]], np.float16) is None          # another dtype: converted
+    assert tiled_buffer([np.ones((2, 2), np.float32)], np.float32) is None  # not a view

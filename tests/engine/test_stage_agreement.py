@@ -143,16 +143,15 @@ def test_a_tokenizer_of_another_vocabulary_is_refused(pipe, tmp_path):
     _parts(pipe, tokenize=longbert.Tokenize(copy))
 
 
-def test_other_special_ids_and_other_columns_are_refused(pipe):
+def test_other_special_ids_and_a_rows_stage_of_another_level_are_refused(pipe):
     seg = pipe["segment"]
     wrong = longbert.Segment(seg.strategies, cls_id=seg.sep_id, sep_id=seg.cls_id)
     with pytest.raises(ConfigError, match=rf"stage 'segment' wraps windows in ids cls_id={seg.sep_id}, "
                                           rf"sep_id={seg.cls_id}, but stage 'encode'"):
         _parts(pipe, segment=wrong)
-    rows = _changed(pipe, "rows", columns=(("features", 7),))
-    with pytest.raises(ConfigError, match=r"stage 'rows' writes feature columns \[\('features', 7\)\], but stage "
-                                          r"'aggregate' fills"):
-        _parts(pipe, rows=rows)
+    with pytest.raises(ConfigError, match=r"stage 'aggregate' is a Aggregate, whose output rows stage 'rows' "
+                                          r"\(WindowRows\) does not write; use a Rows"):
+        _parts(pipe, rows=longbert.WindowRows())
 
 
 def test_set_params_that_make_stages_disagree_is_refused_and_changes_nothing(pipe):

@@ -85,7 +85,6 @@ def test_stats_accepts_the_whole_extract_command_line(runner, tiny_model_dir, tm
     warnings = [x for x in stats.output.splitlines() if x.startswith("Warning: ")]
     why = "has no effect: stats counts tokens and windows and writes no vectors"
     assert warnings == [f"Warning: {x} {why}" for x in (
-        "--batch-size 8", "--block-rows 2", "--feature chunk:mean head:cls", "--id-col doc", "--keep-col label",
-        "--normalize", "--out-dtype float16", f"--output {tmp_path / 'out.parquet'}", "--no-progress")]
+        "--id-col doc", "--keep-col label", "--normalize", "--out-dtype float16", f"--output {tmp_path / 'out.parquet'}", "--no-progress")]
     assert "tokens       total 62;" in stats.output   # 5 + 12 + 19 + 26 tokens
     assert not (tmp_path / "stats.parquet").exists()

@@ -3,6 +3,8 @@ compare, and small inputs said plainly: one document keeps the signs of x itself
 documents are named in the summary. Bits are checked against float32 vectors of the same texts."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -75,3 +77,55 @@ def test_binary_center_refusals(tmp_path, tiny_model_dir):
                             str(tmp_path / "missing.parquet"), model=tiny_model_dir, name="m.parquet", ok=False)
     assert result.exit_code == 2 and "cannot be read as a longbert output" in result.output
     assert "Traceback" not in result.output
+
+
+def test_token_level_rows_without_any_token_vector_keep_the_signs_of_x(tmp_path, tiny_model_dir):
+    """Two blank texts give the centre no per-token vector: token_features keeps the signs of x, no error."""
+    result, out = extract_cli(tmp_path, [" ", " "], *COMMON, "--out-dtype", "binary", "--level", "token",
+                              model=tiny_model_dir, name="t.parquet")
+    assert pq.read_table(out).column("error").to_pylist() == ["empty text", "empty text"]
+
+
+def test_a_given_centre_must_be_the_one_of_the_run_a_resume_finishes(tmp_path, tiny_model_dir, monkeypatch):
+    import longbert
+    from conftest import run_cut_at_part, write_csv
+    from pipeline.errors import ConfigError
+
+    src = write_csv(tmp_path / "in.csv", [{"id": f"d{i}", "text": words(9 + 3 * i, i)} for i in range(6)])
+    common = dict(model=str(tiny_model_dir), strategy="chunk", max_length=16, out_dtype="binary")
+    out = tmp_path / "parts"
+    run_cut_at_part(monkeypatch, 2, longbert.Pipeline.from_options(**common), src, out, block_rows=2)
+    other = longbert.Pipeline.from_options(**common, binary_center=np.full(32, 0.5, np.float32))
+    with pytest.raises(ConfigError, match="binary_center is not the centre of the run being resumed"):
+        other.run(str(src), f"{out}/", resume=True, block_rows=2)
+    longbert.Pipeline.from_options(**common).run(str(src), f"{out}/", resume=True, block_rows=2)   # its own: goes on
+    assert pq.read_table(out).num_rows == 6
+
+
+def test_the_token_centre_is_the_mean_of_the_first_documents_tokens_found_in_pieces(tmp_path, tiny_model_dir,
+                                                                                    monkeypatch):
+    """Calibration runs the model in pieces of --block-tokens, as a run does: 12 documents of 60-170 tokens in
+    windows of 16 make several pieces of 512 window tokens, and the token centre equals the float64 mean
+    of every token vector of a float32 run of the same texts; no piece holds more than 512 window tokens."""
+    import pipeline.engine.calibrate as calibrate
+    from pipeline.pieces import window_tokens
+
+    texts = [words(60 + 10 * i, i) for i in range(12)]
+    args = (*COMMON, "--level", "token", "--block-tokens", "512")
+    _, floats = extract_cli(tmp_path, texts, *args, model=tiny_model_dir, name="f.parquet")
+    tokens = np.concatenate([np.array(t, dtype=np.float32) for t in
+                             pq.read_table(floats).column("token_features").to_pylist()])   # (all tokens, D)
+    held = []
+    real = calibrate.pieces
+
+    def watched(batch, budget):
+        for piece in real(batch, budget):
+            held.append(int(window_tokens(piece).sum()))
+            yield piece
+
+    monkeypatch.setattr(calibrate, "pieces", watched)
+    _, out = extract_cli(tmp_path, texts, *args, "--out-dtype", "binary", model=tiny_model_dir, name="b.parquet")
+    meta = json.loads(pq.read_schema(out).metadata[b"longbert"])
+    center = next(c["center"] for c in meta["compact"]["columns"] if c["column"] == "token_features")
+    np.testing.assert_allclose(center, tokens.astype(np.float64).mean(0), rtol=1e-6, atol=1e-7)
+    assert len(held) > 2 and max(held) <= 512

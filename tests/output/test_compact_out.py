@@ -191,7 +191,7 @@ def test_resume_on_a_dir_gives_the_same_bytes(runner, tiny_model_dir, tmp_path, 
     assert [p["block"] for p in read_manifest(tmp_path / "parts")["parts"]] == [0, 1]
     monkeypatch.setattr(PartsSink, "write", write)
     if form == "binary":   # the resumed run takes the centre from the manifest; it computes none
-        monkeypatch.setattr("pipeline.engine.calibrate.first_documents_centers", lambda *a: pytest.fail("recomputed"))
+        monkeypatch.setattr("pipeline.engine.calibrate.first_documents_centers", lambda *a, **k: pytest.fail("recomputed"))
     result = invoke(runner, [*args, "--resume"])
     assert result.exit_code == 0 and "resuming" in result.output, result.output
     parts = pq.read_table(sorted((tmp_path / "parts").glob("part-*.parquet")))

@@ -16,7 +16,7 @@ import pytest
 from conftest import CASES, invoke, words, write_csv
 
 import pipeline.output.durable as durable
-from pipeline.output.aggregate import FP16_TOKEN_OVERFLOW
+from pipeline.output.rows import FP16_TOKEN_OVERFLOW
 from pipeline.output.write import DONE_MANIFEST, MANIFEST, read_manifest
 
 REPO = Path(__file__).resolve().parents[2]
