@@ -8,19 +8,21 @@ A run holds, at its peak, three things (docs/performance.md, "Memory"):
 2. **the blocks in flight**: the block whose model part runs and the one prepared ahead of it, each
    holding its texts, token ids, character offsets and windows: about ``BYTES_PER_BLOCK_TOKEN`` per
    token of the two largest consecutive blocks.
-3. **at --level token, the token vectors of the largest piece**: a piece is at most --block-tokens
-   window tokens, or one document alone when it is longer. Its vectors (token dim x 4 bytes per
-   token) are held about ``TOKEN_COPIES`` times at the peak: the windows' vectors and the documents'
-   while they are made, then the documents' and the Parquet writer's copy with its levels.
+3. **at --level token, the token vectors of the two largest pieces**: a piece is at most --block-tokens
+   window tokens, or one document alone when it is longer. A piece's vectors (token dim x 4 bytes per
+   token) are held more than once at the peak: the windows' vectors and the documents' while they are
+   made, then the documents' and the Parquet writer's levels of the row (4 bytes per value). The piece
+   before is counted too: the allocator keeps freed blocks for reuse (pipeline.model.host_memory), and
+   on a corpus they are not all reused by the next piece. ``TOKEN_COPIES`` of the two pieces in all.
 
-The two constants were measured with the default model on man pages (docs/performance.md gives the
-runs); the estimate is a sizing figure, not a bound.
+The constants were fitted to runs of the default model on man pages (docs/performance.md gives the
+runs and how far the estimate was from each); the estimate is a sizing figure, not a bound.
 """
 from __future__ import annotations
 
 import numpy as np
 
-TOKEN_COPIES = 3.5            # float32 copies of a piece's token vectors at the peak (--level token)
+TOKEN_COPIES = 4.5            # float32 copies of the two largest pieces' token vectors at the peak (--level token)
 BYTES_PER_BLOCK_TOKEN = 150   # what a prepared block holds per token: text, ids, offsets, windows
 BLOCKS_IN_FLIGHT = 2          # the block being encoded and the one prepared ahead (one feed thread)
 
@@ -42,16 +44,22 @@ def largest_blocks(n_kept: np.ndarray, block_rows: int, blocks: int = BLOCKS_IN_
     return int(np.convolve(sums, np.ones(blocks, dtype=np.int64), mode="valid").max())
 
 
-def largest_piece(n_kept: np.ndarray, block_tokens: int, content_tokens: int) -> int:
-    """Content tokens of the largest piece a run makes: a piece holds at most ``block_tokens`` window
-    tokens, a document alone more (pipeline.pieces.piece_bounds), so the larger of the longest document and
-    the budget's content tokens (each window of C content tokens holds 2 specials besides).
+def largest_pieces(n_kept: np.ndarray, block_tokens: int, content_tokens: int, count: int = 2) -> int:
+    """Content tokens of the ``count`` largest pieces a run makes, summed: a piece holds at most
+    ``block_tokens`` window tokens, a document alone more (pipeline.pieces.piece_bounds). The pieces are
+    the documents longer than the budget's content tokens (each window of C content tokens holds 2
+    specials besides), each alone, and pieces of the budget (or of what the other documents hold, when
+    less).
 
-    Example: n_kept [300, 80_000], block_tokens 32_768, C 510 -> 80_000.
+    Example: n_kept [300, 80_000, 50_000], block_tokens 32_768, C 510 -> 80_000 + 50_000;
+    n_kept [300] * 1000 -> 2 x 32,640.
     """
-    longest = int(np.max(n_kept)) if len(n_kept) else 0
-    budget_content = block_tokens * content_tokens // (content_tokens + 2)
-    return max(longest, min(budget_content, int(np.sum(n_kept))))
+    n_kept = np.asarray(n_kept, dtype=np.int64)
+    budget = block_tokens * content_tokens // (content_tokens + 2)
+    alone = np.sort(n_kept[n_kept > budget])[::-1].tolist()                  # each a piece of its own
+    rest = int(n_kept[n_kept <= budget].sum())
+    shared = [budget] * (rest // budget) + ([rest % budget] if rest % budget else [])
+    return int(sum(sorted(alone + shared, reverse=True)[:count]))
 
 
 def peak_estimate(model_bytes: int, n_kept: np.ndarray, per_token: bool, token_dim: int, block_rows: int,
@@ -66,26 +74,26 @@ def peak_estimate(model_bytes: int, n_kept: np.ndarray, per_token: bool, token_d
 
     Returns:
         {"bytes": int total, "model": int, "blocks": int, "tokens": int (0 unless --level token),
-        "piece_tokens": int content tokens of the largest piece (--level token)}. Example: 0.9 GB
+        "piece_tokens": int content tokens of the two largest pieces (--level token)}. Example: 0.9 GB
         measured, one document of 77,508 tokens at --level token with token_dim 384 -> model 0.9 GB,
-        blocks 11.6 MB, tokens 3.5 x 77,508 x 384 x 4 = 417 MB.
+        blocks 11.6 MB, tokens 4.5 x 77,508 x 384 x 4 = 536 MB.
     """
     blocks = BYTES_PER_BLOCK_TOKEN * largest_blocks(n_kept, block_rows)
-    piece = largest_piece(n_kept, block_tokens, content_tokens) if per_token else 0
+    piece = largest_pieces(n_kept, block_tokens, content_tokens) if per_token else 0
     tokens = int(TOKEN_COPIES * piece * token_dim * 4)
     return {"bytes": int(model_bytes) + blocks + tokens, "model": int(model_bytes), "blocks": blocks,
             "tokens": tokens, "piece_tokens": piece}
 
 
 def format_estimate(estimate: dict, level: str, block_tokens: int) -> str:
-    """The ``memory`` line of ``stats``: e.g. "about 1.37 GB at the peak (--level token: model and one forward
-    batch 0.94 GB measured, blocks in flight 0.01 GB, token vectors of the largest piece 0.42 GB: 77,508
-    tokens, one document longer than --block-tokens 32768)"."""
+    """The ``memory`` line of ``stats``: e.g. "about 1.41 GB at the peak (--level token: model and one forward
+    batch 0.86 GB measured, blocks in flight 0.01 GB, token vectors of the two largest pieces 0.54 GB:
+    77,508 tokens (--block-tokens 32768 bounds a piece; a longer document is a piece of its own))"."""
     gb = 1e9
     parts = [f"model and one forward batch {estimate['model'] / gb:.2f} GB measured",
              f"blocks in flight {estimate['blocks'] / gb:.2f} GB"]
     if estimate["piece_tokens"]:
-        parts.append(f"token vectors of the largest piece {estimate['tokens'] / gb:.2f} GB: "
+        parts.append(f"token vectors of the two largest pieces {estimate['tokens'] / gb:.2f} GB: "
                      f"{estimate['piece_tokens']:,} tokens (--block-tokens {block_tokens} bounds a piece; "
-                     "one longer document is a piece of its own)")
+                     "a longer document is a piece of its own)")
     return f"about {estimate['bytes'] / gb:.2f} GB at the peak (--level {level}: " + ", ".join(parts) + ")"

@@ -39,6 +39,19 @@ def max_context(positions: list[np.ndarray], vectors: list[np.ndarray],
         Example: windows over positions 0..4 and 2..6 -> positions 0..6; 0-3 from the first window
         (position 3 has context 1 in both: the earlier wins), 4-6 from the second.
     """
+    scores = [context(pos.shape[0]) for pos in positions]
+    return merged(positions, vectors, scores, out)
+
+
+def context(n: int) -> np.ndarray:
+    """int64 (n,): each of a window's n content tokens' context, min(k, n - 1 - k) (the max-context rule)."""
+    k = np.arange(n)
+    return np.minimum(k, n - 1 - k)
+
+
+def merged(positions: list[np.ndarray], vectors: list[np.ndarray], scores: list[np.ndarray],
+           out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """max_context with each window token's context score given (``scores``: per window, int (n_w,))."""
     every = np.unique(np.concatenate(positions)) if positions else np.zeros(0, np.int64)   # (m,)
     dim = vectors[0].shape[1] if vectors else 0
     best = np.full(every.shape[0], -1, dtype=np.int64)
@@ -46,9 +59,7 @@ def max_context(positions: list[np.ndarray], vectors: list[np.ndarray],
         out = np.zeros((every.shape[0], dim), dtype=np.float32)                               # (m, D)
     elif out.shape != (every.shape[0], dim):
         raise ValueError(f"out has shape {out.shape}; the windows cover {every.shape[0]} positions of {dim} values")
-    for pos, vecs in zip(positions, vectors):
-        k = np.arange(pos.shape[0])
-        score = np.minimum(k, pos.shape[0] - 1 - k)                                           # context, (n_w,)
+    for pos, vecs, score in zip(positions, vectors, scores):
         where = np.searchsorted(every, pos)
         better = score > best[where]
         best[where[better]] = score[better]
@@ -135,6 +146,22 @@ def chunk_spans(positions: np.ndarray, chunk_tokens: int) -> list[tuple[int, int
     return [(int(positions[s]), int(positions[e - 1]) + 1) for s, e in chunk_bounds(positions.shape[0], chunk_tokens)]
 
 
+def between(positions: list[np.ndarray], vectors: list[np.ndarray], lo: int, hi: int) -> tuple[list, list, list]:
+    """The windows' content tokens at positions [lo, hi): (positions, vectors (views), context scores in
+    the whole window), of the windows that hold any; what ``merged`` takes."""
+    cut: tuple[list, list, list] = ([], [], [])
+    for pos, vecs in zip(positions, vectors):
+        a, b = np.searchsorted(pos, [lo, hi])
+        if b > a:
+            cut[0].append(pos[a:b])
+            cut[1].append(vecs[a:b])
+            cut[2].append(context(pos.shape[0])[a:b])
+    return cut
+
+
+CHUNKS_AT_ONCE = 64   # late chunks whose token vectors doc_chunks merges at once (64 x 128 tokens: 8,192)
+
+
 def doc_chunks(positions: list[np.ndarray], layers: list[np.ndarray], features, chunk_tokens: int,
                token_layers: tuple[int, ...], n_layers: int, hidden: int) -> dict:
     """Every late feature's chunk vectors for one document, from its late windows' token vectors.
@@ -146,8 +173,19 @@ def doc_chunks(positions: list[np.ndarray], layers: list[np.ndarray], features, 
         chunk_tokens: K. token_layers, n_layers, hidden: as layer_columns.
 
     Returns:
-        {feature: (float32 (n_chunks, D) chunk vectors, float64 (n_chunks,) tokens per chunk)}.
+        {feature: (float32 (n_chunks, D) chunk vectors, float64 (n_chunks,) tokens per chunk)}: chunk i
+        pools the tokens i*K..(i+1)*K-1 of the document's positions, each token's vector from the window
+        where it has the most context (max_context), merged CHUNKS_AT_ONCE chunks at a time.
     """
-    _, tokens = max_context(positions, layers)                                              # (m, W)
-    return {f: late_vectors(tokens, chunk_tokens, f.pooling, layer_columns(f.layers, token_layers, n_layers, hidden),
-                            f.layer_agg) for f in features}
+    every = np.unique(np.concatenate(positions)) if positions else np.zeros(0, np.int64)   # (m,)
+    step = CHUNKS_AT_ONCE * chunk_tokens
+    parts: dict = {f: [] for f in features}
+    for start in range(0, every.shape[0], step):
+        # the token vectors of CHUNKS_AT_ONCE chunks at a time, each from the window where it has the most
+        # context in the whole document: a long document's (m, W) array is never made
+        span = every[start:start + step]
+        _, tokens = merged(*between(positions, layers, int(span[0]), int(span[-1]) + 1))   # (<= step, W)
+        for f in features:
+            parts[f].append(late_vectors(tokens, chunk_tokens, f.pooling,
+                                         layer_columns(f.layers, token_layers, n_layers, hidden), f.layer_agg))
+    return {f: (np.concatenate([v for v, _ in got]), np.concatenate([w for _, w in got])) for f, got in parts.items()}

@@ -246,3 +246,25 @@ def test_the_pure_functions_on_hand_made_vectors():
     assert chunk_vectors(tokens, [(0, 2), (2, 3)], "mean", cols, "concat").tolist() == [[2, 20], [5, 50]]
     assert chunk_vectors(tokens, [(0, 2), (2, 3)], "mean", cols, "sum").tolist() == [[22], [55]]
     assert chunk_vectors(tokens, [(0, 3)], "max", cols, "mean").tolist() == [[27.5]]
+
+
+@pytest.mark.parametrize("at_once", [1, 2, 64])
+def test_doc_chunks_merge_a_few_chunks_at_a_time_as_the_whole_document_would(monkeypatch, at_once):
+    """A long document's chunk vectors are made CHUNKS_AT_ONCE chunks at a time without its whole (m, W) array,
+    and equal pooling the whole max-context merge: overlapping windows of 100 tokens, step 60, over 1,000."""
+    import pipeline.model.late as late
+    from pipeline.options.features_config import Feature
+
+    rng = np.random.default_rng(0)
+    positions = [np.arange(s, min(s + 100, 1000)) for s in range(0, 941, 60)]
+    layers = [rng.normal(size=(len(p), 8)).astype(np.float32) for p in positions]     # 2 layers x hidden 4
+    features = [Feature("late", "mean", layers=(-1,)), Feature("late", "max", layers=(-2, -1), layer_agg="concat")]
+    _, whole = late.max_context(positions, layers)                                    # (1000, 8)
+    want = {f: late.late_vectors(whole, 32, f.pooling, late.layer_columns(f.layers, (5, 6), 6, 4), f.layer_agg)
+            for f in features}
+    monkeypatch.setattr(late, "CHUNKS_AT_ONCE", at_once)
+    got = late.doc_chunks(positions, layers, features, 32, (5, 6), 6, 4)
+    for f in features:
+        np.testing.assert_array_equal(got[f][0], want[f][0])
+        np.testing.assert_array_equal(got[f][1], want[f][1])
+    assert got[features[0]][0].shape == (32, 4) and got[features[1]][0].shape == (32, 8)   # ceil(1000 / 32) chunks
