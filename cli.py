@@ -213,8 +213,8 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
               help="Forward speed for the time estimate (full windows/s); default: measured on the model.")
 def stats(inputs: tuple[str, ...], config_file: Path | None, plot: Path | None,
           windows_per_second: float | None, **options: Any) -> None:
-    """Token statistics of the INPUTS and the cost of each strategy, before a long run (no model run
-    unless the speed is to be measured).
+    """Token statistics of the INPUTS, the cost of each strategy and the run's peak memory, before a long
+    run (the model runs one batch to measure its speed and memory, unless --windows-per-second is given).
 
     \b
     Example:
