@@ -148,7 +148,9 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
         source}, and strategies {name: {options, windows_total, windows_mean, forward_tokens,
         seconds} or {options: None, error: str}} for head, tail, head_tail, chunk and sliding.
         seconds = forward_tokens / max_length / windows_per_second (model forward only; tokenizing
-        and writing not counted).
+        and writing not counted). memory: the run's estimated peak in bytes and its parts
+        (pipeline.engine.memory_estimate.peak_estimate), None when the speed was given; level and
+        block_tokens: the run's, which the memory line names.
 
     Raises:
         ConfigError, ModelError, InputError: as pipeline.engine.run.check (bad options, unreadable inputs,

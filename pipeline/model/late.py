@@ -53,7 +53,7 @@ def merged(positions: list[np.ndarray], vectors: list[np.ndarray], scores: list[
            out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """max_context with each window token's context score given (``scores``: per window, int (n_w,))."""
     every = np.unique(np.concatenate(positions)) if positions else np.zeros(0, np.int64)   # (m,)
-    dim = vectors[0].shape[1] if vectors else 0
+    dim = vectors[0].shape[1] if vectors else (out.shape[1] if out is not None else 0)
     best = np.full(every.shape[0], -1, dtype=np.int64)
     if out is None:
         out = np.zeros((every.shape[0], dim), dtype=np.float32)                               # (m, D)
