@@ -11,7 +11,9 @@ runs on many machines (Ray workers, processes started together, --resume) share 
   sha256 before using a vector. Hit counts stay in memory, with the run; nothing is written for them.
 - A damaged or truncated object is left out (its windows are encoded again and stored in a new
   object) and named in a warning. Credentials that may only read: the run reads, and says once that
-  new windows were not stored.
+  new windows were not stored. Credentials that may list but not read: refused when the store opens
+  (exit 2, naming s3:GetObject); an object refused later, or that cannot be read for another reason,
+  is named for that reason (never "damaged"), its windows are encoded again, and no copy is added.
 - Objects written by other processes after this one listed a pool key are seen by its next run.
 """
 from __future__ import annotations
@@ -23,11 +25,13 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from obstore.exceptions import NotFoundError
 
 from .object_blocks import BlockDamaged, index_length, pack_block, parse_index, parse_name, pool_folder, verify
 from .object_blocks import LAYOUT
-from .object_client import Client, Refused, run_error
-from ..errors import StoreWarning
+from .object_client import Client, Refused, open_error, refused, run_error
+from .object_client import _denied as denied
+from ..errors import ConfigError, StoreWarning
 from .store_api import lookup
 from .store_keys import window_keys
 
@@ -54,6 +58,8 @@ class ObjectStore:
         self._objects: collections.OrderedDict[str, bytes] = collections.OrderedDict()   # path -> verified bytes
         self._held = 0                                               # bytes in _objects
         self._damaged: set[str] = set()
+        self._unread: set[str] = set()                               # objects that could not be read (not damaged)
+        self.no_read = False                                         # a read was refused: nothing is written
         self._counts: dict[str, list[int]] = {}                     # pool -> [lookups, hits, rejected]
         self.read_only = False
 
@@ -105,15 +111,15 @@ class ObjectStore:
                     raise BlockDamaged("its sha256 is not its name's")
                 return path, data, parse_index(data, n)[1]
             except BlockDamaged as err:
-                return path, None, str(err)
-            except Exception as err:  # noqa: BLE001 - an object gone since the listing (cleared): left out
-                return path, None, f"it cannot be read ({type(err).__name__})"
+                return path, None, ("damaged", str(err))
+            except Exception as err:  # noqa: BLE001 - refused, gone since the listing, or failed: named apart
+                return path, None, (_why(err), err)
 
         index, spare = {}, {}
         with ThreadPoolExecutor(THREADS) as pool_:
             for path, data, entries in pool_.map(read, sorted(objects)):
                 if data is None:
-                    self._damage(path, entries)
+                    self._left_out(path, *entries)
                     continue
                 if whole:
                     self._keep(path, data)
@@ -125,13 +131,29 @@ class ObjectStore:
         self._index[pool], self._spare[pool] = index, spare
         return index
 
-    def _damage(self, path: str, why: str) -> None:
-        """Leave ``path`` out for the life of this store object, and say so once."""
-        if path not in self._damaged:
+    def _left_out(self, path: str, kind: str, why) -> None:
+        """Leave ``path`` out for the life of this store object, and say why once: "damaged" (its bytes are
+        not its name's: a repair copy is stored), "refused" (the credentials may not read it: said once
+        per store, and nothing more is written), "gone" (deleted since the listing: silent), "failed"
+        (another error: named, and no copy is added)."""
+        if path in self._damaged or path in self._unread:
+            return
+        if kind == "damaged":
             self._damaged.add(path)
             warnings.warn(f"window store {self.uri}: the object {path} is damaged ({why}); its windows are "
                           "encoded again and stored in a new object; delete it, or clear the store with "
-                          f"`longbert cache {self.uri} --clear`", StoreWarning, stacklevel=2)
+                          f"`longbert cache {self.uri} --clear`", StoreWarning, stacklevel=3)
+            return
+        self._unread.add(path)
+        if kind == "refused" and not self.no_read:
+            self.no_read = True
+            warnings.warn(f"window store {self.uri}: reading {path} was refused: {refused(self.uri, why, 'GET')}; "
+                          "the windows of the objects it cannot read are encoded again, and this run stores "
+                          "nothing (the store may hold them already)", StoreWarning, stacklevel=3)
+        elif kind == "failed":
+            warnings.warn(f"window store {self.uri}: the object {path} could not be read "
+                          f"({str(run_error(self.uri, 'reading it', why))}); its windows are encoded again",
+                          StoreWarning, stacklevel=3)
 
     def _keep(self, path: str, data: bytes) -> None:
         """Hold an object's verified bytes, dropping the least recently kept beyond CACHED_BYTES."""
@@ -149,14 +171,16 @@ class ObjectStore:
         def read(path):
             try:
                 data = self.client.get(path)
-            except Exception as err:  # noqa: BLE001 - gone or unreadable: its windows are misses
-                return path, None, f"it cannot be read ({type(err).__name__})"
-            return (path, data, "") if verify(parse_name(path)[0], data) else (path, None, "its sha256 is not its name's")
+            except Exception as err:  # noqa: BLE001 - refused, gone or failed: its windows are misses
+                return path, None, (_why(err), err)
+            if verify(parse_name(path)[0], data):
+                return path, data, None
+            return path, None, ("damaged", "its sha256 is not its name's")
 
         with ThreadPoolExecutor(min(THREADS, max(1, len(todo)))) as pool_:
             for path, data, why in pool_.map(read, todo):
                 if data is None:
-                    self._damage(path, why)
+                    self._left_out(path, *why)
                 else:
                     self._keep(path, data)
 
@@ -176,7 +200,7 @@ class ObjectStore:
                 path, offset, values = entry
                 if path in self._objects:
                     out[i] = self._objects[path][offset:offset + 4 * values]
-                elif self._spare[pool].get(keys[i]):      # damaged: another object holding the window
+                elif self._spare[pool].get(keys[i]):      # left out: another object holding the window
                     index[keys[i]] = self._spare[pool][keys[i]].pop(0)
                     again.append(i)
                 else:
@@ -230,7 +254,7 @@ class ObjectStore:
         with self._lock:
             index = self._load_index(pool)
             fresh = [(k, v) for k, v in zip(keys, values) if k not in index]
-            if self.read_only or not fresh:
+            if self.read_only or self.no_read or not fresh:
                 return 0
             groups, size = [[]], 0
             for k, v in fresh:
@@ -254,7 +278,7 @@ class ObjectStore:
             self.client.put_new(path, data)   # False: the same bytes are there already (another writer)
         except Refused as err:
             self.read_only = True
-            warnings.warn(f"window store {self.uri}: the credentials may not write ({str(err).splitlines()[0][:200]}); "
+            warnings.warn(f"window store {self.uri}: writing was refused: {refused(self.uri, err, 'PUT')}; "
                           "this run reads the stored windows, and new windows were not stored", StoreWarning,
                           stacklevel=3)
             return False
@@ -297,29 +321,59 @@ class ObjectStore:
         except Exception as err:  # noqa: BLE001
             raise run_error(self.uri, "listing the store", err) from None
 
+    def _check_object(self, obj: dict, whole: bool) -> tuple[str, dict | None, object]:
+        """(status, header, why) of one listed object: "ok" (whole: its sha256 matches its name; else its
+        index reads and its size is the index's), "damaged", "refused", "gone" or "failed"."""
+        path, size = obj["path"], obj["size"]
+        sha, n = parse_name(path)
+        try:
+            data = self.client.get(path, None if whole else index_length(n))
+            if whole and not verify(sha, data):
+                raise BlockDamaged("its sha256 is not its name's")
+            header, entries = parse_index(data, n)
+            if size != index_length(n) + 4 * sum(values for _, _, values in entries):
+                raise BlockDamaged(f"it holds {size:,} bytes, its index says "
+                                   f"{index_length(n) + 4 * sum(v for _, _, v in entries):,}")
+        except BlockDamaged as err:
+            return "damaged", None, str(err)
+        except Exception as err:  # noqa: BLE001 - refused, gone or failed: named apart
+            return _why(err), None, err
+        return "ok", header, None
+
     def stats(self) -> dict:
-        """The store's objects counted from one listing (windows from the object names, so a window two
-        racing runs both stored counts twice), with this store object's lookups, hits and rejected.
-        Keys as WindowStore.stats: path, journal_mode, size_bytes, entries, lookups, hits, rejected,
-        hit_rate, bytes_per_1000, models (per pool key: label and dim read from one of its objects)."""
-        by_pool: dict[str, list] = {}
+        """The store's objects counted from one listing, each object read and checked (whole when the store
+        holds less than WHOLE_BELOW bytes, its sha256 against its name; else its index, its size against
+        the index's), so only windows a run could use are counted (a window two racing runs both stored
+        counts twice); with this store object's lookups, hits and rejected (a run's, kept with it).
+
+        Keys as WindowStore.stats: path, journal_mode ("objects"), size_bytes, entries, objects, lookups,
+        hits, rejected, hit_rate, bytes_per_1000, models (per pool key: label, dim, entries, bytes...);
+        and ``left_out``: {"damaged"|"refused"|"failed": [objects, windows, bytes, first reason]} for the
+        objects not counted; ``hit_counts``: "run" (runs keep them; the store holds none).
+        """
         listing = self._listing()
-        for obj in listing:
-            named = parse_name(obj["path"])
-            if named is not None:
-                entry = by_pool.setdefault(obj["path"].split("/")[1], [0, 0, obj["path"]])
-                entry[0] += named[1]
-                entry[1] += obj["size"]
+        named = [o for o in listing if parse_name(o["path"]) is not None]
+        whole = sum(o["size"] for o in named) < WHOLE_BELOW
+        with ThreadPoolExecutor(min(THREADS, max(1, len(named)))) as pool_:
+            checked = list(pool_.map(lambda o: self._check_object(o, whole), named))
+        by_pool: dict[str, list] = {}
+        left_out: dict[str, list] = {}
+        for obj, (status, header, why) in zip(named, checked):
+            n = parse_name(obj["path"])[1]
+            if status == "gone":
+                continue
+            if status != "ok":
+                entry = left_out.setdefault(status, [0, 0, 0, why if status == "damaged" else _reason(self.uri, why)])
+                entry[0], entry[1], entry[2] = entry[0] + 1, entry[1] + n, entry[2] + obj["size"]
+                continue
+            entry = by_pool.setdefault(obj["path"].split("/")[1], [0, 0, 0, header])
+            entry[0], entry[1], entry[2] = entry[0] + n, entry[1] + obj["size"], entry[2] + 1
         models = []
         for pool in sorted(set(by_pool) | set(self._counts)):
-            entries, size, path = by_pool.get(pool, (0, 0, None))
+            entries, size, _, header = by_pool.get(pool, (0, 0, 0, None))
             dim, label = self._dims.get(pool, (0, "?"))
-            if path is not None and (pool not in self._dims):
-                try:
-                    head = parse_index(self.client.get(path, index_length(parse_name(path)[1])), parse_name(path)[1])[0]
-                    dim, label = head.get("dim", 0), head.get("label", "?")
-                except Exception:  # noqa: BLE001 - a damaged object: the label stays unknown
-                    pass
+            if header is not None and pool not in self._dims:
+                dim, label = header.get("dim", 0), header.get("label", "?")
             lookups, hits, rejected = self._counts.get(pool, (0, 0, 0))
             models.append({"pool_key": pool, "label": label, "dim": dim, "entries": entries, "bytes": size,
                            "lookups": lookups, "hits": hits, "rejected": rejected,
@@ -327,21 +381,51 @@ class ObjectStore:
         entries, size = sum(m["entries"] for m in models), sum(m["bytes"] for m in models)
         lookups, hits = sum(m["lookups"] for m in models), sum(m["hits"] for m in models)
         return {"path": self.uri, "journal_mode": "objects", "size_bytes": size, "wal_bytes": 0,
-                "entries": entries, "objects": sum(parse_name(o["path"]) is not None for o in listing),
+                "entries": entries, "objects": sum(e[2] for e in by_pool.values()),
                 "lookups": lookups, "hits": hits,
                 "rejected": sum(m["rejected"] for m in models), "hit_rate": hits / lookups if lookups else None,
-                "bytes_per_1000": size * 1000 / entries if entries else None, "models": models}
+                "bytes_per_1000": size * 1000 / entries if entries else None, "models": models,
+                "left_out": left_out, "hit_counts": "run"}
 
     def clear(self) -> None:
-        """Delete every object under ``PREFIX/windows-v1/`` (nothing else under the prefix or the bucket)."""
+        """Delete every object under ``PREFIX/windows-v1/`` (nothing else under the prefix or the bucket).
+
+        Raises:
+            ConfigError (exit 2): the credentials may not delete (naming s3:DeleteObject, the fix, and how
+                many objects were deleted before the refusal). RunError: another failure (as run_error).
+        """
         paths = [o["path"] for o in self._listing()]
         try:
             self.client.delete(paths)
         except Exception as err:  # noqa: BLE001
+            if denied(err):
+                left = len(self._listing())
+                raise ConfigError(f"longbert cache {self.uri} --clear: deleting the stored windows was refused: "
+                                  f"{refused(self.uri, err, 'DELETE')}; {len(paths) - left} of {len(paths)} "
+                                  "objects were deleted") from None
             raise run_error(self.uri, "deleting the stored windows", err) from None
         with self._lock:
             self._index, self._spare, self._objects, self._counts = {}, {}, collections.OrderedDict(), {}
             self._held = 0
+
+    def check_read(self) -> None:
+        """The credentials may read the stored objects: one LIST of one key under the layout, and a 1-byte
+        ranged GET of it (nothing when the store is empty).
+
+        Raises:
+            ConfigError (exit 2): the read was refused (naming s3:GetObject and the fix); as open_error.
+        """
+        try:
+            first = self.client.first(f"{LAYOUT}/")
+            if first is not None:
+                self.client.get(first["path"], 1)
+        except NotFoundError:
+            return   # deleted since the listing (a --clear): nothing to read, nothing refused
+        except Exception as err:  # noqa: BLE001 - obstore's errors, named
+            if denied(err):
+                raise ConfigError(f"--cache {self.uri}: the stored windows cannot be read: "
+                                  f"{refused(self.uri, err, 'GET')}, or pass --cache another store") from None
+            raise open_error(self.uri, err) from None
 
     def close(self) -> None:
         """Drop what this store object holds in memory and its connection; nothing is pending (every put
@@ -353,12 +437,30 @@ class ObjectStore:
 
 
 def open_s3(uri: str) -> ObjectStore:
-    """Open ``s3://BUCKET/PREFIX`` and check it with one LIST (the opener in pipeline.cache.stores.SCHEMES).
+    """Open ``s3://BUCKET/PREFIX`` and check it (the opener in pipeline.cache.stores.SCHEMES): one LIST
+    (the endpoint, the bucket, the credentials), then one LIST and a 1-byte GET of a stored object (the
+    credentials may read it; ObjectStore.check_read).
 
     Raises:
         ConfigError: credentials missing (naming the variables), nothing answering at the endpoint, the
-            bucket missing, the credentials refused (pipeline.cache.object_client.open_error).
+            bucket missing, the credentials refused, a permission missing (listing, reading), a TLS
+            failure (pipeline.cache.object_client.open_error).
     """
     store = ObjectStore(uri)
     store.client.check()
+    store.check_read()
     return store
+
+
+def _why(err: BaseException) -> str:
+    """How a read failed: "gone" (deleted since the listing), "refused" (a permission), "failed" (other)."""
+    if isinstance(err, NotFoundError):
+        return "gone"
+    return "refused" if denied(err) else "failed"
+
+
+def _reason(uri: str, err) -> str:
+    """The first reason of a left-out object, for ``longbert cache``: the permission, or the failure."""
+    if isinstance(err, BaseException) and denied(err):
+        return refused(uri, err, "GET")
+    return str(run_error(uri, "reading it", err)) if isinstance(err, BaseException) else str(err)

@@ -168,9 +168,11 @@ def _load_and_extract(cfg: PipelineConfig, tokenizer, texts: list[str], picked: 
     from ..model.facts import model_label
 
     name = cfg.model.model
+    pipe = Pipeline.from_config(cfg, tokenizer)
+    if pipe.encode_stage() is not None:
+        pipe.encode_stage().open_store()   # a store that cannot be opened is refused before "loading model"
     if echo and cfg.write.progress:
         echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
-    pipe = Pipeline.from_config(cfg, tokenizer)
     return pipe.resolution(), _extract_sample(pipe, texts, picked, cfg.read.block_rows, cfg.write.progress)
 
 

@@ -62,11 +62,13 @@ def stream_corpus(plan: Plan, pipe, echo: Callable[[str], None] | None = None,
     cfg = pipe.cfg
     schema = pipe.resolution().file_schema(plan.id_type)   # the rows stage's columns, then any a stage adds
     check_resume(cfg, run_fingerprint(cfg, plan, schema))
-    if echo and cfg.write.progress:
-        name = cfg.model.model
-        echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
     encode = pipe.encode_stage()
     try:
+        if encode is not None:
+            encode.open_store()   # a store that cannot be opened is refused before "loading model"
+        if echo and cfg.write.progress:
+            name = cfg.model.model
+            echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")
         if encode is not None:
             encode.load()
             if pipe.resolution().facts.sha256 is None and encode.facts.sha256 is not None:

@@ -217,13 +217,10 @@ class Encode(Stage):
         with self._lock:
             if self._encoder is not None:
                 return
-            from ..cache.stores import open_store
             from .window_cache import WindowCache
 
             spec = self.spec
-            store = self.store
-            if isinstance(store, str) and store:
-                store = self._opened = self._opened or open_store(store)
+            store = self._open_store()
             encoder = self.weights.encoder(spec, self.tokenizer, self.facts.sha256)
             encoder.pool_prompt = pools_prompt(self.facts)   # a window's prompt: pooled or not
             encoder.on_batch = self.on_batch
@@ -233,6 +230,26 @@ class Encode(Stage):
                     self.facts = dataclasses.replace(self.facts, sha256=sha)
             self._cache = WindowCache.open(spec, self.facts, store or None)   # None without a store
             self._encoder = encoder
+
+    def open_store(self) -> None:
+        """Open the store a URI names (once; pipeline.cache.stores.open_store), without loading the weights:
+        called before the run says "loading model", so a store that cannot be opened (an endpoint, a
+        bucket, credentials, a permission) is refused first. Nothing for a store given open, or none.
+
+        Raises:
+            ConfigError: as open_store.
+        """
+        with self._lock:
+            self._open_store()
+
+    def _open_store(self):
+        """The open store (given, or opened from its URI once), or None. Called under self._lock."""
+        store = self.store
+        if isinstance(store, str) and store:
+            from ..cache.stores import open_store
+
+            store = self._opened = self._opened or open_store(store)
+        return store
 
     def close(self) -> None:
         """End a run's use of the store (called at the end of every run): its ``close`` writes what is
