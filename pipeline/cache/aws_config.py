@@ -92,8 +92,10 @@ def check_endpoint(value: str, name: str) -> str:
         raise ConfigError(f"{name}={value!r}: the scheme {scheme + '://'!r} is not http:// or https://; "
                           f"e.g. {name}=http://{rest}")
     authority = rest.split("/", 1)[0]
-    host, _, port = authority.rpartition(":") if not authority.endswith("]") else (authority, "", "")
-    if not _HOST.match(host or authority) or (port and not (port.isdigit() and 0 < int(port) < 65536)):
+    host, port = authority, ""
+    if ":" in authority and not authority.endswith("]"):   # host:port ([v6] alone has colons, no port)
+        host, _, port = authority.rpartition(":")
+    if not _HOST.match(host) or (":" in authority[len(host):] and not (port.isdigit() and 0 < int(port) < 65536)):
         raise ConfigError(f"{name}={value!r} names no valid host[:port] after {scheme + '://'!r}; "
                           f"e.g. {name}={scheme.lower()}://localhost:9000")
     return f"{scheme.lower()}://{rest}".rstrip("/")

@@ -219,7 +219,7 @@ def _request(text: str) -> str | None:
     return found.group(1) if found else None
 
 
-def _denied(err: BaseException) -> bool:
+def denied(err: BaseException) -> bool:
     """A request refused for want of a permission (AccessDenied, 403), not for bad credentials."""
     text = str(err)
     if any(code in text for code in BAD_CREDENTIALS):
@@ -267,7 +267,7 @@ def open_error(uri: str, err: BaseException) -> ConfigError:
     if "NoSuchBucket" in text or isinstance(err, NotFoundError):
         return ConfigError(f"--cache {uri}: the bucket {bucket!r} does not exist at {endpoint()}; create it "
                            f"(e.g. aws s3 mb s3://{bucket}) or pass --cache another bucket")
-    if _denied(err):
+    if denied(err):
         return ConfigError(f"--cache {uri}: {refused(uri, err)}")
     if isinstance(err, Refused) or any(c in text for c in (*BAD_CREDENTIALS, "403 Forbidden")):
         key = _settings().key_id or os.environ.get("AWS_ACCESS_KEY_ID") or "(not set)"
@@ -292,7 +292,7 @@ def _code(text: str) -> str:
 def run_error(uri: str, what: str, err: Exception) -> RunError:
     """An S3 failure after the store opened, as the run's error (exit 1): a missing permission, TLS, DNS or
     a dead endpoint named as such; other failures with their first line and "run again"."""
-    if _denied(err):
+    if denied(err):
         return RunError(f"--cache {uri}: {what} was refused: {refused(uri, err)}")
     if any(code in str(err) for code in BAD_CREDENTIALS):
         return RunError(f"--cache {uri}: {what}: {endpoint()} refused the credentials ({_code(_text(err))}); "

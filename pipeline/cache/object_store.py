@@ -27,10 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from obstore.exceptions import NotFoundError
 
-from .object_blocks import BlockDamaged, index_length, pack_block, parse_index, parse_name, pool_folder, verify
-from .object_blocks import LAYOUT
-from .object_client import Client, Refused, open_error, refused, run_error
-from .object_client import _denied as denied
+from .object_blocks import LAYOUT, BlockDamaged, index_length, pack_block, parse_index, parse_name, pool_folder, verify
+from .object_client import Client, Refused, denied, open_error, refused, run_error
+from .object_report import read_failure, store_stats
 from ..errors import ConfigError, StoreWarning
 from .store_api import lookup
 from .store_keys import window_keys
@@ -113,7 +112,7 @@ class ObjectStore:
             except BlockDamaged as err:
                 return path, None, ("damaged", str(err))
             except Exception as err:  # noqa: BLE001 - refused, gone since the listing, or failed: named apart
-                return path, None, (_why(err), err)
+                return path, None, (read_failure(err), err)
 
         index, spare = {}, {}
         with ThreadPoolExecutor(THREADS) as pool_:
@@ -172,7 +171,7 @@ class ObjectStore:
             try:
                 data = self.client.get(path)
             except Exception as err:  # noqa: BLE001 - refused, gone or failed: its windows are misses
-                return path, None, (_why(err), err)
+                return path, None, (read_failure(err), err)
             if verify(parse_name(path)[0], data):
                 return path, data, None
             return path, None, ("damaged", "its sha256 is not its name's")
@@ -321,71 +320,11 @@ class ObjectStore:
         except Exception as err:  # noqa: BLE001
             raise run_error(self.uri, "listing the store", err) from None
 
-    def _check_object(self, obj: dict, whole: bool) -> tuple[str, dict | None, object]:
-        """(status, header, why) of one listed object: "ok" (whole: its sha256 matches its name; else its
-        index reads and its size is the index's), "damaged", "refused", "gone" or "failed"."""
-        path, size = obj["path"], obj["size"]
-        sha, n = parse_name(path)
-        try:
-            data = self.client.get(path, None if whole else index_length(n))
-            if whole and not verify(sha, data):
-                raise BlockDamaged("its sha256 is not its name's")
-            header, entries = parse_index(data, n)
-            if size != index_length(n) + 4 * sum(values for _, _, values in entries):
-                raise BlockDamaged(f"it holds {size:,} bytes, its index says "
-                                   f"{index_length(n) + 4 * sum(v for _, _, v in entries):,}")
-        except BlockDamaged as err:
-            return "damaged", None, str(err)
-        except Exception as err:  # noqa: BLE001 - refused, gone or failed: named apart
-            return _why(err), None, err
-        return "ok", header, None
-
     def stats(self) -> dict:
-        """The store's objects counted from one listing, each object read and checked (whole when the store
-        holds less than WHOLE_BELOW bytes, its sha256 against its name; else its index, its size against
-        the index's), so only windows a run could use are counted (a window two racing runs both stored
-        counts twice); with this store object's lookups, hits and rejected (a run's, kept with it).
-
-        Keys as WindowStore.stats: path, journal_mode ("objects"), size_bytes, entries, objects, lookups,
-        hits, rejected, hit_rate, bytes_per_1000, models (per pool key: label, dim, entries, bytes...);
-        and ``left_out``: {"damaged"|"refused"|"failed": [objects, windows, bytes, first reason]} for the
-        objects not counted; ``hit_counts``: "run" (runs keep them; the store holds none).
-        """
-        listing = self._listing()
-        named = [o for o in listing if parse_name(o["path"]) is not None]
-        whole = sum(o["size"] for o in named) < WHOLE_BELOW
-        with ThreadPoolExecutor(min(THREADS, max(1, len(named)))) as pool_:
-            checked = list(pool_.map(lambda o: self._check_object(o, whole), named))
-        by_pool: dict[str, list] = {}
-        left_out: dict[str, list] = {}
-        for obj, (status, header, why) in zip(named, checked):
-            n = parse_name(obj["path"])[1]
-            if status == "gone":
-                continue
-            if status != "ok":
-                entry = left_out.setdefault(status, [0, 0, 0, why if status == "damaged" else _reason(self.uri, why)])
-                entry[0], entry[1], entry[2] = entry[0] + 1, entry[1] + n, entry[2] + obj["size"]
-                continue
-            entry = by_pool.setdefault(obj["path"].split("/")[1], [0, 0, 0, header])
-            entry[0], entry[1], entry[2] = entry[0] + n, entry[1] + obj["size"], entry[2] + 1
-        models = []
-        for pool in sorted(set(by_pool) | set(self._counts)):
-            entries, size, _, header = by_pool.get(pool, (0, 0, 0, None))
-            dim, label = self._dims.get(pool, (0, "?"))
-            if header is not None and pool not in self._dims:
-                dim, label = header.get("dim", 0), header.get("label", "?")
-            lookups, hits, rejected = self._counts.get(pool, (0, 0, 0))
-            models.append({"pool_key": pool, "label": label, "dim": dim, "entries": entries, "bytes": size,
-                           "lookups": lookups, "hits": hits, "rejected": rejected,
-                           "hit_rate": hits / lookups if lookups else None})
-        entries, size = sum(m["entries"] for m in models), sum(m["bytes"] for m in models)
-        lookups, hits = sum(m["lookups"] for m in models), sum(m["hits"] for m in models)
-        return {"path": self.uri, "journal_mode": "objects", "size_bytes": size, "wal_bytes": 0,
-                "entries": entries, "objects": sum(e[2] for e in by_pool.values()),
-                "lookups": lookups, "hits": hits,
-                "rejected": sum(m["rejected"] for m in models), "hit_rate": hits / lookups if lookups else None,
-                "bytes_per_1000": size * 1000 / entries if entries else None, "models": models,
-                "left_out": left_out, "hit_counts": "run"}
+        """The store's objects, each read and checked, counted (pipeline.cache.object_report.store_stats:
+        its keys), with this store object's lookups, hits and rejected (a run's, kept with it)."""
+        return store_stats(self.uri, self.client, self._listing(), dict(self._dims), dict(self._counts),
+                           WHOLE_BELOW, THREADS)
 
     def clear(self) -> None:
         """Delete every object under ``PREFIX/windows-v1/`` (nothing else under the prefix or the bucket).
@@ -451,16 +390,3 @@ def open_s3(uri: str) -> ObjectStore:
     store.check_read()
     return store
 
-
-def _why(err: BaseException) -> str:
-    """How a read failed: "gone" (deleted since the listing), "refused" (a permission), "failed" (other)."""
-    if isinstance(err, NotFoundError):
-        return "gone"
-    return "refused" if denied(err) else "failed"
-
-
-def _reason(uri: str, err) -> str:
-    """The first reason of a left-out object, for ``longbert cache``: the permission, or the failure."""
-    if isinstance(err, BaseException) and denied(err):
-        return refused(uri, err, "GET")
-    return str(run_error(uri, "reading it", err)) if isinstance(err, BaseException) else str(err)

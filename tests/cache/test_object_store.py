@@ -44,8 +44,11 @@ def s3_server():
 def s3(s3_server, monkeypatch, tmp_path):
     """A fresh bucket on the local server, the AWS variables set for it, the working folder tmp_path/cwd;
     yields (uri "s3://BUCKET/runs", boto3 client, the server's request counter)."""
-    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "LONGBERT_CACHE"):
+    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "LONGBERT_CACHE", "AWS_ENDPOINT_URL_S3",
+                 "AWS_DEFAULT_REGION", "AWS_CA_BUNDLE", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "SSL_CERT_FILE"):
         monkeypatch.delenv(name, raising=False)
+    for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):   # no ~/.aws of this machine's user
+        monkeypatch.setenv(name, str(tmp_path / "no-aws" / name.lower()))
     for name, value in {**KEYS, "AWS_ENDPOINT_URL": s3_server.url}.items():
         monkeypatch.setenv(name, value)
     bucket = f"b-{uuid.uuid4().hex[:12]}"
