@@ -209,6 +209,11 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(err).__name__
 
 
+def first_line(err: BaseException) -> str:
+    """The error's first line (at most 300 characters), the secret key and session token replaced."""
+    return _first_line(err)
+
+
 def _request(text: str) -> str | None:
     """The request an obstore error is about: "GET", "PUT", "HEAD", "LIST", "DELETE", or None."""
     if "DeleteObjects" in text or "Error performing DELETE" in text:

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from obstore.exceptions import NotFoundError
 
 from .object_blocks import BlockDamaged, index_length, parse_index, parse_name, verify
-from .object_client import Client, denied, refused, run_error
+from .object_client import Client, denied, endpoint, first_line, refused
 
 
 def check_object(client: Client, obj: dict, whole: bool) -> tuple[str, dict | None, object]:
@@ -98,4 +98,4 @@ def _reason(uri: str, status: str, why) -> str:
         return str(why)
     if status == "refused":
         return refused(uri, why, "GET")
-    return str(run_error(uri, "reading it", why))
+    return f"reading failed at {endpoint()} ({first_line(why)})"

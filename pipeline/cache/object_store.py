@@ -28,7 +28,7 @@ import numpy as np
 from obstore.exceptions import NotFoundError
 
 from .object_blocks import LAYOUT, BlockDamaged, index_length, pack_block, parse_index, parse_name, pool_folder, verify
-from .object_client import Client, Refused, denied, open_error, refused, run_error
+from .object_client import Client, Refused, denied, endpoint, first_line, open_error, refused, run_error
 from .object_report import read_failure, store_stats
 from ..errors import ConfigError, StoreWarning
 from .store_api import lookup
@@ -150,8 +150,8 @@ class ObjectStore:
                           "the windows of the objects it cannot read are encoded again, and this run stores "
                           "nothing (the store may hold them already)", StoreWarning, stacklevel=3)
         elif kind == "failed":
-            warnings.warn(f"window store {self.uri}: the object {path} could not be read "
-                          f"({str(run_error(self.uri, 'reading it', why))}); its windows are encoded again",
+            warnings.warn(f"window store {self.uri}: the object {path} could not be read at {endpoint()} "
+                          f"({first_line(why)}); its windows are encoded again, and the next run reads it again",
                           StoreWarning, stacklevel=3)
 
     def _keep(self, path: str, data: bytes) -> None:

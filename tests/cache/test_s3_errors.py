@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
+import os
 import ssl
 import threading
 import uuid
@@ -463,7 +464,6 @@ def test_a_certificate_of_an_unknown_ca_is_named_and_aws_ca_bundle_trusts_it(s3,
     reader = open_store("s3://tls-bucket/p")
     reader.register(POOL, 4, "t")
     np.testing.assert_array_equal(reader.lookup(POOL, ids)[0], np.eye(3, 4, dtype=np.float32))
-    import os
     assert "SSL_CERT_FILE" not in os.environ                 # set only while the client is built
 
 
@@ -521,3 +521,44 @@ def test_no_secret_key_or_session_token_appears_anywhere(runner, tiny_model_dir,
         assert not any(secret.encode() in blob for blob in blobs), secret[:4]
     settings = AwsSettings(secret="abc-SECRET", token="tok-TOKEN")
     assert settings.redact("x abc-SECRET y tok-TOKEN") == "x *** y ***" and "SECRET" not in repr(settings)
+
+
+def test_an_object_that_fails_to_read_is_named_for_that_never_damaged_and_not_copied(s3, monkeypatch):
+    """A read that fails for another reason than damage or a permission (here a 503 after the retries)."""
+    import numpy as np
+    from obstore.exceptions import GenericError
+
+    import pipeline.cache.object_client as object_client
+
+    uri, client, _ = s3
+    ids, vectors = _ids(6, seed=8), np.arange(6 * 4, dtype=np.float32).reshape(6, 4)
+    writer = open_store(uri)
+    writer.register(POOL, 4, "t")
+    writer.put_many(POOL, ids[:3], vectors[:3])
+    writer.put_many(POOL, ids[3:], vectors[3:])
+    stored = objects(client, uri)
+    failing = sorted(stored)[-1].removeprefix("runs/")
+    real = object_client.Client.get
+
+    def get(self, path, end=None):
+        if path == failing:
+            raise GenericError("Generic S3 error: Error performing GET http://x/y in 30s - Server returned non-2xx "
+                               "status code: 503 Service Unavailable: <Error><Code>SlowDown</Code></Error>")
+        return real(self, path, end)
+
+    monkeypatch.setattr(object_client.Client, "get", get)
+    reader = open_store(uri)
+    reader.register(POOL, 4, "t")
+    with pytest.warns(StoreWarning) as caught:
+        found = reader.get_many(POOL, ids)
+    said = [str(w.message) for w in caught]
+    assert said == [f"window store {uri}: the object {failing} could not be read at {os.environ['AWS_ENDPOINT_URL']} "
+                    "(Generic S3 error: Error performing GET http://x/y in 30s - Server returned non-2xx status code: "
+                    "503 Service Unavailable: <Error><Code>SlowDown</Code></Error>); its windows are encoded again, "
+                    "and the next run reads it again"]
+    lost = [i for i, f in enumerate(found) if f is None]
+    assert len(lost) == 3 and all(np.array_equal(found[i], vectors[i]) for i in range(6) if i not in lost)
+    reader.put_many(POOL, [ids[i] for i in lost], vectors[lost])     # the same block: already there, no copy
+    assert objects(client, uri) == stored
+    stats = reader.stats()
+    assert stats["entries"] == 3 and list(stats["left_out"]) == ["failed"] and stats["left_out"]["failed"][:2] == [1, 3]
