@@ -499,8 +499,11 @@ def test_no_secret_key_or_session_token_appears_anywhere(runner, tiny_model_dir,
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for name, args in (("noget", ["extract"]), ("reader", ["clear"]), ("reader", ["extract"]),
-                           ("partial", ["extract"]), ("bad", ["extract"])):
+                           ("partial", ["extract"]), ("bad", ["extract"]), ("token", ["extract"])):
             key, secret = users.get(name, (users["reader"][0], "wrong-" + users["reader"][1]))
+            if name == "token":                               # the right keys with a token the server refuses
+                key, secret = users["reader"]
+                monkeypatch.setenv("AWS_SESSION_TOKEN", token)
             use_keys(monkeypatch, key, secret)
             auth(True)
             if args == ["clear"]:
@@ -516,6 +519,7 @@ def test_no_secret_key_or_session_token_appears_anywhere(runner, tiny_model_dir,
     seen += [str(w.message) for w in caught]
     text = "\n".join(seen)
     assert "AccessDenied" in text and "SignatureDoesNotMatch" in text and users["reader"][0] in text   # they were said
+    assert "refused the credentials" in seen[5]                                                     # the token's run
     blobs = [text.encode(), (tmp_path / "e.parquet").read_bytes(), *objects(client, uri).values()]
     for secret in secrets:
         assert not any(secret.encode() in blob for blob in blobs), secret[:4]
