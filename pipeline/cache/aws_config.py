@@ -64,7 +64,7 @@ class AwsSettings:
         return {k: v for k, v in config.items() if v}
 
     def redact(self, text: str) -> str:
-        """``text`` with the secret key and the session token (and any long run of them) replaced by "***"."""
+        """``text`` with the secret key and the session token replaced by "***". Example: "k=abc" -> "k=***"."""
         for secret in (self.secret, self.token):
             if secret:
                 text = text.replace(secret, "***")
