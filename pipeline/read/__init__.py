@@ -152,12 +152,13 @@ def scan(cfg: ReadConfig) -> Plan:
 def _remote_scan(src: Source, fs: FileScan, specs: list[BlockSpec]) -> tuple[FileScan, list[BlockSpec]]:
     """An S3 input's scan with the (size, ETag) of each object its GET saw, and each block's ETags (its
     reads are conditional on them) and, for an uncompressed line format, its range's end (the next
-    block's offset; the last block reads to the object's end)."""
+    block's offset; the last block's is the object's size)."""
     objects = [src.path / rel for rel in fs.files] if src.format == "text" else [src.path]
     fs = dataclasses.replace(fs, etags=tuple(remote.etag_of(p) for p in objects))
     specs = [dataclasses.replace(s, etags=tuple(remote.etag_of(p)[1] for p in block_paths(s))) for s in specs]
-    if src.format in LINE_FORMATS and src.compression is None:
-        specs = [dataclasses.replace(s, end=nxt.offset) for s, nxt in zip(specs, specs[1:])] + specs[-1:]
+    if src.format in LINE_FORMATS and src.compression is None and specs:
+        ends = [nxt.offset for nxt in specs[1:]] + [fs.etags[0][0]]   # the last block: to the object's end
+        specs = [dataclasses.replace(s, end=end) for s, end in zip(specs, ends)]
     return fs, specs
 
 

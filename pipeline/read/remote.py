@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import io
+import os
 import posixpath
 import shutil
 import stat
@@ -296,6 +297,15 @@ def etag_of(path: S3Path) -> tuple[int, str]:
     """(size, ETag) the scan's GET of ``path`` saw (inside ``scan_context``)."""
     size, etag, _ = _local.seen[str(path)]
     return size, etag
+
+
+def worker_env(paths: list[str]) -> dict[str, str]:
+    """This process's AWS_* variables when one of ``paths`` (block specs' paths) is an S3 URI, else {}:
+    another process that reads those blocks (a Ray actor) is started with them, so it reaches the same
+    endpoint with the same credentials. Example: ["s3://b/a.csv"] -> {"AWS_ENDPOINT_URL": ..., ...}."""
+    if not any(is_uri(p) for p in paths):
+        return {}
+    return {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
 
 
 def check_access(root: S3Path) -> None:
