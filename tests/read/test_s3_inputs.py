@@ -274,3 +274,26 @@ def test_a_spec_names_its_object_by_uri_and_survives_json(corpus, s3):
     assert len(spec.etags) == 4 and all(e.startswith('"') for e in spec.etags) and len(spec.stamp) == 8
     assert BlockSpec.from_json(spec.to_json()) == spec
     assert read_block(BlockSpec.from_json(spec.to_json())).column("id").to_pylist() == list(spec.files)
+
+
+def test_resume_over_s3_inputs_redoes_nothing_and_refuses_a_changed_object(runner, tiny_model_dir, corpus, tmp_path,
+                                                                           s3):
+    """The resume fingerprint of an S3 input is its name, bytes and sha256, as for the same file on disk:
+    the same object resumes (every part kept), new content under the same key is refused (exit 2)."""
+    root, rows = corpus
+    bucket, client, _ = s3
+    upload(client, bucket, root / "jsonl", "r")
+    args = ["extract", f"s3://{bucket}/r/c.jsonl", "--model", tiny_model_dir, "--no-progress", "--strategy", "chunk",
+            "--block-rows", 4, "-o", f"{tmp_path}/out/"]
+    first = invoke(runner, args)
+    assert first.exit_code == 0, first.output
+    parts = sorted(p.name for p in (tmp_path / "out").glob("part-*.parquet"))
+    stamps = {p: (tmp_path / "out" / p).stat().st_mtime_ns for p in parts}
+    again = invoke(runner, [*args, "--resume"])
+    assert again.exit_code == 0, again.output
+    assert {p: (tmp_path / "out" / p).stat().st_mtime_ns for p in parts} == stamps   # no part written again
+    lines = (root / "jsonl" / "c.jsonl").read_bytes().splitlines(keepends=True)
+    client.put_object(Bucket=bucket, Key="r/c.jsonl", Body=b"".join(lines[1:] + lines[:1]))   # same bytes, reordered
+    changed = invoke(runner, [*args, "--resume"])
+    assert changed.exit_code == 2
+    assert changed.output.startswith("Error: --resume: the input files differ from the run that wrote")
