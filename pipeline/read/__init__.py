@@ -12,8 +12,12 @@ each file once, files of other extensions in a folder counted and the first few 
 file reached through several inputs is read once; a pipe is copied to a temporary file (``pipes``).
 While the run reads, each block's files are checked against the scan's size and time, and the
 engines compare every input's sha256 with the scan's before the output is committed (``recheck``).
+Inputs named ``s3://BUCKET/...`` (objects, prefixes, globs over keys) take every format and check
+(``remote``: the scan fetches each object once to a temporary file; a block's reads are ranged GETs
+conditional on the scan's ETag; ``s3_connect``: the S3 connection from the AWS variables).
 
-Layout: ``sources`` (command-line inputs -> Sources), ``pipes``, ``magic`` (first bytes), ``streams``
+Layout: ``sources`` (command-line inputs -> Sources), ``pipes``, ``remote`` and ``s3_connect`` (S3),
+``magic`` (first bytes), ``streams``
 (bytes: opening, decompression, decode check, the line splitter), ``encoding_advice``, ``specs``
 (Columns, BlockSpec, FileScan), ``recheck``, and one module per format family: ``lines`` (CSV, TSV,
 JSON Lines; with ``json_text`` and ``line_messages``), ``parquet``, ``text``. Each format module has the same
