@@ -326,10 +326,13 @@ def head(path: S3Path) -> S3Path | None:
     return S3Path(path.bucket, path.key, meta["size"], meta["e_tag"] or "")
 
 
-def list_objects(root: S3Path) -> list[S3Path]:
+def list_objects(root: S3Path, deep: bool = True) -> list[S3Path]:
     """Every object under the prefix ``root`` (the whole bucket for key ""), sorted by key, with sizes and
-    ETags; folder markers (keys ending in '/') are left out. One LIST request per 1,000 keys."""
+    ETags; folder markers (keys ending in '/') are left out. One LIST request per 1,000 keys. ``deep``
+    False: only the objects directly under it (a glob such as 'PREFIX/*.jsonl' needs no deeper key)."""
     def listing(store):
+        if not deep:
+            return _obstore().list_with_delimiter(store, prefix=root.key or None)["objects"]
         return [obj for chunk in _obstore().list(store, prefix=root.key or None, chunk_size=1000) for obj in chunk]
 
     found = _call(root, listing)

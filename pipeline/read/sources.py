@@ -220,7 +220,8 @@ def _from_s3(pattern: str, override: str | None) -> list[Source]:
                 return [_text_source(obj.parent, [obj], override)]
             return [Source(obj, fmt, compression, by_ext, forced=override is not None)]
     base = S3Path(root.bucket, "/".join(parts[:wild])) if wild is not None else root
-    objects = [o for o in remote.list_objects(base)
+    deep = wild is None or len(parts) - wild > 1 or "**" in parts[wild]
+    objects = [o for o in remote.list_objects(base, deep)
                if not any(part.startswith(".") for part in o.relative_to(base).parts)]
     if wild is not None:
         matches = [o for o in objects if _segments_match(parts[wild:], list(o.relative_to(base).parts))]

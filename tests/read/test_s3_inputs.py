@@ -123,6 +123,9 @@ def test_prefix_glob_and_mixed_inputs_read_as_the_local_ones(corpus, s3):
                                                  f"s3://{bucket}/corpus/jsonl/c.jsonl"]
     assert remote.to_pylist() == local.to_pylist()
     assert set(remote.column("source").to_pylist()) == {"gz/c.jsonl.gz", "jsonl/c.jsonl"}
+    plan, remote = table(f"s3://{bucket}/corpus/jsonl/*.jsonl")   # one folder deep: listed with a delimiter
+    assert [str(f.path) for f in plan.files] == [f"s3://{bucket}/corpus/jsonl/c.jsonl"]
+    assert remote.to_pylist() == table(str(root / "jsonl" / "*.jsonl"))[1].to_pylist()
 
 
 def test_the_scan_fetches_each_object_once_and_a_block_only_its_bytes(corpus, s3, tmp_path):
