@@ -202,6 +202,8 @@ class RangeReader(io.RawIOBase):
                 want = min(self.fetch, left) if self.readahead else n
                 self.buf, self.buf_at, at = self._get(self.pos, self.pos + want), self.pos, 0
                 self.fetch = min(2 * self.fetch, MAX_FETCH)
+                if not self.buf:
+                    break   # the object ends before the size the scan saw (the reader then finds rows missing)
             piece = self.buf[at:at + n]
             out.append(piece)
             self.pos, n, left = self.pos + len(piece), n - len(piece), left - len(piece)
