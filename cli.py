@@ -168,7 +168,8 @@ def main() -> None:
 @click.argument("inputs", nargs=-1, required=True)
 @option_groups(*EXTRACT_GROUPS)
 def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -> None:
-    """Embed each row of the INPUTS (files, folders of .txt/.md, or globs) and write one vector per document.
+    """Embed each row of the INPUTS (files, folders of .txt/.md, or globs; local or s3://BUCKET/...) and write one
+    vector per document.
 
     Exit codes: 0 done (the summary counts rows with errors), 1 failed part-way or --strict with a
     row error, 2 nothing started (bad option, missing column, unreadable input, existing output),
@@ -179,6 +180,7 @@ def extract(inputs: tuple[str, ...], config_file: Path | None, **options: Any) -
         longbert extract examples/corpus.csv --keep-col title -o out/example.parquet
         longbert extract 'data/*.csv' --strategy sliding --overlap 64 -o out/parts/ --resume
         longbert extract docs.csv --feature head:cls --feature chunk:mean -o out/both.parquet
+        longbert extract 's3://bucket/corpus/*.jsonl' --engine ray -o out/parts/
     """
     cfg = None
     previous = _on_sigterm(_interrupt)  # SIGTERM (kill, a job scheduler) ends as Ctrl-C does

@@ -71,6 +71,18 @@ def default_model_dir() -> Path:
     return Path(get_model_path())
 
 
+@pytest.fixture(scope="session")
+def s3_server():
+    """One local S3 server (moto, tests/cache/s3_server.py) for every S3 test of the session; each test
+    makes its own bucket. Its ``counted`` counts requests and bytes (reset it per test)."""
+    from s3_server import CountedMotoServer
+
+    server = CountedMotoServer()
+    server.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()

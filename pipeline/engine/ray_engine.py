@@ -35,6 +35,7 @@ from ..options.config import PipelineConfig
 from ..errors import ConfigError, PipelineError, RunError
 from ..model.host_memory import reuse_freed_memory
 from ..read import BlockSpec, read_block, verify_inputs
+from ..read.remote import worker_env
 from ..output.lock import holds_output
 from .run import Summary, check, documents_of, fail_on_row_error, open_run, peak_memory, run_fingerprint, writing
 from ..output.write import check_resume
@@ -304,7 +305,8 @@ def _run_ray(ray, cfg: PipelineConfig, id_type: pa.DataType, specs: list[BlockSp
         ctx.execution_options.preserve_order = True
         ctx.enable_progress_bars = False  # the driver's bar counts documents as they are written
         ds = ray.data.from_items([{SPEC: s.to_json()} for s in specs], override_num_blocks=len(specs))
-        env = store_env(cfg.write.cache)   # s3://: the driver's AWS_* variables, so the actors reach its store
+        env = {**store_env(cfg.write.cache),   # s3://: the driver's AWS_* variables, so the actors reach its store
+               **worker_env([s.path for s in specs])}   # and the S3 inputs their blocks read
         ds = ds.map_batches(
             RayBlock, fn_constructor_kwargs={"cfg": cfg, "threads": max(1, round(cpus)), "id_type": id_type,
                                              "centre": centre},

@@ -38,6 +38,8 @@ def input_files(patterns: Iterable[str]) -> list[tuple[str, Path]]:
     out = []
     for pattern in patterns:
         pattern = str(pattern)
+        if pattern.startswith("s3://"):
+            continue   # an S3 input is no local file a run could write over
         if any(ch in pattern for ch in "*?["):
             found = glob_files(pattern)[1]
         elif os.path.isdir(pattern):   # a folder's documents: its .txt and .md files, as the reader takes them

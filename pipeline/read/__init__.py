@@ -12,8 +12,12 @@ each file once, files of other extensions in a folder counted and the first few 
 file reached through several inputs is read once; a pipe is copied to a temporary file (``pipes``).
 While the run reads, each block's files are checked against the scan's size and time, and the
 engines compare every input's sha256 with the scan's before the output is committed (``recheck``).
+Inputs named ``s3://BUCKET/...`` (objects, prefixes, globs over keys) take every format and check
+(``remote``: the scan fetches each object once to a temporary file; a block's reads are ranged GETs
+conditional on the scan's ETag; ``s3_connect``: the S3 connection from the AWS variables).
 
-Layout: ``sources`` (command-line inputs -> Sources), ``pipes``, ``magic`` (first bytes), ``streams``
+Layout: ``sources`` (command-line inputs -> Sources), ``pipes``, ``remote`` and ``s3_connect`` (S3),
+``magic`` (first bytes), ``streams``
 (bytes: opening, decompression, decode check, the line splitter), ``encoding_advice``, ``specs``
 (Columns, BlockSpec, FileScan), ``recheck``, and one module per format family: ``lines`` (CSV, TSV,
 JSON Lines; with ``json_text`` and ``line_messages``), ``parquet``, ``text``. Each format module has the same
@@ -23,10 +27,12 @@ to its module: a new format is one module and one row there.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
+import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +42,9 @@ import pyarrow as pa
 
 from ..options.config import ReadConfig
 from ..errors import InputError
-from . import lines, parquet, text
-from .recheck import check_stamps, verify_inputs
+from . import lines, parquet, remote, text
+from .recheck import block_paths, check_stamps, verify_inputs
+from .remote import S3Path
 from .sources import LINE_FORMATS, SKIPPED_SHOWN, TEXT_SUFFIXES, Source, expand_inputs, walk
 from .specs import BlockSpec, Columns, FileScan
 
@@ -124,30 +131,57 @@ def scan(cfg: ReadConfig) -> Plan:
     Raises:
         InputError: as above, naming the file, the line where there is one, and the fix.
     """
-    sources = expand_inputs(cfg)
-    cols, note, found = _resolve_ids(sources, cfg)
-    plan = Plan(columns=cols, id_note=note, skipped_files=sum(src.skipped for src in sources),
-                skipped_names=[n for src in sources for n in src.skipped_names][:SKIPPED_SHOWN])
-    id_flag = "--id-col" if cfg.id_col is not None else "--id-col (the input column 'id' is used when present)"
-    parent = _common_parent(sources)
-    seen: set[str] | None = set() if cols.ids == "string" else None
-    for src in sources:
-        fmt = FORMATS[src.format]
-        fmt.check(src, found[src] or [], cols, id_flag)
-        fs, specs, dups = fmt.scan(src, cols, cfg.block_rows, plan.n_rows, len(plan.blocks), seen)
-        source = _relative(src.path, parent)
-        plan.files.append(fs)
-        plan.blocks.extend(dataclasses.replace(s, source=source) for s in specs)
-        plan.duplicate_ids += dups
+    with remote.scan_context():
+        sources = expand_inputs(cfg)
+        cols, note, found = _resolve_ids(sources, cfg)
+        plan = Plan(columns=cols, id_note=note, skipped_files=sum(src.skipped for src in sources),
+                    skipped_names=[n for src in sources for n in src.skipped_names][:SKIPPED_SHOWN])
+        id_flag = "--id-col" if cfg.id_col is not None else "--id-col (the input column 'id' is used when present)"
+        parent = _common_parent(sources)
+        seen: set[str] | None = set() if cols.ids == "string" else None
+        for src in sources:
+            fmt = FORMATS[src.format]
+            with remote.fetching_whole() if isinstance(src.path, S3Path) else contextlib.nullcontext():
+                fmt.check(src, found[src] or [], cols, id_flag)
+                fs, specs, dups = fmt.scan(src, cols, cfg.block_rows, plan.n_rows, len(plan.blocks), seen)
+            if isinstance(src.path, S3Path):
+                fs, specs = _remote_scan(src, fs, specs)
+            source = _relative(src.path, parent)
+            plan.files.append(fs)
+            plan.blocks.extend(dataclasses.replace(s, source=source) for s in specs)
+            plan.duplicate_ids += dups
     return plan
 
 
-def _common_parent(sources: list[Source]) -> Path:
-    folders = [str(s.path.resolve().parent) for s in sources]  # a text folder's own name stays in "source"
+def _remote_scan(src: Source, fs: FileScan, specs: list[BlockSpec]) -> tuple[FileScan, list[BlockSpec]]:
+    """An S3 input's scan with the (size, ETag) of each object its GET saw, and each block's ETags (its
+    reads are conditional on them) and, for an uncompressed line format, its range's end (the next
+    block's offset; the last block's is the object's size)."""
+    objects = [src.path / rel for rel in fs.files] if src.format == "text" else [src.path]
+    fs = dataclasses.replace(fs, etags=tuple(remote.etag_of(p) for p in objects))
+    specs = [dataclasses.replace(s, etags=tuple(remote.etag_of(p)[1] for p in block_paths(s))) for s in specs]
+    if src.format in LINE_FORMATS and src.compression is None and specs:
+        ends = [nxt.offset for nxt in specs[1:]] + [fs.etags[0][0]]   # the last block: to the object's end
+        specs = [dataclasses.replace(s, end=end) for s, end in zip(specs, ends)]
+    return fs, specs
+
+
+def _common_parent(sources: list[Source]) -> Path | S3Path | None:
+    """The folder the ``source`` column is relative to: the local inputs' common parent folder, or the
+    S3 inputs' common prefix when all are in one bucket (None: S3 inputs of several buckets, or mixed
+    with local ones, keep their URIs)."""
+    if all(isinstance(s.path, S3Path) for s in sources) and len({s.path.bucket for s in sources}) == 1:
+        keys = [s.path.parent.key for s in sources]   # a text folder's own name stays in "source"
+        return S3Path(sources[0].path.bucket, posixpath.commonpath(keys) if all(keys) else "")
+    if any(isinstance(s.path, S3Path) for s in sources):
+        return None
+    folders = [str(s.path.resolve().parent) for s in sources]
     return Path(os.path.commonpath(folders)) if folders else Path(".")
 
 
-def _relative(path: Path, parent: Path) -> str:
+def _relative(path: Path | S3Path, parent: Path | S3Path | None) -> str:
+    if isinstance(path, S3Path):
+        return path.relative_to(parent).as_posix() if parent is not None else str(path)
     return Path(os.path.relpath(path.resolve(), parent)).as_posix()
 
 

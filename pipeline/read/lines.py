@@ -34,7 +34,7 @@ from .encoding_advice import undecodable_message
 from .json_text import raw_values
 from .line_messages import BadRecord, bad_message, cut_message, delimiter_hint
 from .magic import magic_check
-from .recheck import stamp_of
+from .recheck import block_paths, stamp_of
 from .streams import hash_and_check_bytes, line_decoding, lines, mixed_lines, open_binary
 
 
@@ -99,6 +99,7 @@ class _LineReader:
         self.src = src
         self.cols = cols
         self.delimiter = cols.delimiter or ("\t" if src.format == "tsv" else ",")
+        self.end = 0                  # a block of an S3 object: the records are read from [offset, end) only
         csv.field_size_limit(sys.maxsize)
 
     def header(self) -> list[str] | None:
@@ -132,7 +133,7 @@ class _LineReader:
         assert header is not None
         skip_header = offset == 0
         while True:
-            with open_binary(self.src.path, self.src.compression, offset, self.cols.encoding) as fh:
+            with open_binary(self.src.path, self.src.compression, offset, self.cols.encoding, self.end) as fh:
                 feed = _Feed(lines(fh, offset, line), self.src, self.cols)
                 reader = csv.reader(feed, delimiter=self.delimiter, strict=True)
                 while True:
@@ -163,7 +164,7 @@ class _LineReader:
                     yield _Record(start_line, start_offset, dict(zip(header, row)))
 
     def _json_records(self, offset: int, line: int) -> Iterator[_Record]:
-        with open_binary(self.src.path, self.src.compression, offset, self.cols.encoding) as fh:
+        with open_binary(self.src.path, self.src.compression, offset, self.cols.encoding, self.end) as fh:
             for number, start, raw in lines(fh, offset, line):
                 try:
                     text = _decode(self.src, self.cols, raw, start, number, self.cols.on_bad_lines == "skip")
@@ -360,8 +361,9 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
 
 def _block_records(spec: BlockSpec) -> Iterator[_Record]:
     """The good records of a block, from its offset (more than ``n_rows`` if the file goes on)."""
-    reader = _LineReader(Source(Path(spec.path), spec.format, spec.compression), spec.columns)
+    reader = _LineReader(Source(block_paths(spec)[0], spec.format, spec.compression), spec.columns)
     header = reader.header()
+    reader.end = spec.end
     for rec in reader.records(header, spec.offset, spec.line):
         if rec.values is not None:
             yield rec

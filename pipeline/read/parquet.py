@@ -17,15 +17,21 @@ from .sources import Source
 from .specs import (BlockSpec, Columns, FileScan, check_named_once, count_id, finish_table, missing_message,
                     needed_flags, row_ids)
 from .magic import magic_check
-from .recheck import stamp_of
+from .recheck import block_paths, stamp_of
+from .remote import S3Path
 from .streams import file_sha256
+
+
+def _source(path):
+    """What pyarrow opens: a local path as it is; an S3 object as a file of ranged GETs (or the scan's copy)."""
+    return path.arrow_source() if isinstance(path, S3Path) else path
 
 
 def columns(src: Source, cols: Columns) -> list[str]:
     """The column names of the file's schema."""
     magic_check(src, src.path)
     try:
-        return pq.read_schema(src.path).names
+        return pq.read_schema(_source(src.path)).names
     except (OSError, pa.ArrowException) as err:
         raise InputError(f"{src.path}: cannot be read as parquet ({err}); check the file") from None
 
@@ -115,7 +121,7 @@ def scan(src: Source, cols: Columns, block_rows: int, first_row: int, first_inde
     stamp = stamp_of([src.path])  # before the bytes are read: a change while they are is seen later
     sha, n_bytes = file_sha256(src.path)
     try:
-        pf = pq.ParquetFile(src.path)
+        pf = pq.ParquetFile(_source(src.path))
         _check_types(src, pf.schema_arrow, cols)
         dups = _verify(pf, src, cols, seen)
     except InputError:
@@ -167,11 +173,13 @@ def read(spec: BlockSpec) -> pa.Table:
     entry), so consecutive blocks of one large row group decode it once."""
     cols = spec.columns
     names = cols.needed
-    key = (spec.path, os.stat(spec.path).st_mtime_ns, spec.row_groups, tuple(names))
+    path = block_paths(spec)[0]
+    version = spec.etags if isinstance(path, S3Path) else os.stat(spec.path).st_mtime_ns
+    key = (spec.path, version, spec.row_groups, tuple(names))
     data = _ROW_GROUP_CACHE.get(key)
     if data is None:
         try:
-            data = pq.ParquetFile(spec.path).read_row_groups(list(spec.row_groups), columns=names)
+            data = pq.ParquetFile(_source(path)).read_row_groups(list(spec.row_groups), columns=names)
         except (OSError, pa.ArrowException) as err:
             raise InputError(f"{spec.path}: cannot be read as parquet ({err}); the file changed during the "
                              "run: run again") from None
@@ -192,6 +200,6 @@ def read(spec: BlockSpec) -> pa.Table:
 
 def locate(spec: BlockSpec, i: int) -> str:
     """'PATH row N': the 1-based row of the file (from the spec's own row groups)."""
-    meta = pq.ParquetFile(spec.path).metadata
+    meta = pq.ParquetFile(_source(block_paths(spec)[0])).metadata
     first_of_file = spec.first_row - spec.skip - sum(meta.row_group(g).num_rows for g in range(spec.row_groups[0]))
     return f"{spec.path} row {spec.first_row - first_of_file + i + 1}"

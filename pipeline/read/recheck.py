@@ -6,6 +6,8 @@ read them (``stamp_of``); ``check_stamps`` compares them before and after a bloc
 ``os.stat`` per file: microseconds). At the end of the run, ``verify_inputs`` hashes every input again
 the way the scan did and compares with the sha256 the output's metadata and manifest record (a
 change that kept size and time, as by ``touch -r`` or a copy with ``cp -p``, is caught there).
+An S3 object is checked by its ETag instead: each ranged GET of a block is conditional on it
+(If-Match), and at the end one HEAD per object compares it with the scan's.
 """
 from __future__ import annotations
 
@@ -14,15 +16,17 @@ import os
 from pathlib import Path
 
 from ..errors import RunError
+from .remote import S3Path, as_path, head, is_uri
 from .specs import BlockSpec, FileScan
 from .streams import file_sha256
 
 
-def stamp_of(paths: list[Path]) -> tuple[int, ...]:
-    """(size in bytes, modification time in ns) of each file, flat: (size0, mtime0, size1, mtime1, ...)."""
+def stamp_of(paths: list[Path | S3Path]) -> tuple[int, ...]:
+    """(size in bytes, modification time in ns) of each file, flat: (size0, mtime0, size1, mtime1, ...);
+    an S3 object's are those of the scan's GET (pipeline.read.remote)."""
     out: list[int] = []
     for path in paths:
-        st = os.stat(path)
+        st = path.stat() if isinstance(path, S3Path) else os.stat(path)
         out += [st.st_size, st.st_mtime_ns]
     return tuple(out)
 
@@ -33,18 +37,23 @@ def _changed(path: Path, what: str) -> RunError:
                     "keeps its finished parts; --resume redoes the rest only if the file is as it was)")
 
 
-def block_paths(spec: BlockSpec) -> list[Path]:
-    """The files a block reads: its file, or (text) each of its files under the root folder."""
-    if spec.format == "text":
-        return [Path(spec.path) / rel for rel in spec.files]
-    return [Path(spec.path)]
+def block_paths(spec: BlockSpec) -> list[Path | S3Path]:
+    """The files a block reads: its file, or (text) each of its files under the root folder; S3 objects
+    with the size and ETag the scan saw (``spec.stamp``, ``spec.etags``), which bound and condition their reads."""
+    root = as_path(spec.path)
+    paths = [root / rel for rel in spec.files] if spec.format == "text" else [root]
+    if not isinstance(root, S3Path):
+        return paths
+    sizes = spec.stamp[0::2] or (-1,) * len(paths)
+    etags = spec.etags or ("",) * len(paths)
+    return [S3Path(p.bucket, p.key, size, etag) for p, size, etag in zip(paths, sizes, etags)]
 
 
 def check_stamps(spec: BlockSpec) -> None:
     """RunError (exit 1) naming the file when a file of the block is gone, or its size or modification
     time differs from the scan's; a spec without stamps (built by hand) is not checked."""
-    if not spec.stamp:
-        return
+    if not spec.stamp or is_uri(spec.path):
+        return   # S3: every ranged GET of the block is conditional on the scan's ETag (If-Match) instead
     for k, path in enumerate(block_paths(spec)):
         size, mtime = spec.stamp[2 * k], spec.stamp[2 * k + 1]
         try:
@@ -74,8 +83,12 @@ def content_sha256(fs: FileScan) -> str:
 
 def verify_inputs(files: list[FileScan]) -> None:
     """Hash every input again and compare with the scan's sha256 (what the metadata and the manifest
-    record). RunError (exit 1) naming the first file whose content differs or cannot be read."""
+    record); an S3 object's ETag and size are compared instead (one HEAD each: no object is fetched
+    again). RunError (exit 1) naming the first file whose content differs or cannot be read."""
     for fs in files:
+        if isinstance(fs.path, S3Path):
+            _verify_objects(fs)
+            continue
         try:
             now = content_sha256(fs)
         except OSError as err:
@@ -83,3 +96,16 @@ def verify_inputs(files: list[FileScan]) -> None:
         if now != fs.sha256:
             raise _changed(fs.path, "its sha256 at the end of the run differs from the one the scan "
                                     "recorded")
+
+
+def _verify_objects(fs: FileScan) -> None:
+    """RunError when an S3 input's object (or a text folder's objects) is gone or has another ETag or
+    size than the scan's GET saw (``FileScan.etags``)."""
+    paths = [fs.path / rel for rel in fs.files] if fs.format == "text" else [fs.path]
+    for path, (size, etag) in zip(paths, fs.etags):
+        now = head(path)
+        if now is None:
+            raise _changed(path, "it is gone at the end of the run")
+        if (now.size, now.etag) != (size, etag):
+            raise _changed(path, f"its ETag or size at the end of the run ({now.etag}, {now.size} bytes) is not "
+                                 f"the scan's ({etag}, {size} bytes)")

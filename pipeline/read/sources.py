@@ -12,13 +12,16 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..options.config import ReadConfig
 from ..errors import InputError
+from . import remote
 from .pipes import is_pipe, spool
+from .remote import S3Path
 
 TEXT_SUFFIXES = (".txt", ".md")
 EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
@@ -26,13 +29,14 @@ EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".
 COMPRESSIONS = {".gz": "gz", ".zst": "zst", ".bz2": "bz2", ".xz": "xz"}
 FORMAT_NAMES = {"csv": "CSV", "tsv": "TSV", "jsonl": "JSON Lines", "parquet": "parquet", "text": "text"}
 LINE_FORMATS = ("csv", "tsv", "jsonl")
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")   # another scheme than s3:// (gs://, https://, file://)
 
 
 @dataclass(frozen=True)
 class Source:
     """One input as resolved from the command line: a file with its format, or a folder of text files."""
 
-    path: Path                               # the file; text: the folder the ids are relative to
+    path: Path | S3Path                      # the file; text: the folder the ids are relative to
     format: str
     compression: str | None = None
     by_extension: bool = True                # the format came from the name, not --format
@@ -160,6 +164,11 @@ def _from_glob(pattern: str, override: str | None) -> list[Source]:
     if not matches:
         raise InputError(f"input glob {pattern!r} matches no file; check the pattern and quote it "
                          "so the shell does not expand it")
+    return _glob_sources(pattern, base, matches, override)
+
+
+def _glob_sources(pattern: str, base: Path | S3Path, matches: list, override: str | None) -> list[Source]:
+    """The sources of a glob's matches (files, or S3 objects) under its folder part ``base``."""
     unknown = [m for m in matches if override is None and not format_of(m, None)[2]]
     if unknown:
         names = [str(m) for m in unknown[:10]] + ([f"and {len(unknown) - 10} more"] if len(unknown) > 10 else [])
@@ -175,16 +184,55 @@ def _from_glob(pattern: str, override: str | None) -> list[Source]:
     return out
 
 
-def _from_folder(pattern: str, path: Path, override: str | None) -> Source:
-    """A folder's ``.txt`` / ``.md`` files (``walk``), counting the files left out for their extension."""
+def _from_folder(pattern: str, path: Path | S3Path, every: list, override: str | None) -> Source:
+    """A folder's ``.txt`` / ``.md`` files (``every``: ``walk``'s files, or the objects under an S3
+    prefix), counting the files left out for their extension."""
     if override not in (None, "text"):
         raise InputError(f"input {pattern!r} is a folder, read as text files; for --format {override} "
                          f"pass its files or a glob like '{pattern.rstrip('/')}/*.{override}'")
-    every = walk(path)
     files = [p for p in every if p.suffix.lower() in TEXT_SUFFIXES]
     if not files:
         raise InputError(f"input folder {pattern!r} holds no .txt or .md files; pass files or a glob instead")
     return _text_source(path, files, override, [p for p in every if p.suffix.lower() not in TEXT_SUFFIXES])
+
+
+def _from_s3(pattern: str, override: str | None) -> list[Source]:
+    """An ``s3://BUCKET/...`` input, as a local one: an object (a HEAD), else a prefix read as a folder,
+    or a glob over the keys under its folder part (one LIST per 1,000 keys); names starting with '.'
+    are left out of folders and globs, as ``walk`` leaves out hidden files.
+
+    Raises:
+        InputError: no bucket, no credentials, no object or prefix there, a glob that matches nothing,
+            an S3 failure (pipeline.read.s3_connect.error: no such bucket, refused, nothing answers).
+    """
+    root = S3Path.parse(pattern)
+    if not root.bucket or any(ch in root.bucket for ch in "*?["):
+        raise InputError(f"input {pattern!r} names no bucket; write s3://BUCKET/KEY, a prefix s3://BUCKET/PREFIX/ "
+                         "or a glob such as 's3://BUCKET/PREFIX/*.jsonl' (a bucket name cannot hold a wildcard)")
+    remote.check_access(root)
+    parts = root.key.split("/") if root.key else []
+    wild = next((i for i, p in enumerate(parts) if any(c in p for c in "*?[")), None)
+    if wild is None and root.key and not pattern.endswith("/"):
+        obj = remote.head(root)
+        if obj is not None:
+            fmt, compression, by_ext = format_of(obj, override)
+            if fmt == "text":
+                return [_text_source(obj.parent, [obj], override)]
+            return [Source(obj, fmt, compression, by_ext, forced=override is not None)]
+    base = S3Path(root.bucket, "/".join(parts[:wild])) if wild is not None else root
+    deep = wild is None or len(parts) - wild > 1 or "**" in parts[wild]
+    objects = [o for o in remote.list_objects(base, deep)
+               if not any(part.startswith(".") for part in o.relative_to(base).parts)]
+    if wild is not None:
+        matches = [o for o in objects if _segments_match(parts[wild:], list(o.relative_to(base).parts))]
+        if not matches:
+            raise InputError(f"input glob {pattern!r} matches no object ({len(objects)} under {base}/); check the "
+                             "pattern and quote it so the shell does not expand it")
+        return _glob_sources(pattern, base, matches, override)
+    if not objects:
+        raise InputError(f"input {pattern!r} does not exist: no object has that key or starts with {base}/; check "
+                         f"the path (aws s3 ls {base}/ lists it)")
+    return [_from_folder(pattern, base, objects, override)]
 
 
 def expand_inputs(cfg: ReadConfig) -> list[Source]:
@@ -194,9 +242,10 @@ def expand_inputs(cfg: ReadConfig) -> list[Source]:
     hidden names left out, sorted by relative path), one document each, ids relative to the folder;
     files of other extensions are counted (``Source.skipped``). A glob is matched by the same walker;
     its text files get ids relative to the glob's folder part; a single text file's id is its name.
+    ``s3://BUCKET/...`` inputs are the same three forms over an S3 bucket's keys (``_from_s3``).
 
     Raises:
-        InputError: no input, a glob that matches no file or files of no known format, a path that does
+        InputError: no input, an S3 input that cannot be listed or read (``_from_s3``), a glob that matches no file or files of no known format, a path that does
             not exist, a folder with no text files, a folder with --format other than text, a file name
             that is not valid UTF-8.
     """
@@ -205,6 +254,12 @@ def expand_inputs(cfg: ReadConfig) -> list[Source]:
     out: list[Source] = []
     seen: set[tuple[int, int]] = set()
     for pattern in cfg.inputs:
+        if pattern.startswith(remote.SCHEME):
+            out.extend(_once(_from_s3(pattern, cfg.format), seen))
+            continue
+        if _URI.match(pattern):
+            raise InputError(f"input {pattern!r}: only s3:// URIs are read from object storage; copy it to a local "
+                             "file or to S3-compatible storage")
         if any(ch in pattern for ch in "*?["):
             out.extend(_once(_from_glob(pattern, cfg.format), seen))
             continue
@@ -212,7 +267,7 @@ def expand_inputs(cfg: ReadConfig) -> list[Source]:
         if not path.exists():
             raise InputError(f"input {pattern!r} does not exist; check the path")
         if path.is_dir():
-            out.extend(_once([_from_folder(pattern, path, cfg.format)], seen))
+            out.extend(_once([_from_folder(pattern, path, walk(path), cfg.format)], seen))
             continue
         _name_check(path)
         fmt, compression, by_ext = format_of(path, cfg.format)
@@ -226,8 +281,10 @@ def expand_inputs(cfg: ReadConfig) -> list[Source]:
     return out
 
 
-def _file_key(path: Path) -> tuple[int, int]:
-    """(device, inode): the file itself, whichever path or link reaches it."""
+def _file_key(path: Path | S3Path) -> tuple[int, int] | str:
+    """(device, inode): the file itself, whichever path or link reaches it; an S3 object's URI."""
+    if isinstance(path, S3Path):
+        return str(path)
     st = path.stat()
     return st.st_dev, st.st_ino
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
+from .remote import S3Path
 
 # A block's table may hold this column: per row, why the reader gives no text for it (a JSON Lines text
 # that is an array, object, number or boolean), None where the text is fine. The tokenize stage makes it
@@ -46,7 +47,8 @@ class BlockSpec:
     """
 
     index: int                             # position in the plan: the part number, the output order
-    path: str                              # absolute path of the file (text: of the root folder)
+    path: str                              # absolute path of the file (text: of the root folder),
+                                           # or its URI s3://BUCKET/KEY (text: s3://BUCKET/PREFIX)
     format: str                            # csv | tsv | jsonl | parquet | text
     first_row: int                         # the block's first row, 0-based across all inputs
     n_rows: int
@@ -59,6 +61,10 @@ class BlockSpec:
     files: tuple[str, ...] = ()            # text: one document per file, relative to ``path`` (POSIX)
     source: str = ""                       # the file (text: root folder) relative to the inputs' parent
     stamp: tuple[int, ...] = ()            # (size, mtime ns) of each file read, at the scan (read.recheck)
+    etags: tuple[str, ...] = ()            # S3 (path "s3://BUCKET/KEY"): each file's ETag at the scan; reads
+                                           # are conditional on it (If-Match); () for local files
+    end: int = 0                           # S3, uncompressed line formats: the byte just past the block's
+                                           # rows (its range is [offset, end)); 0: to the object's end
 
     def to_json(self) -> str:
         """The spec as one JSON string (what Ray ships to a worker)."""
@@ -69,8 +75,8 @@ class BlockSpec:
         """Inverse of ``to_json``."""
         d = json.loads(text)
         d["columns"] = Columns(**{**d["columns"], "keep_cols": tuple(d["columns"]["keep_cols"])})
-        for key in ("row_groups", "files", "stamp"):
-            d[key] = tuple(d[key])
+        for key in ("row_groups", "files", "stamp", "etags"):
+            d[key] = tuple(d.get(key, ()))
         return cls(**d)
 
     def identity(self) -> dict:
@@ -84,13 +90,14 @@ class BlockSpec:
 class FileScan:
     """What the scan learned about one input (a file, or a folder of text files)."""
 
-    path: Path
+    path: Path | S3Path
     format: str
     sha256: str
     n_bytes: int
     n_rows: int                              # documents (header, blank and skipped lines excluded)
     n_bad_lines: int = 0                     # records skipped by --on-bad-lines skip
     files: tuple[str, ...] = ()              # text: the files under ``path`` that the sha256 covers
+    etags: tuple[tuple[int, str], ...] = ()  # S3: (size, ETag) of each object read (the file, or each text file)
 
 
 def count_id(seen: set[str] | None, value: str) -> int:

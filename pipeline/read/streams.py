@@ -23,6 +23,7 @@ from typing import BinaryIO
 
 from ..errors import InputError
 from .encoding_advice import LINES_SHOWN, SAMPLE_BYTES, WIDE, undecodable_message
+from .remote import S3Path
 
 CHUNK_BYTES = 1 << 20
 HEAD = 4096  # first bytes kept for the decode advice (a byte-order mark, the first line)
@@ -155,14 +156,19 @@ class _Transcoded(_Wrapper):
         return got
 
 
-def open_binary(path: Path, compression: str | None, offset: int = 0, encoding: str = "utf-8") -> BinaryIO:
+def open_binary(path: Path | S3Path, compression: str | None, offset: int = 0, encoding: str = "utf-8",
+                end: int = 0) -> BinaryIO:
     """The (decompressed) byte stream of ``path``, positioned at ``offset`` of the decompressed bytes.
 
     A compressed stream cannot seek: the bytes before ``offset`` are decompressed and dropped. Reads
     of a compressed stream that is damaged or ends early raise InputError (file and byte). A UTF-16 or
     UTF-32 ``encoding`` gives the text as UTF-8 bytes (offsets count those; decode them as utf-8).
+    ``end`` (an uncompressed S3 object, 0: its end): the stream stops there, so only the bytes
+    [offset, end) are fetched (a local file ignores it).
     """
     wide = codecs.lookup(encoding).name in WIDE
+    if compression is None and not wide and isinstance(path, S3Path):
+        return path.open_range(offset, end)  # type: ignore[return-value]
     if compression is None and not wide:
         fh = path.open("rb")
         fh.seek(offset)

@@ -6,6 +6,7 @@ The format interface (see ``pipeline.read``): ``columns``, ``check``, ``scan``, 
 from __future__ import annotations
 
 import codecs
+import posixpath
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import pyarrow as pa
 
 from ..errors import InputError
 from .signatures import binary_kind, head_of
-from .recheck import stamp_of, text_digest
+from .recheck import block_paths, stamp_of, text_digest
+from .remote import S3Path, is_uri
 from .sources import Source
 from .specs import BlockSpec, Columns, FileScan, count_id, finish_table
 from .encoding_advice import LINES_SHOWN, folder_message
@@ -67,7 +69,7 @@ def _skips(cols: Columns) -> bool:
     return cols.on_bad_lines == "skip" and codecs.lookup(cols.encoding).name not in WIDE
 
 
-def _lines(file: Path, encoding: str) -> Iterator[tuple[bytes, str | None]]:
+def _lines(file: Path | S3Path, encoding: str) -> Iterator[tuple[bytes, str | None]]:
     """Each line of a file (its line end kept) and its text, None where it does not decode."""
     with open_binary(file, None) as fh:
         for _, _, raw in lines(fh, 0, 1):
@@ -100,7 +102,7 @@ def _mixed_folder(src: Source, encoding: str) -> str | None:
     return folder_message(src.path, bad, n_bad, good, first)
 
 
-def _check_text(file: Path, encoding: str) -> None:
+def _check_text(file: Path | S3Path, encoding: str) -> None:
     """A file whose first bytes are a compressed stream, an archive, an image, a PDF or a parquet file,
     or that holds a NUL byte in its first 8,000 (as git decides a file is binary): InputError, so that
     no such bytes are embedded as a document."""
@@ -117,14 +119,14 @@ def _check_text(file: Path, encoding: str) -> None:
 
 def read(spec: BlockSpec) -> pa.Table:
     """The block's files: id = relative path, text = the decoded file, source = its path under the root."""
-    root = Path(spec.path)
-    texts = [_text_of(root / rel, spec.columns) for rel in spec.files]
+    texts = [_text_of(file, spec.columns) for file in block_paths(spec)]
     table = {"id": pa.array(list(spec.files), pa.string()), "text": pa.array(texts, pa.string())}
-    sources = [Path(spec.source, rel).as_posix() if spec.source not in ("", ".") else rel for rel in spec.files]
+    join = posixpath.join if is_uri(spec.source) else lambda a, b: Path(a, b).as_posix()   # a URI keeps its '//'
+    sources = [join(spec.source, rel) if spec.source not in ("", ".") else rel for rel in spec.files]
     return finish_table(table, spec, sources)
 
 
-def _text_of(file: Path, cols: Columns) -> str:
+def _text_of(file: Path | S3Path, cols: Columns) -> str:
     """A file's text; under --on-bad-lines skip without the lines that do not decode (counted by scan)."""
     data = file.read_bytes()
     try:
@@ -137,4 +139,4 @@ def _text_of(file: Path, cols: Columns) -> str:
 
 def locate(spec: BlockSpec, i: int) -> str:
     """The path of the block's ``i``-th file."""
-    return str(Path(spec.path) / spec.files[i])
+    return str(block_paths(spec)[i])

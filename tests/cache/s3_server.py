@@ -12,12 +12,14 @@ from werkzeug.serving import make_server
 
 
 class Counted:
-    """WSGI middleware: ``requests[(method, status)]`` and ``bytes_in``/``bytes_out`` (bodies) of every request."""
+    """WSGI middleware: ``requests[(method, status)]`` and ``bytes_in``/``bytes_out`` (bodies) of every request,
+    and ``gets``: each GET's path and Range header."""
 
     def __init__(self, app):
         self.app = app
         self.requests: collections.Counter = collections.Counter()
         self.bytes_in = self.bytes_out = 0   # to the server (PUT bodies), from it (GET bodies)
+        self.gets: list[tuple[str, str]] = []   # (path, Range header or "") of every GET of an object
         self.lock = threading.Lock()
 
     def __call__(self, environ, start_response):
@@ -36,6 +38,8 @@ class Counted:
             self.requests[(method, seen.get("status", 0))] += 1
             self.bytes_in += int(environ.get("CONTENT_LENGTH") or 0)
             self.bytes_out += sum(len(c) for c in chunks) if method in ("GET",) else 0
+            if method == "GET":
+                self.gets.append((environ.get("PATH_INFO", ""), environ.get("HTTP_RANGE", "")))
         return chunks
 
     def count(self, method: str, ok_only: bool = True) -> int:
@@ -45,6 +49,7 @@ class Counted:
     def reset(self) -> None:
         with self.lock:
             self.requests.clear()
+            self.gets.clear()
             self.bytes_in = self.bytes_out = 0
 
 
