@@ -19,7 +19,7 @@ import boto3
 import pytest
 from conftest import invoke, write_csv
 from test_cache import TEXTS, assert_same, counts, extract, unique_windows
-from test_object_store import CHUNK, KEYS, POOL, _free_port, _ids, no_model_load, objects, s3, s3_server  # noqa: F401
+from test_object_store import CHUNK, KEYS, POOL, _free_port, _ids, no_model_load, objects, s3  # noqa: F401
 
 import pipeline.model.encode_stage as encode_stage
 from pipeline.cache.aws_config import AwsSettings, check_endpoint, read_settings
