@@ -6,7 +6,6 @@ import pytest
 from conftest import invoke, words, write_csv
 from test_cache import assert_same, counts, extract, unique_windows
 from test_object_store import objects, s3, s3_server  # noqa: F401 - the fixtures
-from test_ray import ray_address  # noqa: F401 - the module's local Ray
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 
