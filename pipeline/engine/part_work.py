@@ -17,7 +17,7 @@ from ..errors import RunError
 from ..output.parts import PartWriter
 from ..read import BlockSpec, read_block
 from .columns import as_written
-from .run import documents_of, fail_on_row_error
+from .run import documents_of, fail_on_row_error, peak_memory
 
 
 @dataclass
@@ -33,13 +33,15 @@ class Piece:
 class PartDone:
     """A block's part, written and complete, as a worker reports it: no row and no vector, only the
     part's record (pipeline.output.parts.PartWriter: file, block, first_row, rows, documents, bytes)
-    and what the block did (its counts, the rows kept after the stages, the rows each stage dropped)."""
+    and what the block did (its counts, the rows kept after the stages, the rows each stage dropped) and
+    the peak resident memory of the worker's process when it finished (bytes; pipeline.engine.run.peak_memory)."""
 
     spec: BlockSpec
     part: dict
     counts: BlockCounts = field(default_factory=BlockCounts)
     kept: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
+    peak_bytes: int = 0
 
 
 def written_table(pipe, schema: pa.Schema, out: Batch) -> pa.Table:
@@ -91,4 +93,5 @@ def write_block(pipe, spec: BlockSpec, folder: Path | str, schema: pa.Schema, st
     except BaseException:
         writer.abort()
         raise
+    done.peak_bytes = peak_memory()
     return done
