@@ -99,3 +99,18 @@ def test_engines_come_from_one_table_with_an_install_hint(monkeypatch):
         engines.open_engine(cfg)
     local = engines.open_engine(PipelineConfig.from_options(inputs=("in.csv",)))
     assert type(local).__name__ == "LocalEngine"
+
+
+@pytest.mark.parametrize("harm", ["missing", "cut short"])
+def test_a_committed_part_missing_or_damaged_at_resume_is_redone(tmp_path, harm):
+    sink = PartsSink(tmp_path / "out", SCHEMA, {"config": "x", "inputs": []})
+    sink.open(SPECS)
+    for spec in SPECS[:2]:
+        sink.commit_part(PartWriter(tmp_path / "out", SCHEMA, spec).write(block(spec.index)))
+    part = tmp_path / "out" / "_part-00001.parquet.pending"
+    if harm == "missing":
+        part.unlink()
+    else:
+        part.write_bytes(part.read_bytes()[:-8])
+    resumed = PartsSink(tmp_path / "out", SCHEMA, {"config": "x", "inputs": []}, resume=True)
+    assert resumed.open(SPECS) == {0} and resumed.redone == 1 and not part.exists()
