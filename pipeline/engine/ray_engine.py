@@ -194,10 +194,21 @@ class RayEngine:
         self.driver_pipe = None   # the pipeline the driver ran for the binary centre (closed by close)
 
     def prepare(self, pipe, echo: Callable[[str], None] | None):
-        """Check the window store (an s3:// one that cannot be reached: exit 2 before Ray starts) and Ray."""
+        """Check, before Ray starts and the output opens: the window store (an s3:// one that cannot be
+        reached), Ray itself, and that the pipeline pickles (each worker gets it).
+
+        Raises:
+            ConfigError (exit 2): as open_store and import_ray; a stage that does not pickle, naming why.
+        """
         if self.cfg.write.cache:
             open_store(self.cfg.write.cache).close()
-        import_ray()
+        ray = import_ray()
+        try:
+            ray.cloudpickle.dumps(pipe)
+        except Exception as err:  # noqa: BLE001 - any pickling failure: a lock, a file handle, a generator...
+            raise ConfigError(f"the Ray workers each get the pipeline, but it does not pickle ({_first_line(err)}); "
+                              "keep a stage's state picklable (no open file, lock or connection: open it on "
+                              "first call), or run on the local engine") from None
         return pipe
 
     def calibration_pipe(self, pipe):

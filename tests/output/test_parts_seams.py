@@ -114,3 +114,28 @@ def test_a_committed_part_missing_or_damaged_at_resume_is_redone(tmp_path, harm)
         part.write_bytes(part.read_bytes()[:-8])
     resumed = PartsSink(tmp_path / "out", SCHEMA, {"config": "x", "inputs": []}, resume=True)
     assert resumed.open(SPECS) == {0} and resumed.redone == 1 and not part.exists()
+
+
+def test_a_pipeline_that_does_not_pickle_is_refused_before_ray_starts(pipe, tmp_path, monkeypatch):
+    import threading
+
+    import pipeline.engine.ray_engine as ray_engine
+
+    def no_ray(*_a, **_k):
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(ray_engine, "_start_ray", no_ray)
+
+    class Locked:
+        """A stage holding a lock: pickle refuses it."""
+        def __init__(self):
+            self.lock = threading.Lock()
+
+        def __call__(self, batch):
+            return batch
+
+    src = tmp_path / "in.csv"
+    src.write_text("id,text\nd0,w1 w2\n")
+    with pytest.raises(ConfigError, match=r"the Ray workers each get the pipeline, but it does not pickle \(.*lock"):
+        pipe.insert(Locked(), after="tokenize", name="locked").run(str(src), f"{tmp_path}/out/", engine="ray")
+    assert not (tmp_path / "out").exists()
