@@ -223,3 +223,28 @@ def test_a_killed_driver_is_resumed_redoing_only_blocks_without_a_committed_part
     assert theirs.column("id").to_pylist() == [f"d{i}" for i in range(N_DOCS)]
     for x, y in zip(ours.column("features").to_pylist(), theirs.column("features").to_pylist()):
         assert (x is None) == (y is None) and (x is None or np.abs(np.subtract(x, y)).max() < 1e-5)
+
+
+def test_columns_a_stage_adds_are_checked_on_ray_as_locally(ray_address, pipe, docs_csv, tmp_path):
+    """A stage after 'rows' that declares its column writes it on Ray; one that does not is refused by the
+    worker with the local engine's message (the workers check each piece as the driver does)."""
+    from pipeline.errors import ConfigError
+
+    def n_chars(batch):
+        return batch.replace(table=batch.table.append_column("n_chars", pa.array([len(t) for t in batch.texts],
+                                                                                   pa.int32())))
+
+    def undeclared(batch):
+        return batch.replace(table=batch.table.append_column("n_chars", pa.array([len(t) for t in batch.texts])))
+
+    n_chars.adds_columns = (pa.field("n_chars", pa.int32()),)
+    counted = pipe.insert(n_chars, after="rows")
+    counted.run(str(docs_csv), f"{tmp_path}/ray/", block_rows=5, engine="ray", workers=2)
+    counted.run(str(docs_csv), f"{tmp_path}/here/", block_rows=5)
+    assert_same(read_dir(tmp_path / "here"), read_dir(tmp_path / "ray"))
+    assert read_dir(tmp_path / "ray").column("n_chars").to_pylist()[:3] == [0, len(words(13, 1)), len(words(26, 2))]
+    message = r"stage 'undeclared' added column\(s\) \['n_chars'\] to the output table without declaring them"
+    with pytest.raises(ConfigError, match=message):
+        pipe.insert(undeclared, after="rows").run(str(docs_csv), f"{tmp_path}/local/", block_rows=5)
+    with pytest.raises(ConfigError, match=message):
+        pipe.insert(undeclared, after="rows").run(str(docs_csv), f"{tmp_path}/bad/", block_rows=5, engine="ray")
