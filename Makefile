@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install install-test run test docs bench bench-overhead bench-memory bench-store bench-gpu clean
+.PHONY: install install-test run test docs bench bench-overhead bench-memory bench-store bench-gpu bench-scale clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,13 @@ bench: install
 # sentence-transformers' encode, in float32 and bfloat16, with the CPU's flags and the load; bench/results_overhead.md.
 # Shorter: OVERHEAD_ARGS="--docs 60 --rounds 2"; another checkout beside this one: OVERHEAD_ARGS="--tree DIR".
 OVERHEAD_ARGS ?= --docs 240 --rounds 3
+# Scale evidence on one machine: generated long documents through the local engine and 1 and 2 Ray workers
+# (tiny model), docs/s, the driver's and workers' peak memory, bytes through the driver: bench/results_scale.md.
+# The default 10,000 documents take long on 2 cores; shorter: SCALE_ARGS="--docs 500".
+bench-scale: install
+	$(BIN)/python -c "import ray" 2>/dev/null || $(PIP) install -e '.[ray]' --config-settings editable_mode=compat
+	$(BIN)/python bench/scale_bench.py $(SCALE_ARGS)
+
 bench-overhead: install
 	$(BIN)/python -c "import sentence_transformers" 2>/dev/null || $(PIP) install -e '.[bench]' --config-settings editable_mode=compat
 	$(BIN)/python bench/overhead_bench.py $(OVERHEAD_ARGS)

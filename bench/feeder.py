@@ -153,10 +153,10 @@ def work_raw(args) -> dict:
 def timed_pipeline(clock: Clock, cfg, stub: bool = True):
     """The built-in pipeline for ``cfg`` with each stage timed (``pipe.replace``), its weights loaded and,
     with ``stub``, the model's forward pass replaced by ZeroModel. Reading and writing are not stages: the
-    run's read_block, scan and the file sink are timed where the corpus loop (engine/stream.py) calls them. bench/gpu_bench.py
+    run's read_block, scan and the file sink are timed where the local engine (engine/local.py) calls them. bench/gpu_bench.py
     uses it without the stub (``clock.encode``: the encode stage, its encoder hooked there)."""
     import pipeline.engine.run as run
-    import pipeline.engine.stream as stream
+    import pipeline.engine.local as stream   # the local engine: its reader and feeder threads
     import pipeline.output.write as write
     from pipeline.engine.compose import Pipeline
 
@@ -188,12 +188,12 @@ def stage_split(clock: Clock) -> tuple[dict[str, float], dict[str, float]]:
 def work_feeder(args) -> dict:
     """pipeline.engine.local.run on the corpus with the model stubbed; stage seconds from the timed stages."""
     import pipeline.engine.local as local
-    import pipeline.engine.stream as stream
+    import pipeline.engine.local as stream   # the local engine: its reader and feeder threads
     from pipeline.options.config import PipelineConfig
 
     clock = Clock()
     if args.feed_workers:
-        stream.feed_workers = lambda: args.feed_workers  # the one-feed-thread row (the loop in stream.py asks it)
+        stream.feed_workers = lambda: args.feed_workers  # the one-feed-thread row (the local engine asks it)
     cfg = PipelineConfig.from_options(inputs=(args.corpus,), id_col="id", strategy=args.strategy, progress=False,
                                       output=str(Path(args.workdir) / f"{args.tag}.parquet"), overwrite=True,
                                       threads=args.threads)

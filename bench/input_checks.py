@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 import pipeline.read as read_module
 import pipeline.engine.local as local_engine   # the local engine
-import pipeline.engine.stream as run_module   # its loop, which checks the inputs
+import pipeline.engine.driver as run_module   # the driver, which checks the inputs
 from pipeline.options.config import PipelineConfig
 from pipeline.read import scan
 from pipeline.read.recheck import check_stamps, verify_inputs

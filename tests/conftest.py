@@ -83,6 +83,25 @@ def s3_server():
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def ray_address():
+    """One local Ray for every Ray test of the session (Ray's testing advice: start it once): 2 logical CPUs,
+    a 150 MB object store and a temp dir of its own; yields its GCS address. Runs in this process use it; a
+    subprocess (a driver to kill) joins it by that address."""
+    import shutil
+    import tempfile
+
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    import ray
+
+    temp = tempfile.mkdtemp(prefix="lbray")  # short: Ray's socket paths must fit 107 bytes
+    ctx = ray.init(num_cpus=2, object_store_memory=150 * 1024**2, include_dashboard=False,
+                   log_to_driver=False, _temp_dir=temp)
+    yield ctx.address_info["gcs_address"]
+    ray.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()

@@ -199,7 +199,7 @@ def test_the_cycle_finder_finds_a_cycle_and_its_members_only():
     assert import_cycles({"a": {"b"}, "b": set()}) == []
 
 
-KNOWN_CYCLES: list[list[str]] = []   # Pipeline.run and the local engine share pipeline.engine.stream, below both
+KNOWN_CYCLES: list[list[str]] = []   # Pipeline.run and the engines share pipeline.engine.driver, below both
 
 
 def test_no_import_cycle_among_pipeline_modules():

@@ -22,7 +22,6 @@ from ..errors import ConfigError
 from ..options.config import PipelineConfig
 from ..output.schema import TOKEN_FEATURES
 from ..output.write import load_manifest
-from ..pieces import pieces
 from ..read import Plan, read_block
 
 
@@ -136,31 +135,30 @@ def first_documents_centers(pipe, plan: Plan, n_docs: int = CALIBRATION_DOCS,
     (documents, or windows at --level window) and, when the stages give per-token vectors, of their
     tokens' (``token_features``). A column with no valid vector among them gets zeros.
 
-    The model's part runs in pieces of at most ``max_tokens`` window tokens (pipeline.pieces, as a run's
-    blocks do; None: one piece), and the tokens' mean is summed piece by piece in float64, so no more than
+    The stages run in the one block loop (Pipeline.map_pieces over the pipeline's stages before ``rows``),
+    the model's part in pieces of at most ``max_tokens`` window tokens (as a run's blocks; None: one piece), and the tokens' mean is summed piece by piece in float64, so no more than
     one piece's token vectors are held (pipeline.compact.binary_center's mean up to the order of the sum)."""
     stop = pipe.names.index("rows") if "rows" in pipe.names else len(pipe.names)
-    vectors: dict[str, list[np.ndarray]] = {}
-    token_sum, token_rows = None, 0
-    left = n_docs
+    firsts, left = [], n_docs   # (spec, rows of it to read): the first n_docs rows of the plan
     for spec in plan.blocks:
         if left <= 0:
             break
-        rows = read_block(spec)
-        rows = rows.slice(0, min(left, rows.num_rows))
-        left -= rows.num_rows
-        for piece in pieces(pipe.process(Batch(rows=rows), 0, pipe.split), max_tokens):
-            batch = pipe.process(piece, pipe.split, stop)
-            for name, values in (batch.vectors or {}).items():
-                valid = batch.valid if batch.valid is not None else np.ones(len(values), bool)
-                vectors.setdefault(name, []).append(np.asarray(values, np.float32)[valid])
-            for t in batch.tokens or ():
-                if t is not None and t[3] is not None:
-                    x = np.asarray(t[3], dtype=np.float32)
-                    finite = x[np.isfinite(x).all(axis=1)]                       # (m', D)
-                    part = finite.sum(axis=0, dtype=np.float64)                  # (D,)
-                    token_sum = part if token_sum is None else token_sum + part
-                    token_rows += len(finite)
+        firsts.append((spec, min(left, spec.n_rows)))
+        left -= firsts[-1][1]
+    vectors: dict[str, list[np.ndarray]] = {}
+    token_sum, token_rows = None, 0
+    read = lambda first: Batch(rows=read_block(first[0]).slice(0, first[1]))  # noqa: E731
+    for _, batch, _ in pipe[:stop].map_pieces(firsts, read=read, max_tokens=max_tokens):   # the one block loop
+        for name, values in (batch.vectors or {}).items():
+            valid = batch.valid if batch.valid is not None else np.ones(len(values), bool)
+            vectors.setdefault(name, []).append(np.asarray(values, np.float32)[valid])
+        for t in batch.tokens or ():
+            if t is not None and t[3] is not None:
+                x = np.asarray(t[3], dtype=np.float32)
+                finite = x[np.isfinite(x).all(axis=1)]                       # (m', D)
+                part = finite.sum(axis=0, dtype=np.float64)                  # (D,)
+                token_sum = part if token_sum is None else token_sum + part
+                token_rows += len(finite)
     centers = {name: binary_center(np.concatenate(parts)) for name, parts in vectors.items()}
     if token_sum is not None:
         centers[TOKEN_FEATURES] = (token_sum / token_rows).astype(np.float32) if token_rows else \

@@ -370,30 +370,30 @@ class Pipeline:
     def run(self, inputs: str | Iterable[str], output: str, echo: Callable[[str], None] | None = None,
             overwrite: bool = False, **options: Any):
         """Run the pipeline over a corpus, as ``longbert extract`` does: the output lock, ``DIR/`` parts,
-        ``resume``, progress, the summary; inserted or replaced stages included. This pipeline is not
-        changed: the run's read and write options go to a copy of it.
+        ``resume``, progress, the summary; inserted or replaced stages included, on either engine. This
+        pipeline is not changed: the run's read, write and engine options go to a copy of it.
 
         Args:
             inputs: a file, folder or glob, or several. output: a .parquet file or a folder ending in "/".
             echo: where notes go (None: nowhere). overwrite: replace an existing output (never an input).
             **options: extract's read and write options (``id_col``, ``text_col``, ``keep_cols``,
-                ``resume``, ``progress``...).
+                ``resume``, ``progress``...) and engine options (``engine="ray"``, ``workers``, ``ray_address``,
+                ``cpus_per_worker``, ``gpus_per_worker``: each Ray worker gets this pipeline itself, pickled).
 
         Returns:
             The run's pipeline.engine.run.Summary.
-
         Raises:
-            ConfigError / InputError / ModelError (exit 2 in the CLI), RunError (exit 1): as ``extract``,
-            naming this call's arguments (``resume=True``, ``overwrite=True``) where extract names flags.
+            ConfigError / InputError / ModelError (exit 2 in the CLI), RunError (exit 1): as ``extract``, naming
+            this call's arguments (``resume=True``) where extract names flags.
         """
         from ..options.python_api import python_names
         paths = (inputs,) if isinstance(inputs, str) else tuple(str(p) for p in inputs)
         with python_names():   # messages name this call's arguments (overwrite=True), not extract's flags
             cfg = with_io_options(self.cfg, inputs=paths, output=str(output), overwrite=overwrite, **options)
             from ..output.api_outputs import check_run_output
+            from .driver import drive   # the one driver, on the engine the options name, over these stages
             check_run_output(cfg)   # the CLI's output rules, in the words of these arguments
-            from .stream import run_corpus   # the local engine's loop, over this pipeline's stages
-            return run_corpus(cfg, echo, build=self.for_run)
+            return drive(cfg, echo, build=self.for_run)
 
 
 def _as_batch(batch: Batch | pa.Table) -> Batch:

@@ -1,5 +1,5 @@
 """Parallel feeding: map a function over blocks in worker threads, a bounded number ahead of the consumer,
-results in input order; the corpus loop (pipeline.engine.stream) reads, tokenizes and segments blocks with
+results in input order; the local engine (pipeline.engine.local) reads, tokenizes and segments blocks with
 it ahead of the encoder, in ``feed_workers()`` threads.
 
 Threads, not processes: the fast tokenizer's batch call and pyarrow's readers release the GIL, and a

@@ -108,7 +108,8 @@ def step_item(pipe, key: str | int | slice):
 
 
 def with_io_options(cfg: PipelineConfig, **options: Any) -> PipelineConfig:
-    """``cfg`` with read and write options replaced (validated as the CLI's).
+    """``cfg`` with read, write and engine options replaced (validated as the CLI's): the options a run may
+    change without building another pipeline (``engine="ray"``, ``workers``... are the engine's).
 
     Raises:
         ConfigError: an option of another section (those are the pipeline's: build another), or a bad value.
@@ -116,16 +117,16 @@ def with_io_options(cfg: PipelineConfig, **options: Any) -> PipelineConfig:
     from ..options.config import option_sections
     from ..options.config_file import coerce
 
-    read, write = {}, {}
+    given: dict[str, dict[str, Any]] = {"read": {}, "write": {}, "ray": {}}
     for key, value in options.items():
         key = key.replace("-", "_")
         section = option_sections().get(key)
-        if section not in ("read", "write"):
-            raise ConfigError(f"{key!r} is not a read or write option; options of the model, windows or pooling "
-                              "are the pipeline's own: build it with Pipeline.from_options(...)")
-        (read if section == "read" else write)[key] = coerce(key, value)   # as the CLI's values
+        if section not in given:
+            raise ConfigError(f"{key!r} is not a read, write or engine option; options of the model, windows or "
+                              "pooling are the pipeline's own: build it with Pipeline.from_options(...)")
+        given[section][key] = coerce(key, value)   # as the CLI's values
     try:
-        return dataclasses.replace(cfg, read=dataclasses.replace(cfg.read, **read),
-                                   write=dataclasses.replace(cfg.write, **write))
+        return dataclasses.replace(cfg, **{name: dataclasses.replace(getattr(cfg, name), **values)
+                                           for name, values in given.items()})
     except TypeError as err:
         raise ConfigError(f"bad option value: {err}") from None

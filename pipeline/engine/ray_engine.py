@@ -1,17 +1,21 @@
-"""The Ray engine: the local engine's plan of blocks, mapped over a Ray actor pool.
+"""The Ray engine: the driver's plan of blocks run on Ray actors, each of which writes its blocks' parts
+itself and reports back only a small record (pipeline.engine.part_work.PartDone).
 
-Only what is Ray's lives here: start or join Ray, check its resources, run the actor pool, hand the
-results to the sink. Everything else is the local engine's: ``pipeline.engine.run.check`` scans the inputs
-into block specs on the driver (exit 2 before Ray starts), each actor runs ``read_block(spec)`` and
-the pipeline's stages (``Pipeline.map``) on its specs, and the driver writes each result
-through the same sink, by block index:
+Only what is Ray's lives here: start or join Ray, check its resources, start the actors, hand them the
+block specs, and give the driver their records in plan order. Everything else is the driver's
+(pipeline.engine.driver): the inputs scanned into block specs (exit 2 before Ray starts), the binary
+centre, the sink, the manifest, the summary. Each actor gets the run's Pipeline object itself (it pickles
+without its weights; inserted Python stages travel with it), loads the model once, and for each spec runs
+``write_block``: read the block, run the stages in pieces, write the part under a hidden name and rename
+it into the sink's parts folder (a DIR/ output, or a .parquet output's staging folder) once complete:
 
-    ray.data.from_items(specs, one block each)
-    -> map_batches(RayBlock, compute=ActorPoolStrategy(size=--workers), batch_size=1)
-    -> iter_batches on the driver -> sink.write(spec, table) in block order
+    actors = [RayWorker(pipe, parts folder, schema) x --workers]   (max_restarts, max_task_retries)
+    ActorPool(actors).map(write_block, specs)   -> PartDone records, in plan order
+    -> the driver: sink.commit_part(record)      (the manifest, or the .parquet file's row groups)
 
-So --on-bad-lines skip, --strict and --resume behave exactly as on the local engine: --resume skips the
-blocks whose parts are complete. On a cluster, every node must see the inputs at the same paths.
+So no vector passes through the driver; a worker killed mid-block is restarted by Ray and its block done
+again (the part's name is the block's, so it lands once), and --resume redoes only blocks without a
+committed part. On a cluster, every node must see the inputs and the output folder at the same paths.
 """
 from __future__ import annotations
 
@@ -20,81 +24,66 @@ import logging
 import math
 import os
 import socket
-import time
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..cache.stores import open_store, store_env
-from ..counts import BlockCounts
-from .resolved import output_for
-from .calibrate import binary_centre
-from .compose import Pipeline
-from ..options.config import PipelineConfig
 from ..errors import ConfigError, PipelineError, RunError
 from ..model.host_memory import reuse_freed_memory
-from ..read import BlockSpec, read_block, verify_inputs
+from ..options.config import PipelineConfig
+from ..read import BlockSpec
 from ..read.remote import worker_env
-from ..output.lock import holds_output
-from .run import Summary, check, documents_of, fail_on_row_error, open_run, peak_memory, run_fingerprint, writing
-from ..output.write import check_resume
+from .part_work import PartDone, write_block
+from .run import Summary
 
-SPEC = "spec"                   # the input column: one BlockSpec as JSON
-BLOCK = "__longbert_block"      # added to each output row: its block's index (dropped by the driver)
-COUNTS = "__longbert_counts"    # the block's BlockCounts as JSON on its first row, null on the others (dropped)
+MAX_RESTARTS = 3   # a worker process that dies (killed, out of memory) is started again this many times
+MAX_TASK_RETRIES = 3   # and the block it was writing is given to it again
 
 
 def import_ray():
-    """``ray`` with Ray Data, or ConfigError (exit 2) saying how to install it."""
+    """``ray``, or ConfigError (exit 2) saying how to install it."""
     try:
         import ray
-        import ray.data  # noqa: F401
     except ImportError:
-        raise ConfigError("--engine ray needs Ray Data: pip install 'longbert[ray]' (or pip install "
-                          "'ray[data]'), or use --engine local") from None
+        raise ConfigError("--engine ray needs Ray: pip install 'longbert[ray]' (or pip install 'ray[data]'), "
+                          "or use --engine local") from None
     return ray
 
 
-class RayBlock:
-    """The ``map_batches`` callable: loads the tokenizer and model once per actor, then for each block
-    spec in a batch runs ``read_block`` and the block function.
+class RayWorker:
+    """One Ray actor (``ray.remote(RayWorker)``): the run's pipeline with its model loaded once, writing
+    whole blocks into the sink's parts folder.
 
     Args:
-        cfg: the run's config (max_length and the id column resolved by the driver).
-        threads: torch threads for this actor when --threads is not given (its reserved CPUs).
-        id_type: the plan's id type (pa.int64() row numbers, or pa.string()).
-        centre: --out-dtype binary's centre the driver found ({column: values or None}), or None.
+        pipe: the run's Pipeline (pickled by Ray without its weights; its stages load them here).
+        folder: the sink's parts_folder(), the same path on every node. schema: the output schema.
+        threads: torch threads when the pipeline's config sets none (the actor's reserved CPUs).
     """
 
-    def __init__(self, cfg: PipelineConfig, threads: int, id_type: pa.DataType, centre: dict | None = None):
-        if cfg.model.threads is None:
-            cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, threads=threads))
+    def __init__(self, pipe, folder: str, schema: pa.Schema, threads: int):
         reuse_freed_memory()   # this worker process runs forward passes (pipeline.model.host_memory)
-        self.pipe = Pipeline.from_config(cfg)
-        if centre is not None:
-            self.pipe = self.pipe.with_binary_center(centre)
-        self.pipe.encode_stage().load()   # once per actor, before the first batch
+        if not pipe.cfg.model.threads:
+            import torch
 
-    def __call__(self, batch: pa.Table) -> Iterator[pa.Table]:
-        """A batch of specs (column SPEC) -> their output rows (the project's schema) plus BLOCK and COUNTS,
-        one table per piece of a block (--block-tokens, Pipeline.map_pieces), each handed to Ray as it
-        is made: the actor holds one piece's vectors, never a whole block's."""
-        specs = [BlockSpec.from_json(text) for text in batch.column(SPEC).to_pylist()]
-        max_tokens = self.pipe.cfg.encode.block_tokens
-        for spec, done, _ in self.pipe.map_pieces(specs, read=read_block, max_tokens=max_tokens):
-            out, counts = done.table, done.counts
-            del done
-            out = out.append_column(BLOCK, pa.array([spec.index] * out.num_rows, pa.int64()))
-            yield out.append_column(COUNTS, pa.array([counts.to_json()] + [None] * (out.num_rows - 1), pa.string()))
+            torch.set_num_threads(threads)
+        self.pipe, self.folder, self.schema = pipe, folder, schema
+        encode = pipe.encode_stage()
+        if encode is not None:
+            encode.load()   # once per actor, before the first block
 
+    def write(self, spec_json: str) -> PartDone:
+        """Write the block of ``spec_json`` (BlockSpec.to_json) to its part; returns its record.
 
-def split_counts(table: pa.Table) -> tuple[pa.Table, BlockCounts]:
-    """Rows of a block from Ray -> (those output rows without COUNTS, the BlockCounts they carry)."""
-    counts = BlockCounts()
-    for text in table.column(COUNTS).drop_null().to_pylist():
-        counts.add(BlockCounts.from_json(text))
-    return table.drop_columns([COUNTS]), counts
+        Raises:
+            As pipeline.engine.part_work.write_block (Ray hands the error to the driver).
+        """
+        return write_block(self.pipe, BlockSpec.from_json(spec_json), self.folder, self.schema,
+                           strict=self.pipe.cfg.write.strict)
+
+    def pid(self) -> int:
+        """This actor's process id (the tests kill it)."""
+        return os.getpid()
 
 
 def check_address(address: str | None, timeout_s: float = 5.0) -> None:
@@ -197,93 +186,72 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def in_block_order(batches: Iterator[pa.Table], specs: list[BlockSpec]) -> Iterator[tuple[BlockSpec, pa.Table, bool]]:
-    """Regroup Ray's output batches by block and yield (spec, rows, complete) in the order of ``specs``:
-    the rows of the block whose turn it is as they come (an actor hands over each piece of a block as it
-    makes it), ``complete`` True with the rows that finish the block.
+class RayEngine:
+    """The Ray engine (pipeline.engine.engines.Engine): the driver loads no model but for --out-dtype
+    binary's centre; its stream is the workers' PartDone records, in plan order."""
 
-    Ray may split or merge the tables it returns; rows are grouped by their BLOCK column, a block is
-    complete when it has its spec's n_rows rows, and blocks that come early wait for their turn.
+    def __init__(self, cfg: PipelineConfig):
+        self.cfg = cfg
+        self.driver_pipe = None   # the pipeline the driver ran for the binary centre (closed by close)
 
-    Raises:
-        RunError: a block came back with more rows than its spec, or blocks are missing at the end.
-    """
-    by_index = {s.index: s for s in specs}
-    pending: dict[int, list[pa.Table]] = {}
-    counts: dict[int, int] = {}
-    order = iter(specs)
-    want = next(order, None)
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        blocks = batch.column(BLOCK).to_numpy()
-        for index in dict.fromkeys(blocks.tolist()):
-            part = batch.filter(pc.equal(batch.column(BLOCK), index)).drop_columns([BLOCK])
-            pending.setdefault(index, []).append(part)
-            counts[index] = counts.get(index, 0) + part.num_rows
-            if counts[index] > by_index[index].n_rows:
-                raise RunError(f"block {index} came back from Ray with {counts[index]} rows for "
-                               f"{by_index[index].n_rows}; nothing more was written; run again")
-        # the block being written: its pieces go out as they come; a later block's wait for its turn
-        while want is not None and pending.get(want.index):
-            done = counts.get(want.index) == want.n_rows
-            parts = pending.pop(want.index)
-            for k, part in enumerate(parts):
-                yield want, part, done and k == len(parts) - 1
-            if not done:
-                break
-            want = next(order, None)
-    if want is not None:
-        raise RunError(f"Ray returned no rows for block {want.index} (rows {want.first_row}.."
-                       f"{want.first_row + want.n_rows - 1}); run again with --resume to do the rest")
+    def prepare(self, pipe, echo: Callable[[str], None] | None):
+        """Check, before Ray starts and the output opens: the window store (an s3:// one that cannot be
+        reached), Ray itself, and that the pipeline pickles (each worker gets it).
+
+        Raises:
+            ConfigError (exit 2): as open_store and import_ray; a stage that does not pickle, naming why.
+        """
+        if self.cfg.write.cache:
+            open_store(self.cfg.write.cache).close()
+        ray = import_ray()
+        try:
+            ray.cloudpickle.dumps(pipe)
+        except Exception as err:  # noqa: BLE001 - any pickling failure: a lock, a file handle, a generator...
+            raise ConfigError(f"the Ray workers each get the pipeline, but it does not pickle ({_first_line(err)}); "
+                              "keep a stage's state picklable (no open file, lock or connection: open it on "
+                              "first call), or run on the local engine") from None
+        return pipe
+
+    def calibration_pipe(self, pipe):
+        """The run's pipeline, or where the workers use an accelerator, the built-in stages on the CPU
+        (driver_config). TODO(raydrv): a pipeline with stages of its own is then calibrated without them."""
+        if self.driver_pipe is None:
+            if self.cfg.model.device in ("auto", "cpu"):
+                self.driver_pipe = pipe
+            else:
+                from .compose import Pipeline
+
+                self.driver_pipe = Pipeline.from_config(driver_config(pipe.cfg))
+        return self.driver_pipe
+
+    def stream(self, pipe, todo: list, sink, schema: pa.Schema, progress) -> Iterator[PartDone]:
+        """The blocks ``todo`` written by the actors into ``sink.parts_folder()``; their records in plan order
+        (``progress`` moves as the driver commits them)."""
+        if todo:
+            yield from ray_parts(import_ray(), pipe, todo, str(sink.parts_folder()), schema)
+
+    def close(self, pipe) -> None:
+        """Close the driver's own model and store, if the centre made it open them."""
+        for p in {id(x): x for x in (pipe, self.driver_pipe) if x is not None}.values():
+            if p.encode_stage() is not None:
+                p.encode_stage().close()
 
 
-@holds_output
 def run(cfg: PipelineConfig, echo: Callable[[str], None] | None = None) -> Summary:
-    """Run the whole job on Ray: the local engine's plan, read and block function on Ray actors,
-    the local engine's sink on the driver.
-
-    Args:
-        cfg: the validated config (cli.py builds it), ``cfg.ray.engine == "ray"``.
-        echo: where to print notes; None prints nothing.
+    """Run the whole job on Ray (``cfg.ray.engine == "ray"``): pipeline.engine.driver.drive with the
+    built-in stages; the actors write the parts, the driver commits them.
 
     Returns:
         The Summary of the run: the actors' block counts, added up as on the local engine.
 
     Raises:
         ConfigError / InputError / ModelError (exit 2): before Ray starts and before anything is written.
-        RunError (exit 1): the Ray run failed part-way; a DIR/ output keeps its finished parts for --resume.
+        RunError (exit 1): the Ray run failed part-way; a DIR/ output keeps its committed parts for --resume.
     """
-    started = time.perf_counter()
-    cfg, tokenizer, plan = check(cfg)
-    if cfg.write.cache:   # a store that cannot be opened (no endpoint, no bucket, no credentials): exit 2 here
-        open_store(cfg.write.cache).close()
-    cfg, schema = output_for(cfg, tokenizer, plan.id_type)
-    check_resume(cfg, run_fingerprint(cfg, plan, schema))
-    centre, binary_note = binary_centre(cfg, lambda: Pipeline.from_config(driver_config(cfg), tokenizer), plan)
-    if centre is not None:   # --out-dtype binary: the centre, found here once, reaches the actors' rows stage
-        cfg, schema = output_for(cfg, tokenizer, plan.id_type, centre)
-    ray = import_ray()
-    sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
-    if binary_note:
-        summary.notes.append(binary_note)
-    logging.getLogger("ray.data").setLevel(logging.WARNING if cfg.write.progress else logging.ERROR)
-    with writing(sink, cfg, bar):
-        if todo:
-            first_doc = 0   # the piece's first document within its block
-            for spec, piece, last in _run_ray(ray, cfg, plan.id_type, todo, centre):
-                table, counts = split_counts(piece)
-                if cfg.write.strict:
-                    fail_on_row_error(table, spec, first_doc)
-                sink.write(spec, table, last)
-                first_doc = 0 if last else first_doc + documents_of(table)
-                bar.update(table.num_rows)
-                summary.add(counts)
-        verify_inputs(plan.files)  # the inputs are still what the scan hashed (RunError, exit 1)
-        summary.n_bytes = sink.commit()
-    summary.seconds = time.perf_counter() - started
-    summary.peak_bytes = peak_memory()   # the driver's: each actor holds its own model and one piece
-    return summary
+    from .compose import Pipeline
+    from .driver import drive
+
+    return drive(cfg, echo, build=Pipeline.from_config)
 
 
 def driver_config(cfg: PipelineConfig) -> PipelineConfig:
@@ -294,36 +262,44 @@ def driver_config(cfg: PipelineConfig) -> PipelineConfig:
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, device="cpu", dtype="float32"))
 
 
-def _run_ray(ray, cfg: PipelineConfig, id_type: pa.DataType, specs: list[BlockSpec], centre: dict | None = None
-             ) -> Iterator[tuple[BlockSpec, pa.Table, bool]]:
-    """Map read_block + the block function over ``specs`` on an actor pool; yield (spec, output rows of
-    a piece, whether the block is complete with it) in plan order (in_block_order). Ray's errors become RunError (exit 1) with the cause's last line; a PipelineError
-    raised in an actor (e.g. a file changed during the run) keeps its class."""
+def ray_parts(ray, pipe, specs: list[BlockSpec], folder: str, schema: pa.Schema) -> Iterator[PartDone]:
+    """Start Ray (or join it), start ``--workers`` RayWorker actors and map their ``write`` over ``specs``
+    (ray.util.ActorPool: each actor one block at a time); yield each PartDone in plan order. Ray's errors
+    become RunError (exit 1) with the cause's last line; a PipelineError raised in an actor keeps its class.
+    """
+    from ray.util.actor_pool import ActorPool
+
+    cfg = pipe.cfg
     started_ray, cpus = _start_ray(ray, cfg)
     try:
-        ctx = ray.data.DataContext.get_current()
-        ctx.execution_options.preserve_order = True
-        ctx.enable_progress_bars = False  # the driver's bar counts documents as they are written
-        ds = ray.data.from_items([{SPEC: s.to_json()} for s in specs], override_num_blocks=len(specs))
         env = {**store_env(cfg.write.cache),   # s3://: the driver's AWS_* variables, so the actors reach its store
                **worker_env([s.path for s in specs])}   # and the S3 inputs their blocks read
-        ds = ds.map_batches(
-            RayBlock, fn_constructor_kwargs={"cfg": cfg, "threads": max(1, round(cpus)), "id_type": id_type,
-                                             "centre": centre},
-            batch_size=1, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=cfg.ray.workers),
-            num_cpus=cpus, num_gpus=cfg.ray.gpus_per_worker or None,
-            **({"runtime_env": {"env_vars": env}} if env else {}))
+        worker = ray.remote(RayWorker).options(
+            num_cpus=cpus, num_gpus=cfg.ray.gpus_per_worker or None, max_restarts=MAX_RESTARTS,
+            max_task_retries=MAX_TASK_RETRIES, **({"runtime_env": {"env_vars": env}} if env else {}))
+        shared = ray.put(pipe)   # held until the end: a restarted actor is built from it again
+        actors = [worker.remote(shared, folder, schema, max(1, round(cpus)))
+                  for _ in range(min(cfg.ray.workers, len(specs)))]
         try:
-            yield from in_block_order(ds.iter_batches(batch_size=None, batch_format="pyarrow"), specs)
+            yield from ActorPool(actors).map(lambda actor, spec: actor.write.remote(spec.to_json()), specs)
         except PipelineError:
             raise
         except Exception as err:  # noqa: BLE001 - Ray wraps actor errors; report the cause, not a traceback
-            cause = getattr(err, "cause", None) or err
-            if isinstance(cause, PipelineError):
-                raise type(cause)(str(cause)) from None
-            first = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
-            raise RunError(f"the Ray run failed: {first}"
-                           + ("; re-run with --resume to continue" if cfg.write.is_directory else "")) from None
+            raise _ray_failure(err, cfg) from None
+        finally:
+            for actor in actors:
+                ray.kill(actor)
     finally:
         if started_ray:
             ray.shutdown()
+
+
+def _ray_failure(err: Exception, cfg: PipelineConfig) -> PipelineError:
+    """The error of a failed Ray run: the actor's PipelineError as it was, else RunError with the cause's
+    last line (and, for a DIR/ output, the hint to resume)."""
+    cause = getattr(err, "cause", None) or err
+    if isinstance(cause, PipelineError):
+        return type(cause)(str(cause))
+    first = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
+    return RunError(f"the Ray run failed: {first}" + ("; re-run with --resume to continue" if cfg.write.is_directory
+                                                       else ""))

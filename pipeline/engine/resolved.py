@@ -187,14 +187,14 @@ class Resolved:
         return self.cfg.feature_list()
 
     def with_io(self, cfg: PipelineConfig, rows: Rows | None = None) -> Resolved:
-        """This record with ``cfg``'s read and write options (inputs, output, --keep-col, --out-dtype,
-        --cache...); what was resolved against the model stays. ``rows``: a pipeline's rows stage, whose
+        """This record with ``cfg``'s read, write and engine options (inputs, output, --keep-col, --out-dtype,
+        --cache, --engine...); what was resolved against the model stays. ``rows``: a pipeline's rows stage, whose
         binary centre (if any) the record takes for the metadata of an --out-dtype binary run.
 
         Raises:
             ConfigError: a --keep-col that clashes with a column of this run.
         """
-        out = dataclasses.replace(self, cfg=dataclasses.replace(self.cfg, read=cfg.read, write=cfg.write))
+        out = dataclasses.replace(self, cfg=dataclasses.replace(self.cfg, read=cfg.read, write=cfg.write, ray=cfg.ray))
         if rows is not None and rows.binary_center is not None and cfg.write.out_dtype == "binary":
             out = dataclasses.replace(out, binary_center=rows.binary_center)
         return out

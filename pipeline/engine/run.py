@@ -1,5 +1,5 @@
-"""What both engines do around the stages: scan the inputs into a plan of blocks, open the sink, count, report
-(pipeline.engine.local.run is the local engine, pipeline.engine.ray_engine.run the Ray one).
+"""What the driver (pipeline.engine.driver) does around the stages on every engine: scan the inputs into a
+plan of blocks, open the sink, count, report.
 
 The next blocks are read, tokenized and segmented in worker threads (pipeline.engine.feed, one per torch CPU
 thread) while the model runs on the current one (the fast tokenizer and pandas' parser release the
@@ -31,7 +31,8 @@ from ..columns import ERROR, ID, WINDOW
 from ..text.tokenize import UNKNOWN_WARN_SHARE, unknown_warning
 from ..output.durable import write_failure
 from .progress import progress_bar
-from ..output.write import FileSink, PartsSink, open_sink
+from ..output.sink_api import Sink
+from ..output.write import open_sink
 
 
 @dataclass
@@ -226,7 +227,7 @@ def run_fingerprint(cfg: PipelineConfig, plan: Plan, schema: pa.Schema | None = 
 
 
 @contextlib.contextmanager
-def writing(sink: FileSink | PartsSink, cfg: PipelineConfig, bar) -> Iterator[None]:
+def writing(sink: Sink, cfg: PipelineConfig, bar) -> Iterator[None]:
     """The sink's life on both engines: on any failure inside, abort the sink (no file that looks
     complete is left) and turn an OSError into write_failure's RunError naming its cause; always
     close the progress bar.
@@ -246,7 +247,7 @@ def writing(sink: FileSink | PartsSink, cfg: PipelineConfig, bar) -> Iterator[No
 
 
 def open_run(cfg: PipelineConfig, schema: pa.Schema, plan: Plan, echo: Callable[[str], None] | None
-             ) -> tuple[FileSink | PartsSink, Summary, list[BlockSpec], tqdm]:
+             ) -> tuple[Sink, Summary, list[BlockSpec], tqdm]:
     """What both engines do before the first block: open the sink (which finds the blocks a resumed run
     already has), start the summary and the document bar, and say what is resumed.
 

@@ -67,8 +67,6 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if not self.pool.features:
             raise ConfigError("a run needs at least one feature; give --feature or --strategy/--pooling")
-        if self.pool.per_window and self.ray.engine == "ray":  # the Ray writer counts a row per document
-            raise ConfigError("--level window runs on the local engine only; drop --engine ray")
         aggregates = self.pool.aggregates if self.pool.parts > 1 else ()
         check_keep_cols(self.read.keep_cols, self.pool.level, column_names(self.feature_list(), aggregates),
                         self.write.out_dtype)

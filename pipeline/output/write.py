@@ -15,10 +15,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..options.config import PipelineConfig
-from .durable import fsync_dir, place_durably, remove_stale_partials, replace_durably
+from .durable import fsync_dir, replace_durably
 from ..errors import ConfigError, RunError
+from .file_sink import FileSink
+from .parts import PartWriter, part_name
 from .resume import check_same_run
-from .row_groups import RowGroups, writer_options
+
+__all__ = ["FileSink", "PartsSink", "PartWriter", "part_name", "open_sink", "read_manifest", "load_manifest"]
 
 MANIFEST = "_manifest.json"          # while the run goes on (pandas and pyarrow skip a leading _)
 DONE_MANIFEST = "_manifest.parquet"  # once complete: 0 rows of the output schema, the manifest in its metadata
@@ -40,79 +43,6 @@ def fits_float16(values: np.ndarray, axis: int | None = None) -> np.ndarray:
     return (np.abs(values) < FLOAT16_LIMIT).all(axis=axis)
 
 
-@dataclass
-class FileSink:
-    """One parquet file, written row group by row group (one per block, or several of a large block; in
-    block order) to a hidden temporary sibling (``.NAME.PID.partial``) and renamed onto ``path`` by
-    ``commit``; removed on any failure. A kill at any point leaves the previous complete file (or none)
-    at ``path``.
-    """
-
-    path: Path
-    schema: pa.Schema
-    _tmp: Path | None = None
-    _writer: pq.ParquetWriter | None = None
-    _next: int = 0
-    rows: int = 0
-
-    overwrite: bool = False
-    redone: int = 0             # parts redone by --resume (always 0: a file is never resumed)
-    _groups: RowGroups = field(default_factory=RowGroups)
-
-    def open(self, blocks: list | None = None) -> set[int]:
-        """Create the temporary file; returns the block indices already done (none for a file)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_partials(self.path)
-        self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.partial")
-        self._writer = pq.ParquetWriter(self._tmp, self.schema, **writer_options(self.schema))
-        return set()
-
-    def write(self, spec, table: pa.Table, last: bool = True) -> None:
-        """Append rows of the block of ``spec`` (a BlockSpec); blocks come in order 0, 1, 2, ..., each in
-        one or more pieces, the last with ``last`` True. A block's rows are written as one row group, or
-        as several of at least ROW_GROUP_BYTES when the block is larger (``RowGroups``).
-
-        Raises RunError: the sink is not open (``open()``), or a block out of order."""
-        if self._writer is None or spec.index != self._next:
-            raise RunError(f"the sink got block {spec.index} but expects block {self._next}" if self._writer
-                           else "the sink is not open: call open() first, or write your own vectors with "
-                                "longbert.save_features(path, ids, X)")
-        self._groups.add(self._writer, table, last)
-        self.rows += table.num_rows
-        if last:
-            self._next += 1
-
-    def commit(self) -> int:
-        """Close, fsync and rename into place, then fsync the folder; returns the file's size in bytes.
-
-        Raises:
-            RunError: without --overwrite, another program created ``path`` while the run went on (the
-                lock keeps other longbert runs out): that file is kept and this run's is dropped.
-        """
-        assert self._writer is not None and self._tmp is not None
-        self._writer.close()
-        self._writer = None
-        if self.overwrite:
-            replace_durably(self._tmp, self.path)
-        elif not place_durably(self._tmp, self.path):
-            raise RunError(f"{self.path} was created by another program while this run went on; it is kept "
-                           "and this run's output is dropped (pass --overwrite to replace it, or pick another --output)")
-        self._tmp = None
-        return self.path.stat().st_size
-
-    def abort(self) -> None:
-        """Remove the temporary file (on error or interrupt)."""
-        if self._writer is not None:
-            try:
-                self._writer.close()
-            except Exception:  # noqa: BLE001 - the run already failed; the file is removed anyway
-                pass
-            self._writer = None
-        if self._tmp is not None and self._tmp.exists():
-            self._tmp.unlink()
-        self._tmp = None
-
-
 def read_manifest(path: Path) -> dict | None:
     """The manifest of a DIR/ output: ``_manifest.parquet`` (complete), ``_manifest.json`` (running or
     killed) or an older run's ``manifest.json``; None when there is none.
@@ -127,16 +57,6 @@ def read_manifest(path: Path) -> dict | None:
         if (path / name).exists():
             return json.loads((path / name).read_text(encoding="utf-8"))
     return None
-
-
-def part_name(index: int, done: bool) -> str:
-    """'_part-00003.parquet.pending' while the run goes on, 'part-00003.parquet' once it is complete.
-
-    The pending name starts with _ (pandas and pyarrow skip it) and does not end in .parquet (a
-    'DIR/*.parquet' glob in polars or duckdb does not match it), so no reader takes the parts of an
-    unfinished run for the output.
-    """
-    return f"part-{index:05d}.parquet" if done else f"_part-{index:05d}.parquet.pending"
 
 
 @dataclass
@@ -162,8 +82,7 @@ class PartsSink:
     parts: dict[int, dict] = field(default_factory=dict)     # block index -> {file, block, first_row, rows, bytes}
     n_blocks: int = 0
     redone: int = 0            # parts --resume found listed but damaged (size, footer or rows) and redoes
-    _open: tuple | None = None  # (block index, its part's ParquetWriter, rows written) while a block comes in pieces
-    _groups: RowGroups = field(default_factory=RowGroups)
+    _open: PartWriter | None = None   # the part of the block whose pieces are coming in
 
     def open(self, blocks: list) -> set[int]:
         """Create the directory or pick up a previous run; returns the indices of the blocks already done.
@@ -185,8 +104,8 @@ class PartsSink:
             for p in old["parts"]:
                 if part_ok(self.path / p["file"], p):
                     by_rows[(p["first_row"], p.get("documents", p["rows"]))] = p   # older parts: rows = documents
-                elif (self.path / p["file"]).exists():
-                    (self.path / p["file"]).unlink()
+                else:   # damaged, or gone: its block is done again
+                    (self.path / p["file"]).unlink(missing_ok=True)
                     self.redone += 1
             for spec in blocks:
                 part = by_rows.get((spec.first_row, spec.n_rows))
@@ -196,8 +115,7 @@ class PartsSink:
         else:
             for old_part in [*self.path.glob("part-*.parquet"), *self.path.glob("_part-*.parquet*")]:
                 old_part.unlink()
-        for stale in self.path.glob(".part-*.partial"):
-            stale.unlink()
+        self._drop_unlisted()   # parts a killed run's workers wrote but its driver never committed
         if not was_complete:  # a finished run stays as it is: nothing is redone
             self._save(complete=False)
         (self.path / OLD_MANIFEST).unlink(missing_ok=True)
@@ -210,37 +128,48 @@ class PartsSink:
 
     def write(self, spec, table: pa.Table, last: bool = True) -> None:
         """Write rows of the block of ``spec`` (a BlockSpec: index, first_row) to its part, in one or more
-        pieces, the last with ``last`` True; then record the part in the manifest. Blocks may come in any
-        order, but one block's pieces come together. Row groups as FileSink's (``RowGroups``). Each part
+        pieces, the last with ``last`` True (pipeline.output.parts.PartWriter); then commit the part
+        (``commit_part``). Blocks may come in any order, but one block's pieces come together. Each part
         holds the run's metadata (this sink's schema's), whatever metadata ``table`` has.
 
         Raises:
             RunError: a piece of another block while one is being written.
         """
-        index = spec.index
-        tmp = self.path / f".part-{index:05d}.partial"
-        table = table.replace_schema_metadata(self.schema.metadata)   # the run's metadata: the writer's, not the rows stage's
         if self._open is None:
-            self._open = (index, pq.ParquetWriter(tmp, table.schema, **writer_options(table.schema)), 0)
-        elif self._open[0] != index:
-            raise RunError(f"the sink got a piece of block {index} while block {self._open[0]} is not finished")
-        _, writer, rows = self._open
-        self._groups.add(writer, table, last)
-        self._open = (index, writer, rows + table.num_rows)
-        if not last:
-            return
-        writer.close()
-        self._open = None
-        name = part_name(index, done=False)
-        size = tmp.stat().st_size
-        replace_durably(tmp, self.path / name)
-        self.parts[index] = {"file": name, "block": index, "first_row": spec.first_row, "rows": rows + table.num_rows,
-                             "documents": spec.n_rows, "bytes": size}   # rows > documents at --level window
+            self._open = PartWriter(self.path, self.schema, spec)
+        elif self._open.spec.index != spec.index:
+            raise RunError(f"the sink got a piece of block {spec.index} while block {self._open.spec.index} "
+                           "is not finished")
+        record = self._open.write(table, last)
+        if record is not None:
+            self._open = None
+            self.commit_part(record)
+
+    def parts_folder(self) -> Path:
+        """Where workers write their parts (PartWriter): the output folder itself."""
+        return self.path
+
+    def commit_part(self, record: dict) -> None:
+        """The driver's step: list a part a worker completed (``record``: PartWriter.write's, its file in
+        this folder under its pending name) in the manifest, rewritten atomically. Until then the part is
+        not part of the output: --resume redoes its block and ``commit`` deletes it.
+
+        Raises:
+            RunError: the record's file is missing or not the size it says (a worker's part went astray).
+        """
+        file = self.path / record["file"]
+        if not file.is_file() or file.stat().st_size != record["bytes"]:
+            raise RunError(f"the part of block {record['block']} is missing or not {record['bytes']} bytes "
+                           f"({file}); every worker must write to the same folder (a filesystem every node "
+                           "mounts at the same path): re-run with --resume")
+        self.parts[record["block"]] = dict(record)
         self._save(complete=False)
 
     def commit(self) -> int:
-        """Give every part its final name, mark the manifest complete; returns the parts' size in bytes."""
+        """Give every part its final name, delete parts no manifest lists (a retried or cut-off worker's),
+        mark the manifest complete; returns the parts' size in bytes."""
         assert len(self.parts) == self.n_blocks, (len(self.parts), self.n_blocks)
+        self._drop_unlisted()
         for index, part in sorted(self.parts.items()):
             final = part_name(index, done=True)
             if part["file"] != final:
@@ -253,13 +182,17 @@ class PartsSink:
     def abort(self) -> None:
         """Keep finished parts for --resume; drop a half-written one."""
         if self._open is not None:
-            try:
-                self._open[1].close()
-            except Exception:  # noqa: BLE001 - the run already failed; the file is removed below
-                pass
+            self._open.abort()
             self._open = None
         for stale in self.path.glob(".part-*.partial"):
-            stale.unlink()
+            stale.unlink(missing_ok=True)
+
+    def _drop_unlisted(self) -> None:
+        """Remove parts and half-written files that the manifest does not list."""
+        listed = {p["file"] for p in self.parts.values()}
+        for stale in [*self.path.glob("_part-*.parquet.pending"), *self.path.glob(".part-*.partial")]:
+            if stale.name not in listed:
+                stale.unlink(missing_ok=True)
 
     def _save(self, complete: bool) -> None:
         parts = [self.parts[i] for i in sorted(self.parts)]
@@ -313,7 +246,7 @@ def load_manifest(path: Path) -> dict | None:
 
 # What a DIR/ output holds: its parts (finished, pending, half-written) and its manifest (and their
 # temporary names). Anything else in the folder is the user's.
-_RUN_FILE = re.compile(r"(_?part-\d+\.parquet(\.pending)?|\.part-\d+\.partial|_manifest\.(json|parquet)"
+_RUN_FILE = re.compile(r"(_?part-\d+\.parquet(\.pending)?|\.part-\d+(\.\d+)?\.partial|_manifest\.(json|parquet)"
                        r"|manifest\.json|\._manifest\.(json|parquet)\.partial)")
 
 

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import pipeline.engine.local as local_engine
-import pipeline.engine.stream as stream
+import pipeline.engine.local as stream   # the local engine: its feeder threads
 from pipeline.options.config import PipelineConfig
 from pipeline.engine.feed import ordered_map
 from conftest import words, write_csv

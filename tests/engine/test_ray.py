@@ -2,9 +2,8 @@
 --engine local (every shared case, a 3 MiB field, skipped bad lines, every input format); kill and
 resume without --id-col; bad options fail before Ray starts.
 
-A local Ray (4 logical CPUs on 2 cores, so the read task is never starved by the actors, a 150 MB
-object store and a temp dir of its own) is started once for the module; runs in this process use it
-and the killed subprocess joins it by address.
+The session's local Ray (tests/conftest.py's ray_address: 2 logical CPUs) serves every test; runs in this process
+use it and the killed subprocess joins it by address.
 """
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,17 +31,6 @@ from pipeline.output.write import read_manifest
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "corpus.csv"
-
-
-@pytest.fixture(scope="module")
-def ray_address():
-    """A local Ray for this module; yields its GCS address."""
-    temp = tempfile.mkdtemp(prefix="lbray")  # short: Ray's socket paths must fit 107 bytes
-    ctx = ray.init(num_cpus=4, object_store_memory=150 * 1024**2, include_dashboard=False,
-                   log_to_driver=False, _temp_dir=temp)
-    yield ctx.address_info["gcs_address"]
-    ray.shutdown()
-    shutil.rmtree(temp, ignore_errors=True)
 
 
 def read_output(path: Path) -> pa.Table:
@@ -207,7 +194,7 @@ def test_unreachable_address_and_missing_resources_exit_2(ray_address, tiny_mode
     result = invoke(runner, ["extract", path, "--model", tiny_model_dir, "--engine", "ray", "--gpus-per-worker", "1",
                              "-o", tmp_path / "o.parquet"])
     assert result.exit_code == 2, result.output
-    assert "no Ray node has the 2 CPUs and 1 GPUs one worker asks for (nodes: 4 CPU / 0 GPU)" in result.output
+    assert "no Ray node has the 2 CPUs and 1 GPUs one worker asks for (nodes: 2 CPU / 0 GPU)" in result.output
     assert list(tmp_path.iterdir()) == [path]
 
 
@@ -217,28 +204,6 @@ def test_ray_strict_row_error_leaves_no_output(ray_address, tiny_model_dir, tmp_
                              "--no-progress", "-o", tmp_path / "o.parquet"])
     assert result.exit_code == 1 and f"row 1 ({path} line 3): empty text" in result.output
     assert list(tmp_path.iterdir()) == [path]
-
-
-def test_results_are_regrouped_into_blocks_in_plan_order():
-    """in_block_order: Ray may split a block's rows over batches or return blocks early; the rows of
-    the block whose turn it is come out as they arrive (a block's pieces), blocks in plan order, and
-    the rows that complete a block are marked; a block that never comes back is an error, not a gap."""
-    from pipeline.errors import RunError
-    from pipeline.engine.ray_engine import BLOCK, in_block_order
-    from pipeline.read import BlockSpec, Columns
-
-    specs = [BlockSpec(i, "x.csv", "csv", first_row, n, Columns()) for i, (first_row, n) in enumerate([(0, 3), (3, 2), (5, 2)])]
-
-    def batch(block: int, rows: list[int]) -> pa.Table:
-        return pa.table({"v": rows, BLOCK: pa.array([block] * len(rows), pa.int64())})
-
-    arrivals = [batch(1, [3]), batch(0, [0, 1]), batch(1, [4]), batch(0, [2]), batch(2, [5, 6])]
-    out = list(in_block_order(iter(arrivals), specs))
-    assert [(spec.index, t.column("v").to_pylist(), last) for spec, t, last in out] == [
-        (0, [0, 1], False), (0, [2], True), (1, [3], False), (1, [4], True), (2, [5, 6], True)]
-    assert all(t.column_names == ["v"] for _, t, _ in out)
-    with pytest.raises(RunError, match="Ray returned no rows for block 2"):
-        list(in_block_order(iter(arrivals[:4]), specs))
 
 
 def _listed_parts(path: Path) -> int:

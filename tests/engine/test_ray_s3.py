@@ -7,7 +7,6 @@ import pytest
 from conftest import invoke, words, write_csv
 from test_cache import assert_same, counts, extract, unique_windows
 from test_object_store import objects, s3  # noqa: F401 - the fixtures (s3_server: conftest)
-from test_ray import ray_address  # noqa: F401 - the module's local Ray
 from test_formats import corpus  # noqa: F401 - the corpus fixture, written in every format
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]

@@ -107,7 +107,7 @@ def test_the_token_centre_is_the_mean_of_the_first_documents_tokens_found_in_pie
     """Calibration runs the model in pieces of --block-tokens, as a run does: 12 documents of 60-170 tokens in
     windows of 16 make several pieces of 512 window tokens, and the token centre equals the float64 mean
     of every token vector of a float32 run of the same texts; no piece holds more than 512 window tokens."""
-    import pipeline.engine.calibrate as calibrate
+    import pipeline.engine.block_loop as block_loop   # the one block loop, which calibration runs too
     from pipeline.pieces import window_tokens
 
     texts = [words(60 + 10 * i, i) for i in range(12)]
@@ -116,14 +116,14 @@ def test_the_token_centre_is_the_mean_of_the_first_documents_tokens_found_in_pie
     tokens = np.concatenate([np.array(t, dtype=np.float32) for t in
                              pq.read_table(floats).column("token_features").to_pylist()])   # (all tokens, D)
     held = []
-    real = calibrate.pieces
+    real = block_loop.pieces
 
     def watched(batch, budget):
         for piece in real(batch, budget):
             held.append(int(window_tokens(piece).sum()))
             yield piece
 
-    monkeypatch.setattr(calibrate, "pieces", watched)
+    monkeypatch.setattr(block_loop, "pieces", watched)
     _, out = extract_cli(tmp_path, texts, *args, "--out-dtype", "binary", model=tiny_model_dir, name="b.parquet")
     meta = json.loads(pq.read_schema(out).metadata[b"longbert"])
     center = next(c["center"] for c in meta["compact"]["columns"] if c["column"] == "token_features")

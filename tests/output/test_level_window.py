@@ -171,9 +171,6 @@ def test_several_strategies_refused_and_aggregate_warned(runner, tiny_model_dir,
     assert ("Warning: --aggregate first,max has no effect: it applies only to --level document and token (this "
             "run: window, one vector per window)") in result.output
     assert pq.read_table(out).column("features").type.list_size == 32      # no parts at window level
-    ray = invoke(runner, ["extract", tmp_path / "in.csv", "--level", "window", "--engine", "ray", "-o",
-                          tmp_path / "r.parquet"])
-    assert ray.exit_code == 2 and "Error: --level window runs on the local engine only; drop --engine ray" in ray.output
 
 
 def test_strict_names_the_document_of_a_window_row(runner, tiny_model_dir, tmp_path):

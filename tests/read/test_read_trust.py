@@ -364,7 +364,7 @@ def test_a_change_that_keeps_size_and_time_is_caught_by_the_sha256(tmp_path):
 
 def test_extract_exits_1_and_a_dir_keeps_its_parts_when_an_input_changes(runner, tiny_model_dir, tmp_path,
                                                                           monkeypatch):
-    import pipeline.engine.stream as run_module   # the local engine's loop
+    import pipeline.engine.driver as run_module   # the one driver, which checks the inputs at the end
 
     src = tmp_path / "in.csv"
     src.write_text("id,text\n" + "".join(f"{i},w{i} words here\n" for i in range(6)))
