@@ -96,13 +96,16 @@ class Pipeline:
         return cls(resolved.stages(model=model, store=store), resolved)
 
     @classmethod
-    def from_options(cls, binary_center: Any = None, **options: Any) -> Pipeline:
+    def from_options(cls, binary_center: Any = None, projection: Any = None, **options: Any) -> Pipeline:
         """As from_config, with ``extract``'s options by their Python names (``model``, ``strategy``,
         ``feature``, ``pooling``, ``layers``, ``aggregate``, ``level``, ``normalize``, ``dtype``,
         ``out_dtype``, ``cache``...). ``progress`` defaults to False.
 
         ``binary_center`` (``out_dtype="binary"``), so queries and a corpus share one: a (D,) array for the
         column ``features``, {column: (D,) array}, or an earlier binary output's path (``--binary-center``).
+        ``projection`` (``dims``'s fitted state, so queries and a corpus share one): a (mean (D,), components
+        (N, D)) pair or a pipeline.projection.Projection for ``features``, {column: either}, or an earlier
+        --dims output's path (``--projection``); the rows stage applies it to every vector.
 
         Raises:
             ConfigError: an unknown option or a value out of range, a centre that is not one of those
@@ -112,8 +115,12 @@ class Pipeline:
 
         if isinstance(binary_center, str) or hasattr(binary_center, "__fspath__"):   # an earlier output, as --binary-center FILE
             options["binary_center_file"], binary_center = str(binary_center), None
+        if isinstance(projection, str) or hasattr(projection, "__fspath__"):   # an earlier output, as --projection FILE
+            options["projection_file"], projection = str(projection), None
         with python_names():   # the options checked against the model too: messages name the arguments
             pipe = cls.from_config(config_from_python(**options))
+        if projection is not None:
+            pipe = pipe.with_projection(projection, given=True)
         return pipe if binary_center is None else pipe.with_binary_center(binary_center, given=True)
 
     @property
@@ -346,6 +353,16 @@ class Pipeline:
             ConfigError: as Resolved.centred.
         """
         return self._rebuilt(self.resolution().centred(centre, given))
+
+    def with_projection(self, projection: Any, given: bool = False) -> Pipeline:
+        """A new pipeline whose rows stage projects each feature column with ``projection`` (--dims' fitted
+        state: a (mean, components) pair or a pipeline.projection.Projection for ``features``, or {column:
+        either}) before --out-dtype stores it; the file's metadata records it.
+
+        Raises:
+            ConfigError: as Resolved.projected.
+        """
+        return self._rebuilt(self.resolution().projected(projection, given))
 
     def with_facts(self, facts) -> Pipeline:
         """A new pipeline whose built-in stages use ``facts`` (a hub model's, its sha256 known after the load)."""

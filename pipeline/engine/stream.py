@@ -19,7 +19,7 @@ from ..options.config import DEFAULT_MODEL, PipelineConfig
 from ..output.lock import holds_output
 from ..output.write import check_resume
 from ..read import Plan, read_block, verify_inputs
-from .calibrate import binary_centre
+from .calibrate import binary_centre, run_projection
 from .columns import as_written
 from .feed import feed_workers
 from .run import BatchProgress, Summary, documents_of, peak_memory, fail_on_row_error, open_run, run_fingerprint, scan_inputs, writing
@@ -74,13 +74,15 @@ def stream_corpus(plan: Plan, pipe, echo: Callable[[str], None] | None = None,
                 encode.close()
                 encode = pipe.encode_stage()
                 encode.load()
+        projection, dims_note = run_projection(cfg, lambda: pipe, plan, pipe.resolution().projection)
+        if projection is not None:   # --dims: the rows stage's projection, found before the centre (of its vectors)
+            pipe = pipe.with_projection(projection)
         centre, binary_note = binary_centre(cfg, lambda: pipe, plan, pipe.resolution().binary_center)
         if centre is not None:   # --out-dtype binary: the rows stage's centre of the signs, found on the first documents
             pipe = pipe.with_binary_center(centre)
         schema = pipe.resolution().file_schema(plan.id_type)   # a hub model's sha256 may be known now
         sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
-        if binary_note:
-            summary.notes.append(binary_note)
+        summary.notes += [n for n in (dims_note, binary_note) if n]
         summary.cache = summary.cache or (encode is not None and encode.store is not None)   # a store object too
         progress = BatchProgress(bar)
 
