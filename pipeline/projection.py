@@ -12,10 +12,14 @@ those documents), as FAISS's ``PCAMatrix`` and scikit-learn's ``PCA`` fit it, th
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 import dataclasses
 from typing import Any
 
 import numpy as np
+
+from .columns import FEATURES
+from .errors import ConfigError
 
 PROJECTION_DOCS = 1024   # --dims: the first documents (vectors) a projection is fitted on
 METHODS = ("pca", "truncate")
@@ -142,3 +146,47 @@ def truncation(d: int, n: int) -> Projection:
     if not 1 <= n < d:
         raise ValueError(f"truncation: {n} of {d} dimensions; need 1 <= n < {d}")
     return Projection(np.zeros(d, np.float32), np.eye(d, dtype=np.float32)[:n], "truncate", 0)
+
+
+def projections_of(value: object) -> dict[str, Projection] | None:
+    """A ``projection`` as Rows keeps it: {column: pipeline.projection.Projection}.
+
+    Example: (np.zeros(4), np.eye(4)[:2]) -> {"features": Projection(mean 0, 2 of 4 dimensions)}.
+
+    Raises:
+        ConfigError: not a Projection, a (mean, components) pair, a {"mean", "components"} dict, or a
+            {column: one of those} mapping (naming the value and the forms to give).
+    """
+    if value is None:
+        return None
+
+    def one(v: object) -> Projection:
+        if isinstance(v, Projection):
+            return v
+        try:
+            if isinstance(v, Mapping) and "components" in v:
+                return Projection(v.get("mean", np.zeros(np.shape(v["components"])[-1])), v["components"],
+                                  str(v.get("method", "pca")))
+            if isinstance(v, (tuple, list)) and len(v) == 2:
+                return Projection(*v)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"Rows: projection {_shown(v)} is not a projection ({err}); give (mean (D,), "
+                              "components (N, D)) of finite numbers, e.g. sklearn PCA(N).fit(X)'s "
+                              "(mean_, components_)") from None
+        raise ConfigError(f"Rows: projection {_shown(v)} is not a projection; give (mean (D,), components (N, D)) "
+                          "for the column 'features', or {column: (mean, components)}, e.g. sklearn "
+                          "PCA(N).fit(X)'s (mean_, components_)")
+
+    if isinstance(value, Mapping) and "components" not in value:
+        if not value or not all(isinstance(k, str) for k in value):
+            raise ConfigError(f"Rows: projection {_shown(value)} is not a projection; give (mean, components) or "
+                              "{column: (mean, components)}")
+        return {k: one(v) for k, v in value.items()}
+    return {FEATURES: one(value)}
+
+
+def _shown(value: object) -> str:
+    """A value as a message names it: its type and shape, or its repr when short."""
+    shape = getattr(value, "shape", None)
+    text = f"{type(value).__name__} of shape {tuple(shape)}" if shape is not None else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

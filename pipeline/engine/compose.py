@@ -103,9 +103,8 @@ class Pipeline:
 
         ``binary_center`` (``out_dtype="binary"``), so queries and a corpus share one: a (D,) array for the
         column ``features``, {column: (D,) array}, or an earlier binary output's path (``--binary-center``).
-        ``projection`` (``dims``'s fitted state, so queries and a corpus share one): a (mean (D,), components
-        (N, D)) pair or a pipeline.projection.Projection for ``features``, {column: either}, or an earlier
-        --dims output's path (``--projection``); the rows stage applies it to every vector.
+        ``projection`` (``dims``'s fitted state, shared the same way): a (mean (D,), components (N, D)) pair or a
+        pipeline.projection.Projection for ``features``, {column: either}, or an earlier --dims output's path.
 
         Raises:
             ConfigError: an unknown option or a value out of range, a centre that is not one of those
@@ -113,15 +112,14 @@ class Pipeline:
         """
         from ..options.python_api import config_from_python, python_names
 
-        if isinstance(binary_center, str) or hasattr(binary_center, "__fspath__"):   # an earlier output, as --binary-center FILE
-            options["binary_center_file"], binary_center = str(binary_center), None
-        if isinstance(projection, str) or hasattr(projection, "__fspath__"):   # an earlier output, as --projection FILE
-            options["projection_file"], projection = str(projection), None
+        files = {k: str(v) for k, v in (("binary_center_file", binary_center), ("projection_file", projection))
+                 if isinstance(v, str) or hasattr(v, "__fspath__")}   # an earlier output, as --binary-center / --projection FILE
         with python_names():   # the options checked against the model too: messages name the arguments
-            pipe = cls.from_config(config_from_python(**options))
-        if projection is not None:
+            pipe = cls.from_config(config_from_python(**options, **files))
+        if projection is not None and "projection_file" not in files:
             pipe = pipe.with_projection(projection, given=True)
-        return pipe if binary_center is None else pipe.with_binary_center(binary_center, given=True)
+        return pipe if binary_center is None or files.get("binary_center_file") else \
+            pipe.with_binary_center(binary_center, given=True)
 
     @property
     def cfg(self) -> PipelineConfig:
@@ -129,11 +127,8 @@ class Pipeline:
         return self.resolution().cfg
 
     def resolution(self) -> Resolved:
-        """The options resolved against the model: the record given, else the encode stage's.
-
-        Raises:
-            ConfigError: a pipeline built from parts without an encode stage.
-        """
+        """The options resolved against the model: the record given, else the encode stage's. Raises
+        ConfigError for a pipeline built from parts without an encode stage."""
         if self.resolved is None:   # built from parts: resolved once, on first need, then kept
             cfg = parts_config(self.steps)   # ConfigError without an encode stage
             self.resolved = Resolved.from_config(cfg, self.encode_stage().tokenizer)
@@ -141,8 +136,7 @@ class Pipeline:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The stage names, in order."""
-        return tuple(n for n, _ in self.steps)
+        return tuple(n for n, _ in self.steps)   # the stage names, in order
 
     def __iter__(self):
         """The stages, in order (``Pipeline([type(s)(**s.get_params()) for s in pipe])`` rebuilds it)."""
@@ -347,21 +341,13 @@ class Pipeline:
 
     def with_binary_center(self, centre: Any, given: bool = False) -> Pipeline:
         """A new pipeline whose rows stage packs --out-dtype binary's bits around ``centre`` (a (D,) array for
-        the one column ``features``, or {column: (D,) array or None}), which the file's metadata records.
-
-        Raises:
-            ConfigError: as Resolved.centred.
-        """
+        the one column ``features``, or {column: (D,) array or None}), which the file's metadata records. Raises
+        ConfigError as Resolved.centred."""
         return self._rebuilt(self.resolution().centred(centre, given))
 
     def with_projection(self, projection: Any, given: bool = False) -> Pipeline:
-        """A new pipeline whose rows stage projects each feature column with ``projection`` (--dims' fitted
-        state: a (mean, components) pair or a pipeline.projection.Projection for ``features``, or {column:
-        either}) before --out-dtype stores it; the file's metadata records it.
-
-        Raises:
-            ConfigError: as Resolved.projected.
-        """
+        """A new pipeline whose rows stage projects each feature column with ``projection`` (--dims' fitted state,
+        as Pipeline.from_options takes it), which the file's metadata records. Raises ConfigError as Resolved.projected."""
         return self._rebuilt(self.resolution().projected(projection, given))
 
     def with_facts(self, facts) -> Pipeline:
@@ -388,16 +374,13 @@ class Pipeline:
             overwrite: bool = False, **options: Any):
         """Run the pipeline over a corpus, as ``longbert extract`` does: the output lock, ``DIR/`` parts,
         ``resume``, progress, the summary; inserted or replaced stages included. This pipeline is not
-        changed: the run's read and write options go to a copy of it.
+        changed: the run's read and write options go to a copy of it. Returns the run's pipeline.engine.run.Summary.
 
         Args:
             inputs: a file, folder or glob, or several. output: a .parquet file or a folder ending in "/".
             echo: where notes go (None: nowhere). overwrite: replace an existing output (never an input).
             **options: extract's read and write options (``id_col``, ``text_col``, ``keep_cols``,
-                ``resume``, ``progress``...).
-
-        Returns:
-            The run's pipeline.engine.run.Summary.
+                ``resume``, ``progress``, ``dims``...).
 
         Raises:
             ConfigError / InputError / ModelError (exit 2 in the CLI), RunError (exit 1): as ``extract``,

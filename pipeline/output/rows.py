@@ -21,7 +21,7 @@ from ..compact import pack_binary, quantize_int8
 from ..counts import BlockCounts
 from ..errors import ConfigError
 from ..options.sections import OUT_DTYPES
-from ..projection import Projection
+from ..projection import projections_of
 from ..stage import Stage
 from ..text.segment import covered_tokens
 from .arrow_arrays import fixed_list_array, list_array
@@ -190,25 +190,20 @@ class Rows(Stage):
             c: None if v is None else np.asarray(v, np.float32) for c, v in self.binary_center.items()}
         self.projection = projections_of(projection)
         if self.projection is not None and self.per_token:
-            raise ConfigError("Rows: projection (--dims) projects document or window vectors, not per-token ones; "
-                              "drop it, or write --level document or window")
+            raise ConfigError("Rows: projection (--dims) projects document or window vectors, not per-token ones")
 
     def get_params(self, deep: bool = True) -> dict:
         return {"kept": self.kept, "out_dtype": self.out_dtype, "binary_center": self.binary_center,
                 "projection": self.projection}
 
     def projected(self, batch: Batch) -> Batch:
-        """``batch`` with each feature column's (n, D) vectors projected to (n, N) (``projection``); the
-        batch itself without one.
-
-        Raises:
-            ConfigError: a column the projection lacks, or vectors of another D (naming both and the fix)."""
+        """``batch`` with each feature column's (n, D) vectors projected to (n, N) (``projection``). Raises
+        ConfigError for a column the projection lacks, or vectors of another D (naming both and the fix)."""
         if self.projection is None or not batch.vectors:
             return batch
         out = {}
         for name, values in batch.vectors.items():
-            p = self.projection.get(name)
-            if p is None:
+            if (p := self.projection.get(name)) is None:
                 raise ConfigError(f"Rows: projection has columns {list(self.projection)}, but the rows hold column "
                                   f"{name!r}; give {{column: projection}} for each of {list(batch.vectors)}")
             if np.shape(values)[1] != p.input_dim:
@@ -334,43 +329,6 @@ def centers_of(value: object, out_dtype: str) -> dict[str, tuple[float, ...] | N
                               "X.mean(axis=0) of a corpus's float32 vectors")
         out[name] = tuple(float(x) for x in arr)
     return out
-
-
-def projections_of(value: object) -> dict[str, Projection] | None:
-    """A ``projection`` as Rows keeps it: {column: pipeline.projection.Projection}.
-
-    Example: (np.zeros(4), np.eye(4)[:2]) -> {"features": Projection(mean 0, 2 of 4 dimensions)}.
-
-    Raises:
-        ConfigError: not a Projection, a (mean, components) pair, a {"mean", "components"} dict, or a
-            {column: one of those} mapping (naming the value and the forms to give).
-    """
-    if value is None:
-        return None
-
-    def one(v: object) -> Projection:
-        if isinstance(v, Projection):
-            return v
-        try:
-            if isinstance(v, Mapping) and "components" in v:
-                return Projection(v.get("mean", np.zeros(np.shape(v["components"])[-1])), v["components"],
-                                  str(v.get("method", "pca")))
-            if isinstance(v, (tuple, list)) and len(v) == 2:
-                return Projection(*v)
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"Rows: projection {_shown(v)} is not a projection ({err}); give (mean (D,), "
-                              "components (N, D)) of finite numbers, e.g. sklearn PCA(N).fit(X)'s "
-                              "(mean_, components_)") from None
-        raise ConfigError(f"Rows: projection {_shown(v)} is not a projection; give (mean (D,), components (N, D)) "
-                          "for the column 'features', or {column: (mean, components)}, e.g. sklearn "
-                          "PCA(N).fit(X)'s (mean_, components_)")
-
-    if isinstance(value, Mapping) and "components" not in value:
-        if not value or not all(isinstance(k, str) for k in value):
-            raise ConfigError(f"Rows: projection {_shown(value)} is not a projection; give (mean, components) or "
-                              "{column: (mean, components)}")
-        return {k: one(v) for k, v in value.items()}
-    return {FEATURES: one(value)}
 
 
 def _shown(value: object) -> str:
