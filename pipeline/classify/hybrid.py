@@ -152,21 +152,26 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         vectorizer: the LongBertVectorizer that encodes plain texts (its options are the feature's: model,
             strategy, pooling, layers, aggregate, feature, ...; nested parameters such as
             ``vectorizer__strategy`` reach them); None: LongBertVectorizer() with its defaults. Cloned at fit.
+            A list of vectorizers stacks several BERT features: one StandardScaler + LogisticRegression per
+            feature beside the lexical model, all under the one second level.
 
     X is either N plain texts in any form LongBertVectorizer takes (a list, tuple, 1-D array or Series
     of str, an (N, 1) array or a one-column DataFrame such as ``df[["text"]]``), encoded by the vectorizer
     once per call (its ":memory:" window store, the default, keeps each window's vector, so folds and
     clones of a cross-validation encode each distinct text once), or ``hybrid_inputs(texts, vectors)``:
-    N (text, (D,) vector) pairs of vectors computed beforehand (the vectorizer is then not used); y (N,) labels.
+    N (text, (D,) vector) pairs of vectors computed beforehand (the vectorizer is then not used), or
+    ``hybrid_inputs(texts, X1, X2, ...)`` for several features; y (N,) labels.
 
     Attributes after fit: classes_ (the sorted labels), text_model_, bert_model_ (the base models
-    refitted on all of fit's rows), meta_model_ (the second level, on 2 x n_classes probabilities:
-    the lexical model's, then the BERT model's), inner_folds_ (the k used), text_C_ (the lexical C used),
-    vectorizer_ (the fitted clone of vectorizer when fit was given plain texts, else None).
+    refitted on all of fit's rows; bert_models_ one per feature, bert_model_ the first), meta_model_ (the
+    second level, on (1 + features) x n_classes probabilities: the lexical model's, then each BERT model's),
+    inner_folds_ (the k used), text_C_ (the lexical C used), vectorizer_ (the fitted clone of vectorizer, a
+    list of them for several, when fit was given plain texts, else None).
 
     Example:
         >>> model = HybridClassifier(vectorizer=LongBertVectorizer(strategy="head", layers=(-2,)))
         >>> cross_val_score(model, texts, labels, cv=StratifiedKFold(5, shuffle=True, random_state=0))
+        >>> HybridClassifier(vectorizer=[LongBertVectorizer(feature="head:mean"), LongBertVectorizer(feature="late:max")])
     """
 
     def __init__(self, text_C: float | None = None, bert_C: float = 1.0, meta_C: float = 1.0, inner_folds: int = 5,
@@ -198,10 +203,14 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         if fitting:
             from .vectorizer import LongBertVectorizer
 
-            self.vectorizer_ = (LongBertVectorizer() if self.vectorizer is None else clone(self.vectorizer)).fit(texts)
+            given = self.vectorizer if self.vectorizer is not None else LongBertVectorizer()
+            self.vectorizer_ = ([clone(v).fit(texts) for v in given] if isinstance(given, (list, tuple))
+                                else clone(given).fit(texts))
         elif self.vectorizer_ is None:
             raise ValueError("HybridClassifier was fitted on (text, vector) pairs, so it has no vectorizer for "
                              "plain texts: pass hybrid_inputs(texts, vectors), or fit it on plain texts")
+        if isinstance(self.vectorizer_, list):   # several features: one (N, D_k) float32 matrix each
+            return texts, [v.transform(texts.tolist()) for v in self.vectorizer_]
         return texts, self.vectorizer_.transform(texts.tolist())   # (N, D) float32
 
     def fit(self, X, y):
@@ -237,25 +246,36 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         self.text_model_ = Pipeline([("counts", counter), ("lexical", half.model)])   # texts in, as before
         return self
 
-    def fit_with_text_half(self, V: np.ndarray, y: np.ndarray, text: TextHalf) -> HybridClassifier:
-        """The BERT half and the second level on (N, D) V and (N,) y, beside ``text`` (fit_text_half of
-        the same rows, inner folds and seed: one such half serves every feature of a probe's fold)."""
+    def fit_with_text_half(self, V: np.ndarray | Sequence[np.ndarray], y: np.ndarray, text: TextHalf) -> HybridClassifier:
+        """The BERT half (one model per matrix when ``V`` is a list of (N, D_k) matrices) and the second level on
+        (N, D) V and (N,) y, beside ``text`` (fit_text_half of the same rows, inner folds and seed: one such
+        half serves every feature of a probe's fold)."""
         from sklearn.linear_model import LogisticRegression
 
         self.classes_, self.inner_folds_, self.text_C_ = text.classes, text.inner_folds, text.C
-        bert_p = np.zeros((len(y), len(self.classes_)))
+        matrices = list(V) if isinstance(V, (list, tuple)) else [V]
+        level = [text.oof]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # ConvergenceWarning on tiny folds
-            for tr, te in text.splits:   # out-of-fold probabilities: each row from models that never saw it
-                bm = bert_model(self.bert_C).fit(V[tr], y[tr])
-                bert_p[np.ix_(te, np.searchsorted(self.classes_, bm.classes_))] = bm.predict_proba(V[te])
-            self.meta_model_ = LogisticRegression(C=self.meta_C, max_iter=2000).fit(np.hstack([text.oof, bert_p]), y)
+            for M in matrices:
+                bert_p = np.zeros((len(y), len(self.classes_)))
+                for tr, te in text.splits:   # out-of-fold probabilities: each row from models that never saw it
+                    bm = bert_model(self.bert_C).fit(M[tr], y[tr])
+                    bert_p[np.ix_(te, np.searchsorted(self.classes_, bm.classes_))] = bm.predict_proba(M[te])
+                level.append(bert_p)
+            self.meta_model_ = LogisticRegression(C=self.meta_C, max_iter=2000).fit(np.hstack(level), y)
             self.text_model_ = text.model
-            self.bert_model_ = bert_model(self.bert_C).fit(V, y)
+            self.bert_models_ = [bert_model(self.bert_C).fit(M, y) for M in matrices]
+            self.bert_model_ = self.bert_models_[0]
         return self
 
+    def bert_probabilities(self, V: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Each fitted BERT model's (N, n_classes) probabilities of its matrix of ``V`` (one, or a list)."""
+        matrices = list(V) if isinstance(V, (list, tuple)) else [V]
+        return [m.predict_proba(M) for m, M in zip(self.bert_models_, matrices)]
+
     def _level_one(self, X, caller: str) -> np.ndarray:
-        """(N, 2 x n_classes) base-model probabilities of X, after the fitted check.
+        """(N, (1 + features) x n_classes) base-model probabilities of X, after the fitted check.
 
         Raises:
             NotFittedError: before fit (before X is looked at).
@@ -264,7 +284,7 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
 
         check_is_fitted(self, "meta_model_")
         texts, V = self._texts_vectors(X, fitting=False, caller=caller)
-        return np.hstack([self.text_model_.predict_proba(texts), self.bert_model_.predict_proba(V)])
+        return np.hstack([self.text_model_.predict_proba(texts), *self.bert_probabilities(V)])
 
     def predict_proba(self, X) -> np.ndarray:
         """(N, n_classes) float64 probabilities, columns in classes_ order, of N plain texts (any form fit
@@ -291,97 +311,5 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         return tags
 
 
-def cross_validate_hybrid(texts: Sequence[str], X: np.ndarray, y: np.ndarray, folds: int, seed: int,
-                          **params: Any) -> dict[str, Any]:
-    """cross_validate_probe's keys (and "seconds") for HybridClassifier(seed=seed, **params) on the
-    texts and (N, D) BERT vectors X, under the outer StratifiedKFold(folds, shuffle=True,
-    random_state=seed) of every probe row."""
-    import time
-
-    from sklearn.model_selection import StratifiedKFold, cross_validate
-
-    t0 = time.perf_counter()
-    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        scores = cross_validate(HybridClassifier(seed=seed, **params), hybrid_inputs(texts, X), y, cv=cv,
-                                scoring=("accuracy", "f1_macro"))
-    acc, f1 = scores["test_accuracy"], scores["test_f1_macro"]
-    return {"folds": folds, "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),
-            "accuracy_std": float(acc.std()), "f1_macro": f1.tolist(), "f1_macro_mean": float(f1.mean()),
-            "f1_macro_std": float(f1.std()), "seconds": time.perf_counter() - t0}
-
-
-def cross_validate_hybrids(texts: Sequence[str], matrices: Sequence[np.ndarray], y: np.ndarray, folds: int, seed: int,
-                           lexical_Cs: Sequence[float] | None = None, lexical_folds: int | None = None,
-                           jobs: int = 1, analyzer: str = "word") -> list[dict[str, Any]]:
-    """cross_validate_hybrid of each (N, D) matrix on the same texts, labels and outer folds, with the
-    lexical half fitted once per outer fold for all of them (the results are the same as one
-    cross_validate_hybrid each; the cost of the lexical half is paid once, not once per matrix).
-
-    Args:
-        texts: N documents; matrices: BERT document vectors, each (N, D_j); y: (N,) labels.
-        folds, seed: the outer StratifiedKFold(folds, shuffle=True, random_state=seed) of every probe row.
-        lexical_Cs, lexical_folds: the probe's lexical row's C per outer fold and the k of its C search
-            (cross_validate_lexical's "C" and "inner_folds"): where that k is the hybrid's own search's
-            (search_folds of the fold's labels), its search gave the same C on the same rows and the
-            C is taken as it is; None: each fold searches.
-        jobs: processes (joblib) for the outer folds' lexical halves, then for the BERT halves, one
-            matrix at a time each; the scores do not depend on it.
-        analyzer: the lexical n-grams ("word" or "char_wb"), as HybridClassifier(analyzer=...).
-
-    Returns:
-        Per matrix, cross_validate_hybrid's keys; "seconds" is the shared lexical half's time split
-        evenly, plus the matrix's own.
-    """
-    import time
-
-    from joblib import Parallel, delayed
-    from sklearn.model_selection import StratifiedKFold
-
-    from .folds import ngram_counts, one_blas_thread
-
-    t0 = time.perf_counter()
-    counts = ngram_counts(texts, analyzer)   # the texts analysed once
-    y = np.asarray(y)
-    outer = list(StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
-    given = [float(lexical_Cs[i]) if lexical_Cs is not None and lexical_folds == search_folds(y[tr], 5) else None
-             for i, (tr, _) in enumerate(outer)]
-    # the outer folds' lexical halves in parallel too (each a process with one BLAS thread, as joblib sets;
-    # with jobs=1 they run here, under one_blas_thread: small fits for which a second thread costs more)
-    with one_blas_thread():
-        halves = Parallel(n_jobs=min(jobs, len(outer)))(
-            delayed(_text_half)(counts[tr], y[tr], counts[te], c, seed) for (tr, te), c in zip(outer, given))
-        shared = (time.perf_counter() - t0) / max(1, len(matrices))
-        scores = Parallel(n_jobs=jobs)(delayed(_bert_halves)(X, y, outer, halves, seed) for X in matrices)
-    for score in scores:
-        score["seconds"] += shared
-    return scores
-
-
-def _text_half(train: np.ndarray, y: np.ndarray, test: np.ndarray, C: float | None, seed: int):
-    """(fit_text_half on one outer fold's training count rows, its class probabilities of the fold's test rows)."""
-    half = fit_text_half(train, y, C, 5, seed, counted=True)
-    return half, half.model.predict_proba(test)
-
-
-def _bert_halves(X: np.ndarray, y: np.ndarray, outer: list, halves: list, seed: int) -> dict[str, Any]:
-    """One matrix's outer cross-validation given each outer fold's lexical half and its test-row
-    probabilities: HybridClassifier(seed=seed).fit_with_text_half on the fold's training rows, then the second level
-    on the test rows' base probabilities; accuracy and macro-F1 as scikit-learn's scorers compute them."""
-    import time
-
-    from sklearn.metrics import accuracy_score, f1_score
-
-    t0 = time.perf_counter()
-    acc, f1 = [], []
-    for (tr, te), (half, text_test) in zip(outer, halves):
-        model = HybridClassifier(seed=seed).fit_with_text_half(np.asarray(X[tr], np.float32), y[tr], half)
-        level_one = np.hstack([text_test, model.bert_model_.predict_proba(np.asarray(X[te], np.float32))])
-        pred = model.classes_[np.argmax(model.meta_model_.predict_proba(level_one), axis=1)]
-        acc.append(accuracy_score(y[te], pred))
-        f1.append(f1_score(y[te], pred, average="macro"))
-    acc, f1 = np.asarray(acc), np.asarray(f1)
-    return {"folds": len(outer), "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),
-            "accuracy_std": float(acc.std()), "f1_macro": f1.tolist(), "f1_macro_mean": float(f1.mean()),
-            "f1_macro_std": float(f1.std()), "seconds": time.perf_counter() - t0}
+# the cross-validations of the estimator (probe's hybrid rows), re-exported: they build HybridClassifier
+from .hybrid_cv import cross_validate_hybrid, cross_validate_hybrids  # noqa: E402,F401

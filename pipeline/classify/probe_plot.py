@@ -10,7 +10,8 @@ from ..options.features_config import STRATEGIES, compact_layers
 # Strategy: marker shape; pooling: colour; aggregation: marker fill.
 MARKERS = {"head": "o", "tail": "s", "head_tail": "^", "chunk": "D", "sliding": "v", "late": "P"}
 COLOURS = {"cls": "#4c72b0", "mean": "#dd8452", "max": "#55a868", "pooler": "#c44e52"}
-FILLS = {"mean": "full", "mean,max": "left", "first,last,mean,max": "none"}
+FILLS = {"mean": "full", "first": "bottom", "last": "top", "max": "right", "mean,max": "left",
+         "first,last,mean,max": "none"}
 TOP = 10            # the corpus chart names this many features; the others are drawn faint
 FAINT = 0.22        # their alpha
 LEXICAL_COLOUR = "#8172b3"   # the lexical baseline's line
