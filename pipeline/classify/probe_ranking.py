@@ -112,7 +112,8 @@ def hybrid_summary(hybrids: list[dict[str, Any]], best: dict[str, Any], lex: dic
     bases = h.get("bases") or [base]
     cost = ""
     if h.get("windows_per_doc") is not None:
-        cost = (f"; it costs its BERT {"features'" if len(bases) > 1 else "feature's"} {h['windows_per_doc']:.2f} windows/doc "
+        whose = "features'" if len(bases) > 1 else "feature's"
+        cost = (f"; it costs its BERT {whose} {h['windows_per_doc']:.2f} windows/doc "
                 "plus a TF-IDF model"
                 + (f" of {lex['dimension']} terms" if lex is not None and lex.get("dimension") else ""))
     if h.get("seconds") is not None and base.get("seconds") is not None:
