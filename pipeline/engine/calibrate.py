@@ -235,7 +235,8 @@ def run_projection(cfg: PipelineConfig, pipeline: Callable[[], object], plan: Pl
                               f"{len(x)}, or pass --projection with the output of a larger --dims run")
     projection = {name: fit_pca(x, n) for name, x in found.items()}
     fitted = min(len(x) for x in found.values())
-    note = f"dims: a PCA to {n} dimensions, fitted on the {what} of the first {n_docs} documents ({fitted} vectors)"
+    whose = "" if what == "documents" else "the windows of "
+    note = f"dims: a PCA to {n} dimensions, fitted on {whose}the first {n_docs} documents ({fitted} vectors)"
     if n_docs < PROJECTION_DOCS:
         note += (f", fewer than {PROJECTION_DOCS}; pass --projection with a larger run's output to take its "
                  "projection")

@@ -112,14 +112,13 @@ class Pipeline:
         """
         from ..options.python_api import config_from_python, python_names
 
-        files = {k: str(v) for k, v in (("binary_center_file", binary_center), ("projection_file", projection))
-                 if isinstance(v, str) or hasattr(v, "__fspath__")}   # an earlier output, as --binary-center / --projection FILE
+        if isinstance(binary_center, str) or hasattr(binary_center, "__fspath__"):   # an earlier output, as --binary-center FILE
+            options["binary_center_file"], binary_center = str(binary_center), None
         with python_names():   # the options checked against the model too: messages name the arguments
-            pipe = cls.from_config(config_from_python(**options, **files))
-        if projection is not None and "projection_file" not in files:
+            pipe = cls.from_config(config_from_python(**options))
+        if projection is not None:   # an earlier output's (read now: pipe(batch) projects as a run does) or arrays
             pipe = pipe.with_projection(projection, given=True)
-        return pipe if binary_center is None or files.get("binary_center_file") else \
-            pipe.with_binary_center(binary_center, given=True)
+        return pipe if binary_center is None else pipe.with_binary_center(binary_center, given=True)
 
     @property
     def cfg(self) -> PipelineConfig:

@@ -266,12 +266,17 @@ class Resolved:
         return {c: (self.projection[c].dim if self.projection and c in self.projection else d) for c, d in self.columns}
 
     def projected(self, projection: Any, given: bool = False) -> Resolved:
-        """This record with ``projection`` as the rows stage's --dims projection (pipeline.output.rows.projections_of).
+        """This record with ``projection`` as the rows stage's --dims projection (pipeline.output.rows.projections_of),
+        or the projection of the earlier --dims output at that path (pipeline.engine.calibrate.file_projection).
 
         Raises:
             ConfigError: a projection of another form, or, with ``given`` (a user's), one whose columns or D
                 differ from this run's, naming the fix.
         """
+        if isinstance(projection, str) or hasattr(projection, "__fspath__"):   # an earlier --dims output, as --projection FILE
+            from .calibrate import file_projection
+
+            projection = file_projection(str(projection), dict(self.columns), self.facts, self.cfg.write.dims)
         rows = Rows(out_dtype=self.cfg.write.out_dtype, projection=projection)
         if given and rows.projection is not None:
             have = dict(self.columns)

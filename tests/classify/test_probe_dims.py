@@ -126,3 +126,22 @@ def test_probe_out_has_bytes_per_doc_and_the_two_feature_hybrid(runner, tiny_mod
     assert pairs, [r["feature"] for r in ranked if r["kind"] == "hybrid"]
     assert "smallest within 0.005 of" in result.output
     assert "best hybrid: " in result.output and "tried: it stacks TF-IDF + " in result.output
+
+
+def test_plot_draws_accuracy_per_byte_on_a_log_axis(tmp_path):
+    pytest.importorskip("matplotlib")
+    from test_probe_plot import corpus_report
+
+    from pipeline.classify.probe_plot import plot_corpus_probe
+
+    report = corpus_report()
+    best = report["best"]
+    compact = [{"feature": f"{best['feature']}:pca{n}:{form}", "form": form, "dims": n, "dimension": n,
+                "bytes_per_doc": b, "accuracy_mean": 0.8, "accuracy_std": 0.01}
+               for n, form, b in ((4, "int8", 8), (4, "binary", 1), (8, "float32", 32))]
+    fig = plot_corpus_probe({**report, "compact": compact}, tmp_path / "p.png")
+    assert (tmp_path / "p.png").is_file() and len(fig.axes) == 3
+    ax = fig.axes[2]
+    assert ax.get_xscale() == "log" and "bytes per document" in ax.get_xlabel()
+    xs = sorted(float(line.get_xdata()[0]) for line in ax.lines if line.get_marker() == "o")
+    assert xs == sorted([1.0, 8.0, 32.0, 4.0 * best["dimension"]])

@@ -52,7 +52,7 @@ def test_dims_matches_a_pca_of_the_same_vectors(tmp_path, tiny_model_dir):
     assert X.dtype == np.float32 and X.shape == (len(TEXTS), 8)
     np.testing.assert_allclose(X, ref.transform(x.astype(np.float64)), atol=1e-4)
     np.testing.assert_allclose(X, (x - stored.mean) @ stored.components.T, atol=1e-5)
-    assert "dims: a PCA to 8 dimensions, fitted on the documents of the first 24 documents (24 vectors), " \
+    assert "dims: a PCA to 8 dimensions, fitted on the first 24 documents (24 vectors), " \
            "fewer than 1024" in result.output
 
 
