@@ -359,11 +359,10 @@ class Pipeline:
         return Pipeline([(n, resolved.io_stage(s)) for n, s in self.steps], resolved, self.inherited_fills, self.given)
 
     def __call__(self, batch: Batch | pa.Table) -> pa.Table:
-        """Every stage on ``batch``; returns its output table (the schema ``extract`` writes).
-
-        Raises:
-            ConfigError: a stage returned no Batch, or no stage made a table (``rows`` removed).
-        """
+        """Every stage on ``batch``; returns its output table (the schema ``extract`` writes). Raises ConfigError:
+        a stage returned no Batch, no stage made a table (``rows`` removed), ``dims`` without a projection."""
+        if self.resolved is not None:
+            self.resolved.check_projected()
         out = self.finish(self.prepare(batch))
         if out.table is None:
             raise ConfigError("no stage made the output table; keep the 'rows' stage, or call pipe.process(batch)")

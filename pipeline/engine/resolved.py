@@ -265,6 +265,14 @@ class Resolved:
         """{column: D} of the feature columns as stored: each column's N with a --dims projection, else its D."""
         return {c: (self.projection[c].dim if self.projection and c in self.projection else d) for c, d in self.columns}
 
+    def check_projected(self) -> None:
+        """Raise ConfigError when the options ask for ``dims`` but the rows stage holds no fitted projection: a
+        pipeline called on a batch (not a run, which fits one on its first documents) would write all D."""
+        if self.cfg.write.dims is not None and self.projection is None:
+            raise ConfigError(f"dims={self.cfg.write.dims} needs a fitted projection, which a run finds on its first "
+                              "documents (pipe.run, longbert extract --dims); to call the pipeline on a batch, pass "
+                              "projection=(mean, components) or an earlier --dims output's path")
+
     def projected(self, projection: Any, given: bool = False) -> Resolved:
         """This record with ``projection`` as the rows stage's --dims projection (pipeline.output.rows.projections_of),
         or the projection of the earlier --dims output at that path (pipeline.engine.calibrate.file_projection).

@@ -188,3 +188,15 @@ def test_resume_keeps_its_projection(tmp_path, tiny_model_dir, monkeypatch):
     _, B, meta_b = load_features(out)
     np.testing.assert_array_equal(A, B)
     assert meta_a["projection"] == meta_b["projection"]
+
+
+def test_python_dims_without_a_projection_is_refused_on_a_batch(tiny_model_dir):
+    import pyarrow as pa
+
+    from pipeline.engine.compose import Pipeline
+    from pipeline.errors import ConfigError
+
+    pipe = Pipeline.from_options(model=str(tiny_model_dir), max_length=16, dims=4)
+    with pytest.raises(ConfigError, match=r"dims=4 needs a fitted projection, which a run finds on its first "
+                                          r"documents \(pipe.run, longbert extract --dims\)"):
+        pipe(pa.table({"id": ["a"], "text": [TEXTS[0]]}))
