@@ -13,125 +13,14 @@ the second level. No choice (TF-IDF vocabulary and IDF, either C, the second lev
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 
 from .hybrid_input import texts_or_pairs, hybrid_inputs  # noqa: F401 - hybrid_inputs: re-exported
-
-NO_WORD_TERMS = ("HybridClassifier: no word or word pair occurs in 2 training texts, so the lexical model has no terms "
-                 "(text without spaces between words, e.g. Chinese or Japanese?); pass analyzer='char_wb' for "
-                 "character n-grams")
-
-
-def _inner_folds(y: np.ndarray, folds: int) -> int:
-    """An inner k for the rows of y: folds, lowered so every class keeps a row in each part (>= 2)."""
-    smallest = int(np.unique(y.astype(str), return_counts=True)[1].min())
-    if smallest < 2:
-        raise ValueError(f"HybridClassifier: a class has {smallest} training row; stacking needs >= 2 of each")
-    return max(2, min(folds, smallest))
-
-
-def text_model(C: float, analyzer: str = "word"):
-    """The lexical base model, unfitted: TF-IDF of word uni+bigrams (``analyzer`` "char_wb": character
-    uni+bigrams; pipeline.classify.folds.ngram_options) (sublinear tf, min_df 2) + LogisticRegression(C),
-    as the probe's lexical row (pipeline.classify.folds.lexical_model)."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import Pipeline
-
-    from .folds import ngram_options
-
-    return Pipeline([("tfidf", TfidfVectorizer(**ngram_options(analyzer), sublinear_tf=True, min_df=2)),
-                     ("lr", LogisticRegression(C=C, max_iter=2000))])
-
-
-def bert_model(C: float):
-    """The BERT base model, unfitted: StandardScaler + LogisticRegression(C), as the probe's BERT rows."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000))
-
-
-def search_folds(y: np.ndarray, inner_folds: int) -> int:
-    """k of the lexical C search on the rows of y: inner_folds, lowered so that each class keeps
-    >= k - 1 rows in a search's training part (>= 2)."""
-    smallest = int(np.unique(y.astype(str), return_counts=True)[1].min())
-    return max(2, min(inner_folds, smallest - -(-smallest // inner_folds)))
-
-
-@dataclass(frozen=True)
-class TextHalf:
-    """The lexical half of a HybridClassifier fitted on N rows: what depends on the texts alone, so that
-    hybrids of several BERT features on the same rows fit it once.
-
-    Fields: classes ((n_classes,) sorted labels), inner_folds (k), splits (the k inner (train, test)
-    index arrays), C (the lexical C used), oof ((N, n_classes) float64 out-of-fold probabilities of the
-    lexical model, columns in classes order), model (the lexical model refitted on all N rows).
-    """
-    classes: np.ndarray
-    inner_folds: int
-    splits: tuple
-    C: float
-    oof: np.ndarray
-    model: Any
-
-
-def fit_text_half(texts: np.ndarray, y: np.ndarray, text_C: float | None, inner_folds: int, seed: int,
-                  counted: bool = False, analyzer: str = "word") -> TextHalf:
-    """The lexical half of a hybrid on (N,) texts (object) and (N,) labels; with ``counted``, ``texts``
-    are the rows of the corpus's n-gram counts (pipeline.classify.folds.ngram_counts) and the models are
-    pipeline.classify.folds.counted_text_model's (the same probabilities; the probe's hybrid rows).
-    ``analyzer``: the n-grams of plain texts ("word" or "char_wb"; text_model).
-
-    text_C None: C searched over LEXICAL_CS by pipeline.classify.folds.lexical_model with
-    search_folds(y, inner_folds) folds (the probe's lexical row makes the same search on the same rows).
-    The out-of-fold probabilities come from StratifiedKFold(_inner_folds(y, inner_folds), shuffle=True,
-    random_state=seed).
-
-    Raises:
-        ValueError: a class has fewer than 2 rows, or no n-gram occurs in 2 training texts (for the word
-            analyzer the message says to pass analyzer="char_wb": text without spaces between words).
-    """
-    from sklearn.model_selection import StratifiedKFold
-
-    from .folds import no_terms
-
-    classes = np.unique(y)
-    k = _inner_folds(y, inner_folds)
-    splits = tuple(StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
-    try:
-        return _fit_text_half_on(texts, y, text_C, inner_folds, seed, counted, analyzer, classes, k, splits)
-    except ValueError as err:
-        if not no_terms(err) or counted or analyzer != "word":
-            raise
-        raise ValueError(NO_WORD_TERMS) from err
-
-
-def _fit_text_half_on(texts, y, text_C, inner_folds, seed, counted, analyzer, classes, k, splits) -> TextHalf:
-    """fit_text_half's work once its inner folds are drawn."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # ConvergenceWarning on tiny folds
-        if text_C is None:                # C searched once on these rows, then used by every inner model
-            from .folds import counted_lexical_model, lexical_model
-
-            search = (counted_lexical_model(search_folds(y, inner_folds), seed) if counted
-                      else lexical_model(search_folds(y, inner_folds), seed, analyzer))
-            text_C = search.fit(texts, y).best_params_["lr__C"]
-        from .folds import counted_text_model
-
-        model_of = counted_text_model if counted else (lambda C: text_model(C, analyzer))
-        oof = np.zeros((len(y), len(classes)))
-        for tr, te in splits:
-            tm = model_of(float(text_C)).fit(texts[tr], y[tr])
-            oof[np.ix_(te, np.searchsorted(classes, tm.classes_))] = tm.predict_proba(texts[te])
-        model = model_of(float(text_C)).fit(texts, y)
-    return TextHalf(classes, k, splits, float(text_C), oof, model)
-
+from .hybrid_text import (NO_WORD_TERMS, TextHalf, bert_model, fit_text_half,  # noqa: F401 - re-exported
+                          search_folds, text_model)
 
 class HybridClassifier(ClassifierMixin, BaseEstimator):
     """Stacking of TF-IDF + LogisticRegression and StandardScaler + LogisticRegression on BERT vectors.
@@ -311,5 +200,101 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         return tags
 
 
-# the cross-validations of the estimator (probe's hybrid rows), re-exported: they build HybridClassifier
-from .hybrid_cv import cross_validate_hybrid, cross_validate_hybrids  # noqa: E402,F401
+def cross_validate_hybrid(texts: Sequence[str], X: np.ndarray, y: np.ndarray, folds: int, seed: int,
+                          **params: Any) -> dict[str, Any]:
+    """cross_validate_probe's keys (and "seconds") for HybridClassifier(seed=seed, **params) on the
+    texts and (N, D) BERT vectors X (a tuple of matrices: several features), under the outer StratifiedKFold(folds, shuffle=True,
+    random_state=seed) of every probe row."""
+    import time
+
+    from sklearn.model_selection import StratifiedKFold, cross_validate
+
+    t0 = time.perf_counter()
+    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pairs = hybrid_inputs(texts, *X) if isinstance(X, (list, tuple)) else hybrid_inputs(texts, X)
+        scores = cross_validate(HybridClassifier(seed=seed, **params), pairs, y, cv=cv,
+                                scoring=("accuracy", "f1_macro"))
+    acc, f1 = scores["test_accuracy"], scores["test_f1_macro"]
+    return {"folds": folds, "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),
+            "accuracy_std": float(acc.std()), "f1_macro": f1.tolist(), "f1_macro_mean": float(f1.mean()),
+            "f1_macro_std": float(f1.std()), "seconds": time.perf_counter() - t0}
+
+
+def cross_validate_hybrids(texts: Sequence[str], matrices: Sequence[np.ndarray], y: np.ndarray, folds: int, seed: int,
+                           lexical_Cs: Sequence[float] | None = None, lexical_folds: int | None = None,
+                           jobs: int = 1, analyzer: str = "word") -> list[dict[str, Any]]:
+    """cross_validate_hybrid of each (N, D) matrix on the same texts, labels and outer folds, with the
+    lexical half fitted once per outer fold for all of them (the results are the same as one
+    cross_validate_hybrid each; the cost of the lexical half is paid once, not once per matrix).
+
+    Args:
+        texts: N documents; matrices: BERT document vectors, each (N, D_j), or a tuple of such matrices (a
+            hybrid of several features: one BERT model each); y: (N,) labels.
+        folds, seed: the outer StratifiedKFold(folds, shuffle=True, random_state=seed) of every probe row.
+        lexical_Cs, lexical_folds: the probe's lexical row's C per outer fold and the k of its C search
+            (cross_validate_lexical's "C" and "inner_folds"): where that k is the hybrid's own search's
+            (search_folds of the fold's labels), its search gave the same C on the same rows and the
+            C is taken as it is; None: each fold searches.
+        jobs: processes (joblib) for the outer folds' lexical halves, then for the BERT halves, one
+            matrix at a time each; the scores do not depend on it.
+        analyzer: the lexical n-grams ("word" or "char_wb"), as HybridClassifier(analyzer=...).
+
+    Returns:
+        Per matrix, cross_validate_hybrid's keys; "seconds" is the shared lexical half's time split
+        evenly, plus the matrix's own.
+    """
+    import time
+
+    from joblib import Parallel, delayed
+    from sklearn.model_selection import StratifiedKFold
+
+    from .folds import ngram_counts, one_blas_thread
+
+    t0 = time.perf_counter()
+    counts = ngram_counts(texts, analyzer)   # the texts analysed once
+    y = np.asarray(y)
+    outer = list(StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
+    given = [float(lexical_Cs[i]) if lexical_Cs is not None and lexical_folds == search_folds(y[tr], 5) else None
+             for i, (tr, _) in enumerate(outer)]
+    # the outer folds' lexical halves in parallel too (each a process with one BLAS thread, as joblib sets;
+    # with jobs=1 they run here, under one_blas_thread: small fits for which a second thread costs more)
+    with one_blas_thread():
+        halves = Parallel(n_jobs=min(jobs, len(outer)))(
+            delayed(_text_half)(counts[tr], y[tr], counts[te], c, seed) for (tr, te), c in zip(outer, given))
+        shared = (time.perf_counter() - t0) / max(1, len(matrices))
+        scores = Parallel(n_jobs=jobs)(delayed(_bert_halves)(X, y, outer, halves, seed) for X in matrices)
+    for score in scores:
+        score["seconds"] += shared
+    return scores
+
+
+def _text_half(train: np.ndarray, y: np.ndarray, test: np.ndarray, C: float | None, seed: int):
+    """(fit_text_half on one outer fold's training count rows, its class probabilities of the fold's test rows)."""
+    half = fit_text_half(train, y, C, 5, seed, counted=True)
+    return half, half.model.predict_proba(test)
+
+
+def _bert_halves(X: np.ndarray, y: np.ndarray, outer: list, halves: list, seed: int) -> dict[str, Any]:
+    """One matrix's outer cross-validation given each outer fold's lexical half and its test-row
+    probabilities: HybridClassifier(seed=seed).fit_with_text_half on the fold's training rows, then the second level
+    on the test rows' base probabilities; accuracy and macro-F1 as scikit-learn's scorers compute them."""
+    import time
+
+    from sklearn.metrics import accuracy_score, f1_score
+
+    t0 = time.perf_counter()
+    acc, f1 = [], []
+    for (tr, te), (half, text_test) in zip(outer, halves):
+        matrices = list(X) if isinstance(X, (list, tuple)) else [X]   # several features: one matrix each
+        model = HybridClassifier(seed=seed).fit_with_text_half([np.asarray(M[tr], np.float32) for M in matrices],
+                                                               y[tr], half)
+        level_one = np.hstack([text_test, *model.bert_probabilities([np.asarray(M[te], np.float32) for M in matrices])])
+        pred = model.classes_[np.argmax(model.meta_model_.predict_proba(level_one), axis=1)]
+        acc.append(accuracy_score(y[te], pred))
+        f1.append(f1_score(y[te], pred, average="macro"))
+    acc, f1 = np.asarray(acc), np.asarray(f1)
+    return {"folds": len(outer), "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),
+            "accuracy_std": float(acc.std()), "f1_macro": f1.tolist(), "f1_macro_mean": float(f1.mean()),
+            "f1_macro_std": float(f1.std()), "seconds": time.perf_counter() - t0}

@@ -197,8 +197,9 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
         document, then dimension, among those within one sd of the best's mean); "lexical" (the TF-IDF
         baseline on the same documents and folds: lexical_row, word or character n-grams); each BERT
         result also has kind "bert" and seconds (its cross-validation alone; the one extraction pass is
-        extract_seconds); "hybrids" (hybrid_rows of the HYBRID_TOP best BERT features); "compact"
-        (compact_rows of the best); a lexical, hybrid or compact row that cannot be computed has "error"
+        extract_seconds); "hybrids" (hybrid_rows: the HYBRID_TOP best BERT features, and the best with a partner);
+        "compact" (compact_rows and dims_rows of the best, each with bytes_per_doc), "smallest" (smallest_within),
+        "dims_skipped"; a lexical, hybrid or compact row that cannot be computed has "error"
         (its reason) and None scores (not_computable), the BERT rows returned all the same; "documents",
         "dropped_labels", "left_out", "classes", "majority", "windows_encoded", "windows_requested",
         "windows_cached" (served by the window store), "extract_seconds", "probe_seconds" (the BERT rows'
@@ -214,10 +215,9 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
 
     from ..model.facts import model_facts
 
-    if folds < 2:
-        raise ConfigError(f"--folds={folds} must be >= 2")
-    if sample < 2:
-        raise ConfigError(f"--sample={sample} must be >= 2")
+    for name, value in (("folds", folds), ("sample", sample)):
+        if value < 2:
+            raise ConfigError(f"--{name}={value} must be >= 2")
     facts, tokenizer = model_facts(cfg.model)
     features = probe_feature_set(facts.num_hidden_layers, bool(facts.has_pooler))
     cfg = dataclasses.replace(cfg, pool=dataclasses.replace(cfg.pool, features=features, level="document",
@@ -250,12 +250,10 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     cheapest = min(near, key=lambda r: (r["windows_per_doc"], r["dimension"], -r["accuracy_mean"]))
     return {"results": results, "best": best, "cheapest": cheapest, "lexical": lexical, "hybrids": hybrids,
             "compact": compact, "smallest": smallest_within(best, compact), "dims_skipped": dims_skipped,
-            "documents": len(texts),
-            "dropped_labels": dropped, "left_out": int((~ok).sum()), "classes": len(classes),
+            "documents": len(texts), "dropped_labels": dropped, "left_out": int((~ok).sum()), "classes": len(classes),
             "majority": float(counts.max() / counts.sum()), "folds": folds,
             "windows_encoded": totals.windows, "windows_requested": totals.windows_requested,
-            "windows_cached": totals.windows_cached,
-            "extract_seconds": extract_seconds, "probe_seconds": probe_seconds,
+            "windows_cached": totals.windows_cached, "extract_seconds": extract_seconds, "probe_seconds": probe_seconds,
             "baseline_seconds": baseline_seconds, "label_col": label_col,
             "tokens": int(sum(n_tokens)), "unknown_tokens": totals.unknown}
 
