@@ -200,3 +200,17 @@ def test_python_dims_without_a_projection_is_refused_on_a_batch(tiny_model_dir):
     with pytest.raises(ConfigError, match=r"dims=4 needs a fitted projection, which a run finds on its first "
                                           r"documents \(pipe.run, longbert extract --dims\)"):
         pipe(pa.table({"id": ["a"], "text": [TEXTS[0]]}))
+
+
+def test_each_feature_column_gets_its_own_pca(tmp_path, tiny_model_dir):
+    feats = ("--max-length", "16", "--feature", "head:cls", "--feature", "chunk:mean")
+    _, f = extract_cli(tmp_path, TEXTS, *feats, model=tiny_model_dir, name="f.parquet")
+    _, d = extract_cli(tmp_path, TEXTS, *feats, "--dims", "5", model=tiny_model_dir, name="d.parquet")
+    meta = _meta(d)
+    assert [c["column"] for c in meta["projection"]["columns"]] == ["f_head_cls", "f_chunk_mean"]
+    assert [e["feature_dim"] for e in meta["features"]] == [5, 5]
+    for column in ("f_head_cls", "f_chunk_mean"):
+        x = np.array(pq.read_table(f).column(column).to_pylist(), np.float32)
+        ref = PCA(5, svd_solver="full").fit(x.astype(np.float64))
+        _, X, _ = load_features(d, feature=column)
+        np.testing.assert_allclose(X, ref.transform(x.astype(np.float64)), atol=1e-4)
