@@ -204,7 +204,7 @@ def stable_value(value: Any) -> Any:
 
     Plain values as they are (tuples as lists, dict keys as text); a dataclass as {"type": its class
     name, field: value...}; an arrow schema as its text without metadata; a tokenizer as its class, the
-    folder or hub name it was loaded from and its vocabulary size; the encode stage's shared weights as
+    folder or hub name it was loaded from and its vocabulary size; a numpy array as its shape, dtype and sha256; the encode stage's shared weights as
     "loaded from the model options" (the model options and the model's facts, with its sha256, are the encode
     stage's other parameters; a model given in memory: by its id); a window
     store by its database file (None: in memory). Any other object by its class and id (equal only to
@@ -228,6 +228,11 @@ def stable_value(value: Any) -> Any:
     kind = type(value).__name__
     if hasattr(value, "item") and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0:
         return stable_value(value.item())   # a numpy scalar
+    if kind == "ndarray" and hasattr(value, "tobytes"):   # a fitted array (a projection's): its shape, dtype and sha256
+        import hashlib
+
+        return {"array": list(value.shape), "dtype": str(value.dtype),
+                "sha256": hashlib.sha256(value.tobytes()).hexdigest()}
     if kind == "Schema" and hasattr(value, "remove_metadata"):
         return value.remove_metadata().to_string()
     if hasattr(value, "name_or_path") and hasattr(value, "get_vocab"):

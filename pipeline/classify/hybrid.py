@@ -13,125 +13,14 @@ the second level. No choice (TF-IDF vocabulary and IDF, either C, the second lev
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 
 from .hybrid_input import texts_or_pairs, hybrid_inputs  # noqa: F401 - hybrid_inputs: re-exported
-
-NO_WORD_TERMS = ("HybridClassifier: no word or word pair occurs in 2 training texts, so the lexical model has no terms "
-                 "(text without spaces between words, e.g. Chinese or Japanese?); pass analyzer='char_wb' for "
-                 "character n-grams")
-
-
-def _inner_folds(y: np.ndarray, folds: int) -> int:
-    """An inner k for the rows of y: folds, lowered so every class keeps a row in each part (>= 2)."""
-    smallest = int(np.unique(y.astype(str), return_counts=True)[1].min())
-    if smallest < 2:
-        raise ValueError(f"HybridClassifier: a class has {smallest} training row; stacking needs >= 2 of each")
-    return max(2, min(folds, smallest))
-
-
-def text_model(C: float, analyzer: str = "word"):
-    """The lexical base model, unfitted: TF-IDF of word uni+bigrams (``analyzer`` "char_wb": character
-    uni+bigrams; pipeline.classify.folds.ngram_options) (sublinear tf, min_df 2) + LogisticRegression(C),
-    as the probe's lexical row (pipeline.classify.folds.lexical_model)."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import Pipeline
-
-    from .folds import ngram_options
-
-    return Pipeline([("tfidf", TfidfVectorizer(**ngram_options(analyzer), sublinear_tf=True, min_df=2)),
-                     ("lr", LogisticRegression(C=C, max_iter=2000))])
-
-
-def bert_model(C: float):
-    """The BERT base model, unfitted: StandardScaler + LogisticRegression(C), as the probe's BERT rows."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000))
-
-
-def search_folds(y: np.ndarray, inner_folds: int) -> int:
-    """k of the lexical C search on the rows of y: inner_folds, lowered so that each class keeps
-    >= k - 1 rows in a search's training part (>= 2)."""
-    smallest = int(np.unique(y.astype(str), return_counts=True)[1].min())
-    return max(2, min(inner_folds, smallest - -(-smallest // inner_folds)))
-
-
-@dataclass(frozen=True)
-class TextHalf:
-    """The lexical half of a HybridClassifier fitted on N rows: what depends on the texts alone, so that
-    hybrids of several BERT features on the same rows fit it once.
-
-    Fields: classes ((n_classes,) sorted labels), inner_folds (k), splits (the k inner (train, test)
-    index arrays), C (the lexical C used), oof ((N, n_classes) float64 out-of-fold probabilities of the
-    lexical model, columns in classes order), model (the lexical model refitted on all N rows).
-    """
-    classes: np.ndarray
-    inner_folds: int
-    splits: tuple
-    C: float
-    oof: np.ndarray
-    model: Any
-
-
-def fit_text_half(texts: np.ndarray, y: np.ndarray, text_C: float | None, inner_folds: int, seed: int,
-                  counted: bool = False, analyzer: str = "word") -> TextHalf:
-    """The lexical half of a hybrid on (N,) texts (object) and (N,) labels; with ``counted``, ``texts``
-    are the rows of the corpus's n-gram counts (pipeline.classify.folds.ngram_counts) and the models are
-    pipeline.classify.folds.counted_text_model's (the same probabilities; the probe's hybrid rows).
-    ``analyzer``: the n-grams of plain texts ("word" or "char_wb"; text_model).
-
-    text_C None: C searched over LEXICAL_CS by pipeline.classify.folds.lexical_model with
-    search_folds(y, inner_folds) folds (the probe's lexical row makes the same search on the same rows).
-    The out-of-fold probabilities come from StratifiedKFold(_inner_folds(y, inner_folds), shuffle=True,
-    random_state=seed).
-
-    Raises:
-        ValueError: a class has fewer than 2 rows, or no n-gram occurs in 2 training texts (for the word
-            analyzer the message says to pass analyzer="char_wb": text without spaces between words).
-    """
-    from sklearn.model_selection import StratifiedKFold
-
-    from .folds import no_terms
-
-    classes = np.unique(y)
-    k = _inner_folds(y, inner_folds)
-    splits = tuple(StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
-    try:
-        return _fit_text_half_on(texts, y, text_C, inner_folds, seed, counted, analyzer, classes, k, splits)
-    except ValueError as err:
-        if not no_terms(err) or counted or analyzer != "word":
-            raise
-        raise ValueError(NO_WORD_TERMS) from err
-
-
-def _fit_text_half_on(texts, y, text_C, inner_folds, seed, counted, analyzer, classes, k, splits) -> TextHalf:
-    """fit_text_half's work once its inner folds are drawn."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # ConvergenceWarning on tiny folds
-        if text_C is None:                # C searched once on these rows, then used by every inner model
-            from .folds import counted_lexical_model, lexical_model
-
-            search = (counted_lexical_model(search_folds(y, inner_folds), seed) if counted
-                      else lexical_model(search_folds(y, inner_folds), seed, analyzer))
-            text_C = search.fit(texts, y).best_params_["lr__C"]
-        from .folds import counted_text_model
-
-        model_of = counted_text_model if counted else (lambda C: text_model(C, analyzer))
-        oof = np.zeros((len(y), len(classes)))
-        for tr, te in splits:
-            tm = model_of(float(text_C)).fit(texts[tr], y[tr])
-            oof[np.ix_(te, np.searchsorted(classes, tm.classes_))] = tm.predict_proba(texts[te])
-        model = model_of(float(text_C)).fit(texts, y)
-    return TextHalf(classes, k, splits, float(text_C), oof, model)
-
+from .hybrid_text import (NO_WORD_TERMS, TextHalf, bert_model, fit_text_half,  # noqa: F401 - re-exported
+                          search_folds, text_model)
 
 class HybridClassifier(ClassifierMixin, BaseEstimator):
     """Stacking of TF-IDF + LogisticRegression and StandardScaler + LogisticRegression on BERT vectors.
@@ -152,21 +41,26 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         vectorizer: the LongBertVectorizer that encodes plain texts (its options are the feature's: model,
             strategy, pooling, layers, aggregate, feature, ...; nested parameters such as
             ``vectorizer__strategy`` reach them); None: LongBertVectorizer() with its defaults. Cloned at fit.
+            A list of vectorizers stacks several BERT features: one StandardScaler + LogisticRegression per
+            feature beside the lexical model, all under the one second level.
 
     X is either N plain texts in any form LongBertVectorizer takes (a list, tuple, 1-D array or Series
     of str, an (N, 1) array or a one-column DataFrame such as ``df[["text"]]``), encoded by the vectorizer
     once per call (its ":memory:" window store, the default, keeps each window's vector, so folds and
     clones of a cross-validation encode each distinct text once), or ``hybrid_inputs(texts, vectors)``:
-    N (text, (D,) vector) pairs of vectors computed beforehand (the vectorizer is then not used); y (N,) labels.
+    N (text, (D,) vector) pairs of vectors computed beforehand (the vectorizer is then not used), or
+    ``hybrid_inputs(texts, X1, X2, ...)`` for several features; y (N,) labels.
 
     Attributes after fit: classes_ (the sorted labels), text_model_, bert_model_ (the base models
-    refitted on all of fit's rows), meta_model_ (the second level, on 2 x n_classes probabilities:
-    the lexical model's, then the BERT model's), inner_folds_ (the k used), text_C_ (the lexical C used),
-    vectorizer_ (the fitted clone of vectorizer when fit was given plain texts, else None).
+    refitted on all of fit's rows; bert_models_ one per feature, bert_model_ the first), meta_model_ (the
+    second level, on (1 + features) x n_classes probabilities: the lexical model's, then each BERT model's),
+    inner_folds_ (the k used), text_C_ (the lexical C used), vectorizer_ (the fitted clone of vectorizer, a
+    list of them for several, when fit was given plain texts, else None).
 
     Example:
         >>> model = HybridClassifier(vectorizer=LongBertVectorizer(strategy="head", layers=(-2,)))
         >>> cross_val_score(model, texts, labels, cv=StratifiedKFold(5, shuffle=True, random_state=0))
+        >>> HybridClassifier(vectorizer=[LongBertVectorizer(feature="head:mean"), LongBertVectorizer(feature="late:max")])
     """
 
     def __init__(self, text_C: float | None = None, bert_C: float = 1.0, meta_C: float = 1.0, inner_folds: int = 5,
@@ -198,10 +92,14 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         if fitting:
             from .vectorizer import LongBertVectorizer
 
-            self.vectorizer_ = (LongBertVectorizer() if self.vectorizer is None else clone(self.vectorizer)).fit(texts)
+            given = self.vectorizer if self.vectorizer is not None else LongBertVectorizer()
+            self.vectorizer_ = ([clone(v).fit(texts) for v in given] if isinstance(given, (list, tuple))
+                                else clone(given).fit(texts))
         elif self.vectorizer_ is None:
             raise ValueError("HybridClassifier was fitted on (text, vector) pairs, so it has no vectorizer for "
                              "plain texts: pass hybrid_inputs(texts, vectors), or fit it on plain texts")
+        if isinstance(self.vectorizer_, list):   # several features: one (N, D_k) float32 matrix each
+            return texts, [v.transform(texts.tolist()) for v in self.vectorizer_]
         return texts, self.vectorizer_.transform(texts.tolist())   # (N, D) float32
 
     def fit(self, X, y):
@@ -237,25 +135,36 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
         self.text_model_ = Pipeline([("counts", counter), ("lexical", half.model)])   # texts in, as before
         return self
 
-    def fit_with_text_half(self, V: np.ndarray, y: np.ndarray, text: TextHalf) -> HybridClassifier:
-        """The BERT half and the second level on (N, D) V and (N,) y, beside ``text`` (fit_text_half of
-        the same rows, inner folds and seed: one such half serves every feature of a probe's fold)."""
+    def fit_with_text_half(self, V: np.ndarray | Sequence[np.ndarray], y: np.ndarray, text: TextHalf) -> HybridClassifier:
+        """The BERT half (one model per matrix when ``V`` is a list of (N, D_k) matrices) and the second level on
+        (N, D) V and (N,) y, beside ``text`` (fit_text_half of the same rows, inner folds and seed: one such
+        half serves every feature of a probe's fold)."""
         from sklearn.linear_model import LogisticRegression
 
         self.classes_, self.inner_folds_, self.text_C_ = text.classes, text.inner_folds, text.C
-        bert_p = np.zeros((len(y), len(self.classes_)))
+        matrices = list(V) if isinstance(V, (list, tuple)) else [V]
+        level = [text.oof]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # ConvergenceWarning on tiny folds
-            for tr, te in text.splits:   # out-of-fold probabilities: each row from models that never saw it
-                bm = bert_model(self.bert_C).fit(V[tr], y[tr])
-                bert_p[np.ix_(te, np.searchsorted(self.classes_, bm.classes_))] = bm.predict_proba(V[te])
-            self.meta_model_ = LogisticRegression(C=self.meta_C, max_iter=2000).fit(np.hstack([text.oof, bert_p]), y)
+            for M in matrices:
+                bert_p = np.zeros((len(y), len(self.classes_)))
+                for tr, te in text.splits:   # out-of-fold probabilities: each row from models that never saw it
+                    bm = bert_model(self.bert_C).fit(M[tr], y[tr])
+                    bert_p[np.ix_(te, np.searchsorted(self.classes_, bm.classes_))] = bm.predict_proba(M[te])
+                level.append(bert_p)
+            self.meta_model_ = LogisticRegression(C=self.meta_C, max_iter=2000).fit(np.hstack(level), y)
             self.text_model_ = text.model
-            self.bert_model_ = bert_model(self.bert_C).fit(V, y)
+            self.bert_models_ = [bert_model(self.bert_C).fit(M, y) for M in matrices]
+            self.bert_model_ = self.bert_models_[0]
         return self
 
+    def bert_probabilities(self, V: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Each fitted BERT model's (N, n_classes) probabilities of its matrix of ``V`` (one, or a list)."""
+        matrices = list(V) if isinstance(V, (list, tuple)) else [V]
+        return [m.predict_proba(M) for m, M in zip(self.bert_models_, matrices)]
+
     def _level_one(self, X, caller: str) -> np.ndarray:
-        """(N, 2 x n_classes) base-model probabilities of X, after the fitted check.
+        """(N, (1 + features) x n_classes) base-model probabilities of X, after the fitted check.
 
         Raises:
             NotFittedError: before fit (before X is looked at).
@@ -264,7 +173,7 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
 
         check_is_fitted(self, "meta_model_")
         texts, V = self._texts_vectors(X, fitting=False, caller=caller)
-        return np.hstack([self.text_model_.predict_proba(texts), self.bert_model_.predict_proba(V)])
+        return np.hstack([self.text_model_.predict_proba(texts), *self.bert_probabilities(V)])
 
     def predict_proba(self, X) -> np.ndarray:
         """(N, n_classes) float64 probabilities, columns in classes_ order, of N plain texts (any form fit
@@ -294,7 +203,7 @@ class HybridClassifier(ClassifierMixin, BaseEstimator):
 def cross_validate_hybrid(texts: Sequence[str], X: np.ndarray, y: np.ndarray, folds: int, seed: int,
                           **params: Any) -> dict[str, Any]:
     """cross_validate_probe's keys (and "seconds") for HybridClassifier(seed=seed, **params) on the
-    texts and (N, D) BERT vectors X, under the outer StratifiedKFold(folds, shuffle=True,
+    texts and (N, D) BERT vectors X (a tuple of matrices: several features), under the outer StratifiedKFold(folds, shuffle=True,
     random_state=seed) of every probe row."""
     import time
 
@@ -304,7 +213,8 @@ def cross_validate_hybrid(texts: Sequence[str], X: np.ndarray, y: np.ndarray, fo
     cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        scores = cross_validate(HybridClassifier(seed=seed, **params), hybrid_inputs(texts, X), y, cv=cv,
+        pairs = hybrid_inputs(texts, *X) if isinstance(X, (list, tuple)) else hybrid_inputs(texts, X)
+        scores = cross_validate(HybridClassifier(seed=seed, **params), pairs, y, cv=cv,
                                 scoring=("accuracy", "f1_macro"))
     acc, f1 = scores["test_accuracy"], scores["test_f1_macro"]
     return {"folds": folds, "accuracy": acc.tolist(), "accuracy_mean": float(acc.mean()),
@@ -320,7 +230,8 @@ def cross_validate_hybrids(texts: Sequence[str], matrices: Sequence[np.ndarray],
     cross_validate_hybrid each; the cost of the lexical half is paid once, not once per matrix).
 
     Args:
-        texts: N documents; matrices: BERT document vectors, each (N, D_j); y: (N,) labels.
+        texts: N documents; matrices: BERT document vectors, each (N, D_j), or a tuple of such matrices (a
+            hybrid of several features: one BERT model each); y: (N,) labels.
         folds, seed: the outer StratifiedKFold(folds, shuffle=True, random_state=seed) of every probe row.
         lexical_Cs, lexical_folds: the probe's lexical row's C per outer fold and the k of its C search
             (cross_validate_lexical's "C" and "inner_folds"): where that k is the hybrid's own search's
@@ -376,8 +287,10 @@ def _bert_halves(X: np.ndarray, y: np.ndarray, outer: list, halves: list, seed: 
     t0 = time.perf_counter()
     acc, f1 = [], []
     for (tr, te), (half, text_test) in zip(outer, halves):
-        model = HybridClassifier(seed=seed).fit_with_text_half(np.asarray(X[tr], np.float32), y[tr], half)
-        level_one = np.hstack([text_test, model.bert_model_.predict_proba(np.asarray(X[te], np.float32))])
+        matrices = list(X) if isinstance(X, (list, tuple)) else [X]   # several features: one matrix each
+        model = HybridClassifier(seed=seed).fit_with_text_half([np.asarray(M[tr], np.float32) for M in matrices],
+                                                               y[tr], half)
+        level_one = np.hstack([text_test, *model.bert_probabilities([np.asarray(M[te], np.float32) for M in matrices])])
         pred = model.classes_[np.argmax(model.meta_model_.predict_proba(level_one), axis=1)]
         acc.append(accuracy_score(y[te], pred))
         f1.append(f1_score(y[te], pred, average="macro"))

@@ -2,30 +2,39 @@
 takes, or (text, vector) pairs of vectors computed beforehand (``hybrid_inputs``)."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 
-def hybrid_inputs(texts: Sequence[str], vectors: np.ndarray) -> list[tuple[str, np.ndarray]]:
+def hybrid_inputs(texts: Sequence[str], vectors: np.ndarray, *more: np.ndarray) -> list[tuple[str, Any]]:
     """The X of HybridClassifier: one (text, vector) pair per document, a list so that scikit-learn's
-    splitters (cross_val_score, cross_validate) index it like any array.
+    splitters (cross_val_score, cross_validate) index it like any array. With ``more`` matrices (several
+    BERT features, one base model each), one (text, (vector, vector, ...)) pair per document.
 
     Args:
-        texts: N documents (str; None reads as ""); vectors: (N, D) float BERT document vectors, row i of text i.
+        texts: N documents (str; None reads as ""); vectors: (N, D) float BERT document vectors, row i of text i;
+            more: further (N, D_k) matrices of other features of the same texts.
     Raises:
-        ValueError: texts and vectors differ in length, or vectors is not 2-D.
+        ValueError: texts and a matrix differ in length, or a matrix is not 2-D.
     """
-    V = np.asarray(vectors)
-    if V.ndim != 2 or len(V) != len(texts):
-        raise ValueError(f"hybrid_inputs: {len(texts)} texts and vectors of shape {V.shape}; need (N, D), one row a text")
-    return [("" if t is None else str(t), V[i]) for i, t in enumerate(texts)]
+    matrices = [np.asarray(v) for v in (vectors, *more)]
+    for V in matrices:
+        if V.ndim != 2 or len(V) != len(texts):
+            raise ValueError(f"hybrid_inputs: {len(texts)} texts and vectors of shape {V.shape}; need (N, D), one "
+                             "row a text")
+    if not more:
+        return [("" if t is None else str(t), matrices[0][i]) for i, t in enumerate(texts)]
+    return [("" if t is None else str(t), tuple(V[i] for V in matrices)) for i, t in enumerate(texts)]
 
 
-def _split(X) -> tuple[np.ndarray, np.ndarray]:
-    """(texts (N,) object, vectors (N, D) float32) of hybrid_inputs pairs. Raises ValueError on anything else."""
+def _split(X) -> tuple[np.ndarray, np.ndarray | list[np.ndarray]]:
+    """(texts (N,) object, vectors (N, D) float32, or a list of (N, D_k) matrices for pairs of several
+    features) of hybrid_inputs pairs. Raises ValueError on anything else."""
     try:
         texts = np.asarray([t for t, _ in X], dtype=object)
+        if len(X) and isinstance(X[0][1], (tuple, list)):   # several features: one matrix each
+            return texts, [np.stack([np.asarray(v[k], dtype=np.float32) for _, v in X]) for k in range(len(X[0][1]))]
         V = np.stack([np.asarray(v, dtype=np.float32) for _, v in X]) if len(X) else np.empty((0, 0), np.float32)
     except (TypeError, ValueError) as err:
         raise ValueError("HybridClassifier takes X = plain texts (a list of str, encoded by its vectorizer) or "

@@ -19,6 +19,7 @@ from .folds import (LEXICAL_NAME, check_classes, cross_validate_lexical, cross_v
 from .probe_ranking import CSV_COLUMNS, extract_command, format_corpus_probe, lexical_summary, write_ranking_csv  # noqa: F401
 from .probe_ranking import not_computable, pass_line, reason
 from .probe_files import windows_per_doc
+from .probe_compact import compact_rows, dims_rows, smallest_within  # noqa: F401 - compact_rows: re-exported
 from ..columns import ERROR, N_TOKENS
 
 
@@ -86,8 +87,10 @@ def _sampled_corpus(cfg: PipelineConfig, label_col: str, sample: int, folds: int
 
 
 PROBE_PARTS = ("mean", "first", "last", "max")   # the sample's --aggregate: every variant is a slice of it
-# the aggregations ranked for the multi-window strategies, beside the mean (parts in PROBE_PARTS order)
-PROBE_AGGREGATES = {"mean": (0,), "mean,max": (0, 3), "first,last,mean,max": (1, 2, 0, 3)}
+# the aggregations ranked for the multi-window strategies, beside the mean (parts in PROBE_PARTS order): each
+# part alone and the two concatenations extract users ask for, all slices of the one pass's vectors
+PROBE_AGGREGATES = {"mean": (0,), "first": (1,), "last": (2,), "max": (3,), "mean,max": (0, 3),
+                    "first,last,mean,max": (1, 2, 0, 3)}
 MULTI_WINDOW = ("chunk", "sliding", "late")
 
 
@@ -137,8 +140,8 @@ def _extract_sample(pipe, texts: list[str], picked: np.ndarray, rows: int, progr
 
 
 def probe_variants(features, matrices: list[np.ndarray], dim_of) -> list[tuple[Feature, str, np.ndarray]]:
-    """(feature, aggregate, X) to probe: each feature's mean, and for chunk and sliding also mean,max and
-    first,last,mean,max (PROBE_AGGREGATES: slices of the sample's PROBE_PARTS vectors).
+    """(feature, aggregate, X) to probe: each feature's mean, and for chunk, sliding and late also first, last,
+    max, mean,max and first,last,mean,max (PROBE_AGGREGATES: slices of the sample's PROBE_PARTS vectors).
 
     Args:
         features: the probe features; matrices: their (N, k x D) sample vectors (_extract_sample);
@@ -188,16 +191,17 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
         folds, seed: the stratified k-fold, as probe_files (the same folds for every feature).
 
     Returns:
-        {"results": one dict per feature and aggregation (each feature's mean; chunk and sliding also
-        mean,max and first,last,mean,max: PROBE_AGGREGATES) ranked by accuracy_mean (best first) with
+        {"results": one dict per feature and aggregation (each feature's mean; chunk, sliding and late also
+        first, last, max, mean,max and first,last,mean,max: PROBE_AGGREGATES) ranked by accuracy_mean (best first) with
         feature (the column name extract gives it), spec, strategy, pooling, layers, layer_agg,
         aggregate, windows_per_doc (the feature's own windows per document, run alone), dimension and
         the cross_validate_probe keys; "best", "cheapest" (results entries: the cheapest in windows per
         document, then dimension, among those within one sd of the best's mean); "lexical" (the TF-IDF
         baseline on the same documents and folds: lexical_row, word or character n-grams); each BERT
         result also has kind "bert" and seconds (its cross-validation alone; the one extraction pass is
-        extract_seconds); "hybrids" (hybrid_rows of the HYBRID_TOP best BERT features); "compact"
-        (compact_rows of the best); a lexical, hybrid or compact row that cannot be computed has "error"
+        extract_seconds); "hybrids" (hybrid_rows: the HYBRID_TOP best BERT features, and the best with a partner);
+        "compact" (compact_rows and dims_rows of the best, each with bytes_per_doc), "smallest" (smallest_within),
+        "dims_skipped"; a lexical, hybrid or compact row that cannot be computed has "error"
         (its reason) and None scores (not_computable), the BERT rows returned all the same; "documents",
         "dropped_labels", "left_out", "classes", "majority", "windows_encoded", "windows_requested",
         "windows_cached" (served by the window store), "extract_seconds", "probe_seconds" (the BERT rows'
@@ -213,10 +217,9 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
 
     from ..model.facts import model_facts
 
-    if folds < 2:
-        raise ConfigError(f"--folds={folds} must be >= 2")
-    if sample < 2:
-        raise ConfigError(f"--sample={sample} must be >= 2")
+    for name, value in (("folds", folds), ("sample", sample)):
+        if value < 2:
+            raise ConfigError(f"--{name}={value} must be >= 2")
     facts, tokenizer = model_facts(cfg.model)
     features = probe_feature_set(facts.num_hidden_layers, bool(facts.has_pooler))
     cfg = dataclasses.replace(cfg, pool=dataclasses.replace(cfg.pool, features=features, level="document",
@@ -243,28 +246,27 @@ def probe_corpus(cfg: PipelineConfig, label_col: str, sample: int = 500, folds: 
     results.sort(key=lambda r: -r["accuracy_mean"])  # stable: ties keep the feature order
     best = results[0]
     t2 = time.perf_counter()
-    lexical, hybrids, compact = _baseline_rows(results, variants, kept, y, folds, seed)
+    lexical, hybrids, compact, dims_skipped = _baseline_rows(results, variants, kept, y, folds, seed)
     baseline_seconds = time.perf_counter() - t2
     near = [r for r in results if r["accuracy_mean"] >= best["accuracy_mean"] - best["accuracy_std"]]
     cheapest = min(near, key=lambda r: (r["windows_per_doc"], r["dimension"], -r["accuracy_mean"]))
     return {"results": results, "best": best, "cheapest": cheapest, "lexical": lexical, "hybrids": hybrids,
-            "compact": compact, "documents": len(texts),
-            "dropped_labels": dropped, "left_out": int((~ok).sum()), "classes": len(classes),
+            "compact": compact, "smallest": smallest_within(best, compact), "dims_skipped": dims_skipped,
+            "documents": len(texts), "dropped_labels": dropped, "left_out": int((~ok).sum()), "classes": len(classes),
             "majority": float(counts.max() / counts.sum()), "folds": folds,
             "windows_encoded": totals.windows, "windows_requested": totals.windows_requested,
-            "windows_cached": totals.windows_cached,
-            "extract_seconds": extract_seconds, "probe_seconds": probe_seconds,
+            "windows_cached": totals.windows_cached, "extract_seconds": extract_seconds, "probe_seconds": probe_seconds,
             "baseline_seconds": baseline_seconds, "label_col": label_col,
             "tokens": int(sum(n_tokens)), "unknown_tokens": totals.unknown}
 
 
-HYBRID_TOP = 3   # the best BERT features each stacked with the lexical model
+HYBRID_TOP = 3   # the best BERT features each stacked with the lexical model (and the two best together)
 
 
 def _bert_rows(features, resolved, matrices: list[np.ndarray], tokens: np.ndarray, y: np.ndarray, folds: int,
                seed: int) -> tuple[list[dict[str, Any]], list]:
     """probe_corpus's BERT rows (kind "bert", in feature order, "index" into the variants) and the variants
-    (probe_variants: each feature's mean; chunk and sliding also mean,max and first,last,mean,max)."""
+    (probe_variants: each feature's mean; the several-window strategies every PROBE_AGGREGATES entry)."""
     from joblib import Parallel, delayed
 
     from ..output.schema import strategy_metadata
@@ -276,7 +278,7 @@ def _bert_rows(features, resolved, matrices: list[np.ndarray], tokens: np.ndarra
         delayed(cross_validate_probe)(X, y, folds, seed) for _, _, X in variants)
     results = [{"feature": variant_name(f, agg), "kind": "bert", "index": i, "spec": f.spec, "strategy": f.strategy,
                 "pooling": f.pooling, "layers": list(f.layers), "layer_agg": f.layer_agg, "aggregate": agg,
-                "dimension": int(X.shape[1]),
+                "dimension": int(X.shape[1]), "bytes_per_doc": 4 * int(X.shape[1]),   # float32, as extract writes it
                 "windows_per_doc": windows_per_doc(strategy_metadata(resolved.cfg, f.strategy), tokens),
                 "extract_options": f.extract_options(), **score}
                for i, ((f, agg, X), score) in enumerate(zip(variants, scores))]
@@ -284,8 +286,9 @@ def _bert_rows(features, resolved, matrices: list[np.ndarray], tokens: np.ndarra
 
 
 def _baseline_rows(ranked: list[dict[str, Any]], variants: list, texts: list[str], y: np.ndarray, folds: int,
-                   seed: int) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    """(the lexical row, the hybrid rows of the HYBRID_TOP best BERT features, the compact rows of the best)
+                   seed: int) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], list[int]]:
+    """(the lexical row, the hybrid rows of the HYBRID_TOP best BERT features, the compact rows of the best:
+    compact_rows' and dims_rows', the PROBE_DIMS left out for want of training rows)
     on the same documents and folds; ``ranked``: the BERT rows, best first.
 
     These rows are extras beside the BERT rows: one that cannot be computed is kept with "error" (the
@@ -301,7 +304,8 @@ def _baseline_rows(ranked: list[dict[str, Any]], variants: list, texts: list[str
                        for r, _ in top]
         else:
             try:
-                hybrids = hybrid_rows(top, texts, y, folds, seed, lexical["dimension"], lexical)
+                hybrids = hybrid_rows(top, texts, y, folds, seed, lexical["dimension"], lexical,
+                                      [(r, variants[r["index"]][2]) for r in partners(ranked)])
             except Exception as err:   # an extra row: the BERT rows are kept whatever fails here
                 hybrids = [not_computable(f"hybrid:{r['feature']}", "hybrid", reason(err), base=r,
                                           windows_per_doc=r["windows_per_doc"]) for r, _ in top]
@@ -310,7 +314,12 @@ def _baseline_rows(ranked: list[dict[str, Any]], variants: list, texts: list[str
         except Exception as err:   # as above
             compact = [not_computable(f"{ranked[0]['feature']}:{form}", "compact", reason(err), form=form,
                                       windows_per_doc=ranked[0]["windows_per_doc"]) for form in ("int8", "binary")]
-    return lexical, hybrids, compact
+        try:   # the best at fewer dimensions (a PCA fitted in each training fold) x float32/int8/binary
+            projected, skipped = dims_rows(ranked[0], top[0][1], y, folds, seed, jobs=_probe_jobs(12))
+        except Exception as err:   # as above
+            projected, skipped = [not_computable(f"{ranked[0]['feature']}:pca", "compact", reason(err), form="pca",
+                                                 windows_per_doc=ranked[0]["windows_per_doc"])], []
+    return lexical, hybrids, compact + projected, skipped
 
 
 def lexical_row(texts: list[str], y: np.ndarray, folds: int, seed: int, jobs: int) -> dict[str, Any]:
@@ -334,13 +343,27 @@ def lexical_row(texts: list[str], y: np.ndarray, folds: int, seed: int, jobs: in
     raise AssertionError("unreachable: the char_wb pass returns")
 
 
+def partners(ranked: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The BERT rows a two-feature hybrid pairs with the best (``ranked``: best first): the best row of another
+    feature (not the best's own spec under another aggregation, nearly the same vectors), and the best of
+    another strategy (head with late chunks: windows that see the text otherwise), the same row once."""
+    best = ranked[0]
+    other = next((r for r in ranked[1:] if r["spec"] != best["spec"]), None)
+    apart = next((r for r in ranked[1:] if r["strategy"] != best["strategy"]), None)
+    return [r for i, r in enumerate((other, apart)) if r is not None and (i == 0 or r is not other)]
+
+
 def hybrid_rows(top: list[tuple[dict[str, Any], np.ndarray]], texts: list[str], y: np.ndarray, folds: int, seed: int,
-                lexical_dim: int, lexical: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                lexical_dim: int, lexical: dict[str, Any] | None = None,
+                partnered: list[tuple[dict[str, Any], np.ndarray]] | None = None) -> list[dict[str, Any]]:
     """One row per (BERT result, its (N, D) sample vectors) of ``top``: HybridClassifier (stacking,
     pipeline.classify.hybrid) of the lexical model and that feature, cross-validated on the probe's
-    outer folds (cross_validate_hybrid). Keys: feature ("hybrid:" + the BERT feature's name), kind
-    "hybrid", base (the BERT result), windows_per_doc (the BERT feature's), dimension (D + the lexical
-    baseline's vocabulary size), and cross_validate_hybrid's. The lexical half is fitted once per outer
+    outer folds (cross_validate_hybrid); and one more per (result, vectors) of ``partnered`` (partners):
+    the lexical model with the first feature of ``top`` and that one (one BERT model each under the one
+    second level, the same nested folds). Keys: feature
+    ("hybrid:" + the BERT features' names joined by "+"), kind "hybrid", base (the first BERT result),
+    bases (every one), windows_per_doc (the features' together: _windows_of), dimension (the Ds + the
+    lexical baseline's vocabulary size), and cross_validate_hybrid's. The lexical half is fitted once per outer
     fold for all of them, with the C the lexical row chose there (``lexical``: its result; None: searched
     again; its "analyzer": the n-grams it used); the scores are the same as one cross_validate_hybrid each
     (cross_validate_hybrids)."""
@@ -348,36 +371,21 @@ def hybrid_rows(top: list[tuple[dict[str, Any], np.ndarray]], texts: list[str], 
 
     given = {} if lexical is None else {"lexical_Cs": lexical.get("C"), "lexical_folds": lexical.get("inner_folds")}
     analyzer = "word" if lexical is None else lexical.get("analyzer", "word")
-    scores = cross_validate_hybrids(texts, [X for _, X in top], y, folds, seed, jobs=_probe_jobs(len(top)),
-                                    analyzer=analyzer, **given)
-    return [{"feature": f"hybrid:{r['feature']}", "kind": "hybrid", "base": r, "windows_per_doc": r["windows_per_doc"],
-             "dimension": int(X.shape[1]) + lexical_dim, "analyzer": analyzer, **score}
-            for (r, X), score in zip(top, scores)]
+    pairs = [((r,), (X,)) for r, X in top] + [((top[0][0], r), (top[0][1], X)) for r, X in (partnered or [])]
+    scores = cross_validate_hybrids(texts, [Xs if len(Xs) > 1 else Xs[0] for _, Xs in pairs], y, folds, seed,
+                                    jobs=_probe_jobs(len(pairs)), analyzer=analyzer, **given)
+    return [{"feature": "hybrid:" + "+".join(r["feature"] for r in rs), "kind": "hybrid", "base": rs[0],
+             "bases": list(rs), "windows_per_doc": _windows_of(rs),
+             "dimension": sum(int(X.shape[1]) for X in Xs) + lexical_dim, "analyzer": analyzer, **score}
+            for (rs, Xs), score in zip(pairs, scores)]
 
 
-def compact_rows(best: dict[str, Any], X: np.ndarray, y: np.ndarray, folds: int, seed: int) -> list[dict[str, Any]]:
-    """The best BERT feature's accuracy kept when its (N, D) vectors X are stored compact: int8
-    (pipeline.compact.quantize_int8 then dequantize_int8) and binary (pack_binary around the mean of the
-    first CALIBRATION_DOCS rows of X, as extract centres on its first documents, then unpack_binary),
-    each probed as the BERT rows (cross_validate_probe, the same folds). Keys: feature (the best's name
-    + ":int8" / ":binary"), kind "compact", form, bytes_per_vector (pipeline.compact.bytes_per_vector;
-    float32_bytes the float32 form's), windows_per_doc, dimension (D), accuracy_kept (accuracy_mean /
-    the best's), and cross_validate_probe's."""
-    from ..compact import (CALIBRATION_DOCS, binary_center, bytes_per_vector, dequantize_int8, pack_binary,
-                           quantize_int8, unpack_binary)
-
-    d = int(X.shape[1])
-    center = binary_center(X[:CALIBRATION_DOCS])
-    forms = {"int8": dequantize_int8(*quantize_int8(X)), "binary": unpack_binary(pack_binary(X, center), d)}
-    out = []
-    for form, V in forms.items():
-        score = cross_validate_probe(V, y, folds, seed)
-        out.append({"feature": f"{best['feature']}:{form}", "kind": "compact", "form": form,
-                    "bytes_per_vector": bytes_per_vector(d, form), "float32_bytes": bytes_per_vector(d, "float32"),
-                    "windows_per_doc": best["windows_per_doc"], "dimension": d,
-                    "accuracy_kept": score["accuracy_mean"] / best["accuracy_mean"] if best["accuracy_mean"] else 0.0,
-                    **score})
-    return out
+def _windows_of(results) -> float:
+    """Windows per document of extracting these BERT features together: one strategy's windows are shared."""
+    per = {}
+    for r in results:
+        per[r.get("strategy")] = max(per.get(r.get("strategy"), 0.0), r["windows_per_doc"])
+    return float(sum(per.values()))
 
 
 def _probe_jobs(n_features: int) -> int:

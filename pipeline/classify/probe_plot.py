@@ -10,7 +10,8 @@ from ..options.features_config import STRATEGIES, compact_layers
 # Strategy: marker shape; pooling: colour; aggregation: marker fill.
 MARKERS = {"head": "o", "tail": "s", "head_tail": "^", "chunk": "D", "sliding": "v", "late": "P"}
 COLOURS = {"cls": "#4c72b0", "mean": "#dd8452", "max": "#55a868", "pooler": "#c44e52"}
-FILLS = {"mean": "full", "mean,max": "left", "first,last,mean,max": "none"}
+FILLS = {"mean": "full", "first": "bottom", "last": "top", "max": "right", "mean,max": "left",
+         "first,last,mean,max": "none"}
 TOP = 10            # the corpus chart names this many features; the others are drawn faint
 FAINT = 0.22        # their alpha
 LEXICAL_COLOUR = "#8172b3"   # the lexical baseline's line
@@ -109,8 +110,11 @@ def plot_corpus_probe(report: dict[str, Any], path: str | Path):
     top = results[:TOP]
     names = [f"{i}. {r['feature']}" for i, r in enumerate(top, 1)]    # the column name holds its layers
     left_w = 1.2 + CHAR_INCH * max(len(n) for n in names)
-    fig, (ax_top, ax_all) = plt.subplots(1, 2, figsize=(left_w + 2.4 + 5.6 + 2.6, 4.8), dpi=120,
-                                         gridspec_kw={"width_ratios": [2.4, 5.6]})
+    sized = _sized(report)                     # accuracy per byte: a third panel when probe made compact rows
+    widths = [2.4, 5.6] + ([3.6] if sized else [])
+    fig, axes = plt.subplots(1, len(widths), figsize=(left_w + sum(widths) + 2.6, 4.8), dpi=120,
+                             gridspec_kw={"width_ratios": widths})
+    ax_top, ax_all = axes[:2]
     lex = report.get("lexical")
     lex = None if lex is None or lex.get("accuracy_mean") is None else lex   # a row that could not be computed
     lo, hi = _y_range(results + ([lex] if lex is not None else []))
@@ -147,6 +151,8 @@ def plot_corpus_probe(report: dict[str, Any], path: str | Path):
         from matplotlib.lines import Line2D
         handles.append(Line2D([], [], color=LEXICAL_COLOUR, linestyle="--",
                               label=f"TF-IDF baseline {lex['accuracy_mean']:.3f}"))
+    if sized:
+        _bytes_panel(axes[2], sized, report["best"], lex)
     right = 1 - 2.6 / fig.get_figwidth()        # the last 2.6 inches hold the legend, beside the panels
     fig.legend(handles=handles, loc="center left",
                bbox_to_anchor=(right + 0.01, 0.5), fontsize=7, frameon=False)
@@ -155,6 +161,42 @@ def plot_corpus_probe(report: dict[str, Any], path: str | Path):
     fig.text(0.01, 0.005, f"best: {_label(best)}    cheapest within one sd: {_label(cheap)}", fontsize=7)
     save_figure(fig, path, rect=(0, 0.04, right, 1))
     return fig
+
+
+FORM_COLOURS = {"float32": "#4c72b0", "int8": "#dd8452", "binary": "#55a868"}
+
+
+def _sized(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of the accuracy-per-byte panel: the best BERT feature (float32) and its scored compact rows
+    (int8, binary, and --dims N x float32/int8/binary), each with bytes_per_doc; [] when probe made none."""
+    compact = [r for r in report.get("compact", []) if r.get("accuracy_mean") is not None and r.get("bytes_per_doc")]
+    if not compact:
+        return []
+    best = report["best"]
+    return [{**best, "form": "float32", "bytes_per_doc": best.get("bytes_per_doc") or 4 * best["dimension"]}] + compact
+
+
+def _bytes_panel(ax, rows: list[dict[str, Any]], best: dict[str, Any], lex: dict[str, Any] | None) -> None:
+    """Accuracy (mean ± sd) against stored bytes per document on a log axis: one colour per stored form,
+    each point labelled with its dimensions; the best feature's accuracy - 0.005 dotted, the lexical
+    baseline dashed."""
+    for r in rows:
+        ax.errorbar([r["bytes_per_doc"]], [r["accuracy_mean"]], yerr=[r["accuracy_std"]], fmt="o", ms=4, capsize=1.5,
+                    elinewidth=0.8, color=FORM_COLOURS.get(r.get("form"), "black"))
+        ax.annotate(str(r.get("dims") or r["dimension"]), (r["bytes_per_doc"], r["accuracy_mean"]), fontsize=6,
+                    xytext=(3, 2), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.axhline(best["accuracy_mean"] - 0.005, color="grey", linestyle=":", linewidth=1)
+    if lex is not None:
+        ax.axhline(lex["accuracy_mean"], color=LEXICAL_COLOUR, linestyle="--", linewidth=1.2)
+    from matplotlib.lines import Line2D
+
+    ax.legend(handles=[Line2D([], [], color=c, marker="o", linestyle="none", label=f) for f, c in FORM_COLOURS.items()]
+              + [Line2D([], [], color="grey", linestyle=":", label="best - 0.005")], fontsize=6, loc="lower right")
+    ax.set_xlabel("bytes per document (log)", fontsize=8)
+    ax.set_ylabel("accuracy, mean ± sd", fontsize=8)
+    ax.set_title(f"{best['feature']}: accuracy per byte", fontsize=9)
+    ax.grid(alpha=0.3)
 
 
 def _legend(results: list[dict[str, Any]], majority: float, on_axis: bool) -> list:

@@ -64,20 +64,22 @@ def lexical_summary(lex: dict[str, Any], best: dict[str, Any]) -> str:
 
 
 CSV_COLUMNS = ("feature", "kind", "accuracy", "accuracy_sd", "macro_f1", "macro_f1_sd", "windows_per_doc", "dim",
-               "seconds")
+               "seconds", "bytes_per_doc")
 
 
 def ranking_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One CSV_COLUMNS dict per row of probe_corpus's report, ranked by accuracy (best first; ties
     keep the order bert, lexical, hybrid, compact): the BERT features, the lexical baseline, the
     hybrids and the compact forms of the best. A row that could not be computed comes last, its score
-    cells empty (None)."""
+    cells empty (None). bytes_per_doc: a BERT or compact row's stored bytes per document (float32 for the
+    BERT rows, as extract writes by default); empty for the lexical and hybrid rows."""
     rows = list(report["results"]) + ([report["lexical"]] if report.get("lexical") is not None else []) + \
         list(report.get("hybrids", ())) + list(report.get("compact", ()))
     rows = sorted(rows, key=lambda r: (scored(r) is None, -(r["accuracy_mean"] or 0.0)))
     return [{"feature": r["feature"], "kind": r.get("kind", "bert"), "accuracy": r["accuracy_mean"],
              "accuracy_sd": r["accuracy_std"], "macro_f1": r["f1_macro_mean"], "macro_f1_sd": r["f1_macro_std"],
-             "windows_per_doc": r["windows_per_doc"], "dim": r["dimension"], "seconds": r.get("seconds", "")}
+             "windows_per_doc": r["windows_per_doc"], "dim": r["dimension"], "seconds": r.get("seconds", ""),
+             "bytes_per_doc": r.get("bytes_per_doc") or ""}
             for r in rows]
 
 
@@ -107,29 +109,41 @@ def hybrid_summary(hybrids: list[dict[str, Any]], best: dict[str, Any], lex: dic
     if lex is not None:
         rivals.append(compared(h["accuracy_mean"], lex["accuracy_mean"], "the lexical baseline"))
     base = h.get("base", {})
+    bases = h.get("bases") or [base]
     cost = ""
     if h.get("windows_per_doc") is not None:
-        cost = (f"; it costs its BERT feature's {h['windows_per_doc']:.2f} windows/doc plus a TF-IDF model"
+        whose = "features'" if len(bases) > 1 else "feature's"
+        cost = (f"; it costs its BERT {whose} {h['windows_per_doc']:.2f} windows/doc "
+                "plus a TF-IDF model"
                 + (f" of {lex['dimension']} terms" if lex is not None and lex.get("dimension") else ""))
     if h.get("seconds") is not None and base.get("seconds") is not None:
         cost += f", {h['seconds']:.1f} s to cross-validate against {base['seconds']:.1f} s for the BERT feature alone"
-    lines = [f"best hybrid: {h['feature']} {h['accuracy_mean']:.3f} ± {h['accuracy_std']:.3f} {' and '.join(rivals)}"
-             f"{cost}"]
+    combines = " + ".join(["TF-IDF"] + [b.get("feature", "?") for b in bases])
+    tried = f" (the best of {len(hybrids)} tried: it stacks {combines})" if len(hybrids) > 1 else ""
+    lines = [f"best hybrid: {h['feature']}{tried} {h['accuracy_mean']:.3f} ± {h['accuracy_std']:.3f} "
+             f"{' and '.join(rivals)}{cost}"]
     beats = round(h["accuracy_mean"], 3) > round(max(best["accuracy_mean"], lex["accuracy_mean"] if lex else 0.0), 3)
     if beats:
-        lines += ["  " + extract_command(cfg, h["base"], cfg.read.inputs, label_col),
-                  "  ids, X, meta = longbert.load_features(\"features.parquet\"); "
-                  "model = longbert.HybridClassifier().fit(longbert.hybrid_inputs(texts, X), labels)",
-                  f"  or on the texts alone: {hybrid_python(cfg, h['base'], h.get('analyzer', 'word'))}"]
+        if len(bases) == 1:
+            lines += ["  " + extract_command(cfg, h["base"], cfg.read.inputs, label_col),
+                      "  ids, X, meta = longbert.load_features(\"features.parquet\"); "
+                      "model = longbert.HybridClassifier().fit(longbert.hybrid_inputs(texts, X), labels)"]
+        lines.append(f"  {'or ' if len(bases) == 1 else ''}on the texts alone: "
+                     f"{hybrid_python(cfg, bases if len(bases) > 1 else h['base'], h.get('analyzer', 'word'))}")
     return lines
 
 
-def hybrid_python(cfg: PipelineConfig, feature: dict[str, Any], analyzer: str = "word") -> str:
+def hybrid_python(cfg: PipelineConfig, feature: dict[str, Any] | list[dict[str, Any]], analyzer: str = "word") -> str:
     """The Python line that fits the hybrid of one probed BERT feature on plain texts: HybridClassifier
     with a LongBertVectorizer of that feature's spec and aggregate and the run's model and window options
     (those the feature's strategy uses, when not at their defaults), and ``analyzer`` (the lexical n-grams)
     when not "word". Example: head:mean:-2 -> ``longbert.HybridClassifier(vectorizer=
-    longbert.LongBertVectorizer(feature='head:mean:-2')).fit(texts, labels)``."""
+    longbert.LongBertVectorizer(feature='head:mean:-2')).fit(texts, labels)``. A list of features: one
+    vectorizer each, ``vectorizer=[...]`` (a hybrid of several BERT features)."""
+    if isinstance(feature, list):
+        vecs = [hybrid_python(cfg, f).split("vectorizer=", 1)[1].rsplit(").fit(", 1)[0] for f in feature]
+        lexical = f", analyzer={analyzer!r}" if analyzer != "word" else ""
+        return f"longbert.HybridClassifier(vectorizer=[{', '.join(vecs)}]{lexical}).fit(texts, labels)"
     from ..options.config import DEFAULT_MODEL
 
     seg = cfg.segment
@@ -199,18 +213,18 @@ def extract_command(cfg: PipelineConfig, feature: dict[str, Any], inputs: tuple[
 def format_corpus_probe(report: dict[str, Any], cfg: PipelineConfig) -> str:
     """The ranked table of probe_corpus, the cost of the pass, and the cheapest feature near the best
     with the extract command that makes it."""
-    head = ("rank", "feature", "layers", "aggregate", "windows/doc", "dim", "accuracy", "macro-F1")
+    head = ("rank", "feature", "layers", "aggregate", "windows/doc", "dim", "bytes/doc", "accuracy", "macro-F1")
     rows = [head]
     for i, r in enumerate(report["results"], 1):
         rows.append((str(i), r["feature"], layers_text(r), r.get("aggregate", "mean"), f"{r['windows_per_doc']:.2f}",
-                     str(r["dimension"]), f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
+                     str(r["dimension"]), str(r["bytes_per_doc"]), f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
                      f"{r['f1_macro_mean']:.3f} ± {r['f1_macro_std']:.3f}"))
     lex = report.get("lexical")
     if lex is not None:
-        rows.append(("-", lex["feature"], "", "", "0", *_scores(lex)))
+        rows.append(("-", lex["feature"], "", "", "0", *_scores(lex, "")))
     for r in report.get("hybrids", ()) + report.get("compact", []):
         rows.append(("-", r["feature"], layers_text(r.get("base", r)) if "layers" in r.get("base", r) else "",
-                     "", f"{r['windows_per_doc']:.2f}", *_scores(r)))
+                     "", f"{r['windows_per_doc']:.2f}", *_scores(r, str(r.get("bytes_per_doc") or ""))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) if i in (1, 2, 3) else cell.rjust(w)
                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
@@ -241,20 +255,51 @@ def format_corpus_probe(report: dict[str, Any], cfg: PipelineConfig) -> str:
         lines.append(lexical_summary(lex, best))
     lines += hybrid_summary(report.get("hybrids", []), best, lex, cfg, report.get("label_col"))
     for c in report.get("compact", []):
+        if c.get("dims") is not None or c.get("form") == "pca":   # the --dims rows: the smallest line below
+            continue
         if scored(c) is None:
             lines.append(f"compact {c['form']}: not computable ({c['error']})")
             continue
         lines.append(f"compact {c['form']}: {c['feature']} keeps {c['accuracy_kept']:.1%} of the best's accuracy "
                      f"({c['accuracy_mean']:.3f} ± {c['accuracy_std']:.3f}) in {c['bytes_per_vector']} bytes per "
                      f"vector against {c['float32_bytes']} as float32")
+    lines += dims_summary(report)
     return "\n".join(lines)
 
 
-def _scores(r: dict[str, Any]) -> tuple[str, str, str]:
-    """A table row's dim, accuracy and macro-F1 cells; "-", "not computable" and "" for a row without scores."""
+def dims_summary(report: dict[str, Any]) -> list[str]:
+    """The summary's lines on accuracy per byte: the smallest row (fewest bytes per document) within
+    NEAR of the best feature's accuracy, with the extract options that store it; the --dims left out."""
+    from .probe_compact import NEAR
+
+    best, small = report["best"], report.get("smallest")
+    lines = []
+    failed = [c for c in report.get("compact", []) if c.get("form") == "pca" and scored(c) is None]
+    if failed:
+        lines.append(f"dims rows: not computable ({failed[0]['error']})")
+    if small is not None:
+        full = 4 * best["dimension"]
+        if small is best:
+            lines.append(f"smallest within {NEAR} of {best['feature']} ({best['accuracy_mean']:.3f}): the float32 "
+                         f"feature itself, {full} bytes per document; no compact or fewer-dimension row keeps it")
+        else:
+            how = (f"--dims {small['dims']} " if small.get("dims") else "") + f"--out-dtype {small['form']}"
+            lines.append(f"smallest within {NEAR} of {best['feature']} ({best['accuracy_mean']:.3f}, {full} bytes per "
+                         f"document as float32): {small['feature']} {small['accuracy_mean']:.3f} ± "
+                         f"{small['accuracy_std']:.3f} in {small['bytes_per_doc']} bytes per document "
+                         f"({full / small['bytes_per_doc']:.1f}x fewer); extract it with {how}")
+    if report.get("dims_skipped"):
+        lines.append(f"dims {', '.join(map(str, report['dims_skipped']))} not probed: a PCA keeps no more dimensions "
+                     "than a training fold has documents; probe a larger --sample")
+    return lines
+
+
+def _scores(r: dict[str, Any], size: str = "") -> tuple[str, str, str, str]:
+    """A table row's dim, bytes/doc (``size``), accuracy and macro-F1 cells; "-", "", "not computable" and ""
+    for a row without scores."""
     if scored(r) is None:
-        return "-", "not computable", ""
-    return (str(r["dimension"]), f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
+        return "-", "", "not computable", ""
+    return (str(r["dimension"]), size, f"{r['accuracy_mean']:.3f} ± {r['accuracy_std']:.3f}",
             f"{r['f1_macro_mean']:.3f} ± {r['f1_macro_std']:.3f}")
 
 

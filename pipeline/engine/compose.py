@@ -96,13 +96,15 @@ class Pipeline:
         return cls(resolved.stages(model=model, store=store), resolved)
 
     @classmethod
-    def from_options(cls, binary_center: Any = None, **options: Any) -> Pipeline:
+    def from_options(cls, binary_center: Any = None, projection: Any = None, **options: Any) -> Pipeline:
         """As from_config, with ``extract``'s options by their Python names (``model``, ``strategy``,
         ``feature``, ``pooling``, ``layers``, ``aggregate``, ``level``, ``normalize``, ``dtype``,
         ``out_dtype``, ``cache``...). ``progress`` defaults to False.
 
         ``binary_center`` (``out_dtype="binary"``), so queries and a corpus share one: a (D,) array for the
         column ``features``, {column: (D,) array}, or an earlier binary output's path (``--binary-center``).
+        ``projection`` (``dims``'s fitted state, shared the same way): a (mean (D,), components (N, D)) pair or a
+        pipeline.projection.Projection for ``features``, {column: either}, or an earlier --dims output's path.
 
         Raises:
             ConfigError: an unknown option or a value out of range, a centre that is not one of those
@@ -114,6 +116,8 @@ class Pipeline:
             options["binary_center_file"], binary_center = str(binary_center), None
         with python_names():   # the options checked against the model too: messages name the arguments
             pipe = cls.from_config(config_from_python(**options))
+        if projection is not None:   # an earlier output's (read now: pipe(batch) projects as a run does) or arrays
+            pipe = pipe.with_projection(projection, given=True)
         return pipe if binary_center is None else pipe.with_binary_center(binary_center, given=True)
 
     @property
@@ -122,11 +126,8 @@ class Pipeline:
         return self.resolution().cfg
 
     def resolution(self) -> Resolved:
-        """The options resolved against the model: the record given, else the encode stage's.
-
-        Raises:
-            ConfigError: a pipeline built from parts without an encode stage.
-        """
+        """The options resolved against the model: the record given, else the encode stage's. Raises
+        ConfigError for a pipeline built from parts without an encode stage."""
         if self.resolved is None:   # built from parts: resolved once, on first need, then kept
             cfg = parts_config(self.steps)   # ConfigError without an encode stage
             self.resolved = Resolved.from_config(cfg, self.encode_stage().tokenizer)
@@ -134,8 +135,7 @@ class Pipeline:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The stage names, in order."""
-        return tuple(n for n, _ in self.steps)
+        return tuple(n for n, _ in self.steps)   # the stage names, in order
 
     def __iter__(self):
         """The stages, in order (``Pipeline([type(s)(**s.get_params()) for s in pipe])`` rebuilds it)."""
@@ -340,12 +340,14 @@ class Pipeline:
 
     def with_binary_center(self, centre: Any, given: bool = False) -> Pipeline:
         """A new pipeline whose rows stage packs --out-dtype binary's bits around ``centre`` (a (D,) array for
-        the one column ``features``, or {column: (D,) array or None}), which the file's metadata records.
-
-        Raises:
-            ConfigError: as Resolved.centred.
-        """
+        the one column ``features``, or {column: (D,) array or None}), which the file's metadata records. Raises
+        ConfigError as Resolved.centred."""
         return self._rebuilt(self.resolution().centred(centre, given))
+
+    def with_projection(self, projection: Any, given: bool = False) -> Pipeline:
+        """A new pipeline whose rows stage projects each feature column with ``projection`` (--dims' fitted state,
+        as Pipeline.from_options takes it), which the file's metadata records. Raises ConfigError as Resolved.projected."""
+        return self._rebuilt(self.resolution().projected(projection, given))
 
     def with_facts(self, facts) -> Pipeline:
         """A new pipeline whose built-in stages use ``facts`` (a hub model's, its sha256 known after the load)."""
@@ -357,11 +359,10 @@ class Pipeline:
         return Pipeline([(n, resolved.io_stage(s)) for n, s in self.steps], resolved, self.inherited_fills, self.given)
 
     def __call__(self, batch: Batch | pa.Table) -> pa.Table:
-        """Every stage on ``batch``; returns its output table (the schema ``extract`` writes).
-
-        Raises:
-            ConfigError: a stage returned no Batch, or no stage made a table (``rows`` removed).
-        """
+        """Every stage on ``batch``; returns its output table (the schema ``extract`` writes). Raises ConfigError:
+        a stage returned no Batch, no stage made a table (``rows`` removed), ``dims`` without a projection."""
+        if self.resolved is not None:
+            self.resolved.check_projected()
         out = self.finish(self.prepare(batch))
         if out.table is None:
             raise ConfigError("no stage made the output table; keep the 'rows' stage, or call pipe.process(batch)")
@@ -369,19 +370,17 @@ class Pipeline:
 
     def run(self, inputs: str | Iterable[str], output: str, echo: Callable[[str], None] | None = None,
             overwrite: bool = False, **options: Any):
-        """Run the pipeline over a corpus, as ``longbert extract`` does: the output lock, ``DIR/`` parts,
-        ``resume``, progress, the summary; inserted or replaced stages included, on either engine. This
-        pipeline is not changed: the run's read, write and engine options go to a copy of it.
+        """Run the pipeline over a corpus as ``longbert extract`` does (the output lock, ``DIR/`` parts,
+        ``resume``, progress, the summary), inserted or replaced stages included, on either engine; the run's
+        options go to a copy of this pipeline. Returns the run's pipeline.engine.run.Summary.
 
         Args:
             inputs: a file, folder or glob, or several. output: a .parquet file or a folder ending in "/".
             echo: where notes go (None: nowhere). overwrite: replace an existing output (never an input).
-            **options: extract's read and write options (``id_col``, ``text_col``, ``keep_cols``,
-                ``resume``, ``progress``...) and engine options (``engine="ray"``, ``workers``, ``ray_address``,
-                ``cpus_per_worker``, ``gpus_per_worker``: each Ray worker gets this pipeline itself, pickled).
+            **options: extract's read and write options (``id_col``, ``text_col``, ``keep_cols``, ``resume``,
+                ``dims``...) and engine options (``engine="ray"``, ``workers``, ``ray_address``, ``cpus_per_worker``,
+                ``gpus_per_worker``: each Ray worker gets this pipeline itself, pickled).
 
-        Returns:
-            The run's pipeline.engine.run.Summary.
         Raises:
             ConfigError / InputError / ModelError (exit 2 in the CLI), RunError (exit 1): as ``extract``, naming
             this call's arguments (``resume=True``) where extract names flags.

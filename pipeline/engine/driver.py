@@ -16,7 +16,7 @@ from ..output.lock import holds_output
 from ..output.write import check_resume
 from ..options.config import PipelineConfig
 from ..read import Plan, verify_inputs
-from .calibrate import binary_centre
+from .calibrate import binary_centre, run_projection
 from .engines import open_engine
 from .part_work import PartDone, Piece, written_table
 from .run import (BatchProgress, Summary, documents_of, fail_on_row_error, open_run, peak_memory, run_fingerprint,
@@ -62,14 +62,17 @@ def drive_plan(plan: Plan, pipe, echo: Callable[[str], None] | None = None, star
     ready = pipe
     try:
         ready = pipe = engine.prepare(pipe, echo)
+        projection, dims_note = run_projection(cfg, lambda: engine.calibration_pipe(pipe), plan,
+                                               pipe.resolution().projection)
+        if projection is not None:   # --dims: the rows stage's projection, found before the centre (of its vectors)
+            pipe = pipe.with_projection(projection)
         centre, binary_note = binary_centre(cfg, lambda: engine.calibration_pipe(pipe), plan,
                                             pipe.resolution().binary_center)
         if centre is not None:   # --out-dtype binary: the rows stage's centre of the signs, found on the first documents
             pipe = pipe.with_binary_center(centre)
         schema = pipe.resolution().file_schema(plan.id_type)   # a hub model's sha256 may be known now
         sink, summary, todo, bar = open_run(cfg, schema, plan, echo)
-        if binary_note:
-            summary.notes.append(binary_note)
+        summary.notes += [n for n in (dims_note, binary_note) if n]
         encode = pipe.encode_stage()
         summary.cache = summary.cache or (encode is not None and encode.store is not None)   # a store object too
         with writing(sink, cfg, bar):

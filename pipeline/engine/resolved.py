@@ -119,18 +119,19 @@ def feature_dim(cfg: PipelineConfig, hidden: int) -> tuple[int, int]:
     return dim * cfg.pool.parts, dim
 
 
-def output_for(cfg: PipelineConfig, tokenizer, id_type: pa.DataType, binary_center: Mapping[str, Any] | None = None
-               ) -> tuple[PipelineConfig, pa.Schema]:
+def output_for(cfg: PipelineConfig, tokenizer, id_type: pa.DataType, binary_center: Mapping[str, Any] | None = None,
+               projection: Mapping[str, Any] | None = None) -> tuple[PipelineConfig, pa.Schema]:
     """(config with max_length resolved, the output schema) without loading weights: what a driver
     needs to open the sink before any worker has loaded the model. ``binary_center``: the rows
-    stage's {column: centre or None} of an --out-dtype binary run, for the metadata.
+    stage's {column: centre or None} of an --out-dtype binary run, for the metadata; ``projection``:
+    its {column: Projection} of a --dims run.
 
     Raises:
         As resolve_config.
     """
     cfg, _, facts = resolve_config(cfg, tokenizer)
     dim, token_dim = feature_dim(cfg, facts.hidden_size)
-    return cfg, output_schema(cfg, id_type, facts, dim, token_dim, binary_center=binary_center)
+    return cfg, output_schema(cfg, id_type, facts, dim, token_dim, binary_center=binary_center, projection=projection)
 
 
 # Per output level: its aggregate and rows classes.
@@ -155,6 +156,8 @@ class Resolved:
             its window and pooling fields from them; None / (): from ``cfg``.
         binary_center: the rows stage's fitted centre of an --out-dtype binary run ({column: (D,)
             values or None}, pipeline.output.rows.Rows), recorded in the file's metadata; None: none.
+        projection: the rows stage's fitted --dims projection ({column: pipeline.projection.Projection}),
+            recorded in the file's metadata, its N the stored columns' D; None: none.
     """
 
     cfg: PipelineConfig
@@ -168,6 +171,7 @@ class Resolved:
     segments: tuple[tuple[str, SegmentConfig], ...] = ()   # the Segment stage's strategies, in its order
     added: tuple[tuple[str, pa.Field], ...] = ()  # (stage, field): columns stages after 'rows' declare
     binary_center: Mapping[str, Any] | None = None   # the rows stage's fitted centre (metadata); None: none
+    projection: Mapping[str, Any] | None = None      # the rows stage's fitted --dims projection; None: none
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig, tokenizer=None) -> Resolved:
@@ -197,12 +201,14 @@ class Resolved:
         out = dataclasses.replace(self, cfg=dataclasses.replace(self.cfg, read=cfg.read, write=cfg.write, ray=cfg.ray))
         if rows is not None and rows.binary_center is not None and cfg.write.out_dtype == "binary":
             out = dataclasses.replace(out, binary_center=rows.binary_center)
+        if rows is not None and rows.projection is not None:
+            out = dataclasses.replace(out, projection=rows.projection)
         return out
 
     def schema(self, id_type: pa.DataType) -> pa.Schema:
         """The output schema for ids of ``id_type`` (pa.int64(): a ``row`` column; pa.string(): ``id``)."""
         schema = output_schema(self.cfg, id_type, self.facts, self.dim, self.token_dim, self.described,
-                               dict(self.segments), self.binary_center)
+                               dict(self.segments), self.binary_center, self.projection)
         if self.stage_labels is None:
             return schema
         meta = json.loads(schema.metadata[b"longbert"])
@@ -221,7 +227,8 @@ class Resolved:
         return with_added(self.schema(id_type), self.added)
 
     def stages(self, model=None, store=None) -> list:
-        """The built-in stages in order: tokenize, segment, dedup, encode, aggregate, rows.
+        """The built-in stages in order: tokenize, segment, dedup, encode, aggregate, rows (with this record's
+        binary centre and projection).
 
         Args:
             model: an already loaded model, or the pipeline.model.encode_stage.Weights of another
@@ -244,16 +251,53 @@ class Resolved:
                 aggregate(self.features, cfg.pool.aggregates, cfg.pool.normalize, seg.chunk_tokens),
                 self.rows_stage(rows)]
 
-    def rows_stage(self, kind: type = Rows, centre: Mapping[str, Any] | None = None) -> Rows:
-        """The rows stage of class ``kind`` for this record: the run's kept columns and --out-dtype, and
-        the binary centre (this record's, else ``centre``; none unless --out-dtype binary)."""
+    def rows_stage(self, kind: type = Rows, centre: Mapping[str, Any] | None = None,
+                   projection: Mapping[str, Any] | None = None) -> Rows:
+        """The rows stage of class ``kind`` for this record: the run's kept columns and --out-dtype, the
+        binary centre (this record's, else ``centre``; none unless --out-dtype binary) and the --dims
+        projection (this record's, else ``projection``)."""
         out_dtype = self.cfg.write.out_dtype
         centre = (self.binary_center if self.binary_center is not None else centre) if out_dtype == "binary" else None
-        return kind(tuple(passthrough_columns(self.cfg)), out_dtype, centre)
+        projection = self.projection if self.projection is not None else projection
+        return kind(tuple(passthrough_columns(self.cfg)), out_dtype, centre, projection)
+
+    def stored_columns(self) -> dict[str, int]:
+        """{column: D} of the feature columns as stored: each column's N with a --dims projection, else its D."""
+        return {c: (self.projection[c].dim if self.projection and c in self.projection else d) for c, d in self.columns}
+
+    def check_projected(self) -> None:
+        """Raise ConfigError when the options ask for ``dims`` but the rows stage holds no fitted projection: a
+        pipeline called on a batch (not a run, which fits one on its first documents) would write all D."""
+        if self.cfg.write.dims is not None and self.projection is None:
+            raise ConfigError(f"dims={self.cfg.write.dims} needs a fitted projection, which a run finds on its first "
+                              "documents (pipe.run, longbert extract --dims); to call the pipeline on a batch, pass "
+                              "projection=(mean, components) or an earlier --dims output's path")
+
+    def projected(self, projection: Any, given: bool = False) -> Resolved:
+        """This record with ``projection`` as the rows stage's --dims projection (pipeline.output.rows.projections_of),
+        or the projection of the earlier --dims output at that path (pipeline.engine.calibrate.file_projection).
+
+        Raises:
+            ConfigError: a projection of another form, or, with ``given`` (a user's), one whose columns or D
+                differ from this run's, naming the fix.
+        """
+        if isinstance(projection, str) or hasattr(projection, "__fspath__"):   # an earlier --dims output, as --projection FILE
+            from .calibrate import file_projection
+
+            projection = file_projection(str(projection), dict(self.columns), self.facts, self.cfg.write.dims)
+        rows = Rows(out_dtype=self.cfg.write.out_dtype, projection=projection)
+        if given and rows.projection is not None:
+            have = dict(self.columns)
+            for name, p in rows.projection.items():
+                if have.get(name) != p.input_dim or set(rows.projection) != set(have):
+                    raise ConfigError(f"projection takes columns {({c: q.input_dim for c, q in rows.projection.items()})}"
+                                      f", this run writes {have}; pass the projection of this model and features")
+        return dataclasses.replace(self, projection=rows.projection)
 
     def binary_columns(self) -> dict[str, int]:
-        """{column: D} of the columns --out-dtype binary packs: each feature column and, per token, token_features."""
-        columns = dict(self.columns)
+        """{column: D} of the columns --out-dtype binary packs: each feature column (its --dims N when projected)
+        and, per token, token_features."""
+        columns = self.stored_columns()
         if self.cfg.pool.per_token:
             columns[TOKEN_FEATURES] = self.token_dim
         return columns
@@ -280,6 +324,6 @@ class Resolved:
         if isinstance(stage, Encode):
             return stage.with_io(self.cfg, self.facts)
         if isinstance(stage, Rows):
-            rows = self.rows_stage(type(stage), stage.binary_center)
+            rows = self.rows_stage(type(stage), stage.binary_center, stage.projection)
             return stage if rows == stage else rows
         return stage

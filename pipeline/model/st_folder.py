@@ -301,3 +301,34 @@ def _as_declared(key: str, value) -> str:
     if key == "normalize":
         return "Normalize" if value else "no Normalize"
     return f"{value} pooling" if key == "pooling" else f"max_seq_length {value}"
+
+
+def matryoshka_dims(folder: str | Path) -> tuple[int, ...]:
+    """The dimensions a model folder declares it was trained to be cut to (Matryoshka), sorted; () when none.
+
+    Read from what sentence-transformers writes: ``config_sentence_transformers.json``'s ``truncate_dim``
+    (the save's own cut) and a ``matryoshka_dims`` list there, and the model card (``README.md``), whose
+    training section gives MatryoshkaLoss's parameters as JSON with ``"matryoshka_dims": [768, 512, ...]``.
+    Example: a card holding ``"matryoshka_dims": [384, 256, 128, 64]`` -> (64, 128, 256, 384).
+    Unreadable files count as declaring nothing.
+    """
+    import json
+    import re
+
+    folder = Path(folder)
+    dims: set[int] = set()
+    try:
+        config = json.loads((folder / "config_sentence_transformers.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    if isinstance(config, dict):
+        if isinstance(config.get("truncate_dim"), int):
+            dims.add(config["truncate_dim"])
+        dims.update(d for d in config.get("matryoshka_dims") or () if isinstance(d, int))
+    try:
+        card = (folder / "README.md").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        card = ""
+    for listed in re.findall(r'"matryoshka_dims"\s*:\s*\[([0-9,\s]*)\]', card):
+        dims.update(int(d) for d in listed.replace(",", " ").split())
+    return tuple(sorted(d for d in dims if d > 0))

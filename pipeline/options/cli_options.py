@@ -12,6 +12,7 @@ import click
 from .config import (DTYPES, ENGINES, FOLDER_SETTINGS, FORMATS, LEVELS, ON_BAD_LINES, OUT_DTYPES, QUANTIZE, EncodeConfig, ModelConfig,
                      PoolConfig, RayConfig, ReadConfig, SegmentConfig, WriteConfig)
 from .features_config import AGGREGATES, LAYER_AGGS, POOLINGS, STRATEGIES
+from .sections import DIMS_METHODS
 
 
 def _opt(section: type, name: str, *decls: str, help: str, shown: str | None = None, **kw: Any):
@@ -122,6 +123,13 @@ WRITE_OPTIONS = [
     _opt(WriteConfig, "out_dtype", type=click.Choice(OUT_DTYPES), help="Storage dtype of the vectors. int8: a byte per value and a float32 FEATURE_scale column (x = q * scale); binary: 8 signs per byte, bit 1 where x > the first 64 documents' mean."),
     _opt(WriteConfig, "binary_center_file", "--binary-center", "binary_center_file", metavar="FILE",
          help="binary: take the centre of this earlier binary output."),
+    _opt(WriteConfig, "dims", metavar="N",
+         help="Keep N dimensions per vector: a PCA (centred) fitted on the first documents, applied before "
+              "--out-dtype and kept in the output's metadata (a Matryoshka model folder that declares N: its own cut)."),
+    _opt(WriteConfig, "dims_method", type=click.Choice(DIMS_METHODS),
+         help="--dims: pca, truncate (the first N dimensions; only where the model folder declares N), or auto."),
+    _opt(WriteConfig, "projection_file", "--projection", "projection_file", metavar="FILE",
+         help="Take the --dims projection of this earlier output (a query file and a corpus file then compare)."),
     _opt(WriteConfig, "overwrite", is_flag=True, help="Replace an existing output."),
     _opt(WriteConfig, "resume", is_flag=True, help="Continue a DIR/ output: only the blocks without a finished part are run."),
     _opt(WriteConfig, "strict", is_flag=True, help="Exit 1 at the first row that cannot be embedded."),

@@ -67,6 +67,12 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if not self.pool.features:
             raise ConfigError("a run needs at least one feature; give --feature or --strategy/--pooling")
+        if self.ray.engine == "ray" and (self.write.dims is not None or self.write.projection_file is not None):
+            raise ConfigError("--dims and --projection run on the local engine only; drop --engine ray")
+        if self.pool.per_token and (self.write.dims is not None or self.write.projection_file is not None):
+            flag = "--dims" if self.write.dims is not None else "--projection"
+            raise ConfigError(f"{flag} projects document or window vectors, not --level token's per-token vectors; "
+                              f"drop {flag}, or write --level document or window")
         aggregates = self.pool.aggregates if self.pool.parts > 1 else ()
         check_keep_cols(self.read.keep_cols, self.pool.level, column_names(self.feature_list(), aggregates),
                         self.write.out_dtype)
@@ -103,8 +109,12 @@ class PipelineConfig:
         d.pop("user_set")   # the values it let a model folder fill are compared themselves
         later = {"folder_settings": "auto", "prompt_name": None}   # added later: runs without them keep their fingerprint
         d["model"] = {k: v for k, v in d["model"].items() if k not in later or v != later[k]}
-        for key in ("output", "overwrite", "resume", "progress", "strict", "cache", "binary_center_file"):
-            d["write"].pop(key)   # the binary centre's file: the centre is read back from the parts a resumed run finishes
+        for key in ("output", "overwrite", "resume", "progress", "strict", "cache", "binary_center_file",
+                    "projection_file"):
+            d["write"].pop(key)   # the centre's and projection's files: read back from the parts a resumed run finishes
+        for key, default in (("dims", None), ("dims_method", "auto")):
+            if d["write"][key] == default:   # added later: a run without --dims keeps its fingerprint (resume)
+                d["write"].pop(key)
         d.pop("ray")
         d["read"].pop("inputs")  # inputs are compared by content, not by name (pipeline.read)
         for key, default in (("format", None), ("delimiter", None), ("with_source", False)):

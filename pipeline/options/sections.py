@@ -20,6 +20,7 @@ from .features_config import (STRATEGIES, Feature, Pooling, Strategy, check_aggr
 LEVELS = ("document", "token", "window")
 DTYPES = ("float32", "float16", "bfloat16", "auto")  # auto: bfloat16 where the device has a fast path (pipeline.chip)
 OUT_DTYPES = ("float32", "float16", "int8", "binary")  # int8, binary: pipeline.compact (per-vector forms)
+DIMS_METHODS = ("auto", "pca", "truncate")  # --dims: auto = truncate where the model folder declares N (Matryoshka), else pca
 QUANTIZE = ("none", "int8")
 ON_BAD_LINES = ("error", "skip")
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "text")
@@ -307,6 +308,9 @@ class WriteConfig:
     cache: str | None = None               # --cache DIR or s3://BUCKET/PREFIX: the window store
                                            # (pipeline.cache.stores.open_store); changes no value
     binary_center_file: str | None = None  # binary: an earlier binary output whose centre this run takes
+    dims: int | None = None                # project each feature column to N dims before --out-dtype (pipeline.projection)
+    dims_method: str = "auto"              # DIMS_METHODS
+    projection_file: str | None = None     # an earlier --dims output whose projection this run takes
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "output", expand_user(str(self.output), "--output"))  # frozen: set once, here
@@ -319,6 +323,12 @@ class WriteConfig:
             if self.out_dtype != "binary":
                 raise ConfigError(f"--binary-center {self.binary_center_file!r} gives the centre of binary vectors; "
                                   "add --out-dtype binary, or drop --binary-center")
+        check_choice("--dims-method", self.dims_method, DIMS_METHODS)
+        if self.dims is not None and (isinstance(self.dims, bool) or not isinstance(self.dims, int) or self.dims < 1):
+            raise ConfigError(f"--dims {self.dims!r} must be a whole number >= 1 (the dimensions each vector keeps), "
+                              "e.g. --dims 128")
+        if self.projection_file is not None:
+            object.__setattr__(self, "projection_file", expand_user(str(self.projection_file), "--projection"))
         if not self.is_directory and not self.output.lower().endswith(".parquet"):
             raise ConfigError(f"--output {self.output!r} is neither a .parquet file nor a directory (ending in /); "
                               f"longbert writes parquet: use e.g. -o {Path(self.output).with_suffix('.parquet')} "

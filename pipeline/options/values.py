@@ -19,7 +19,7 @@ from ..errors import ConfigError
 
 _LIMIT = 2 ** 63  # no count or size of a run is near it; beyond it a value is a typo (1e99)
 _FLAGS = {"keep_cols": "--keep-col", "output": "--output", "features": "--feature",
-          "binary_center_file": "--binary-center"}
+          "binary_center_file": "--binary-center", "projection_file": "--projection"}
 
 
 def flag(name: str) -> str:

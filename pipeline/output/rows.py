@@ -6,6 +6,8 @@ vector names and sizes (pipeline.output.schema.row_fields); the run's metadata i
 ``document_table`` writes one row per document (and, with per-token output, its per-token lists);
 ``window_table`` one row per window. --out-dtype binary packs the signs of x minus the stage's
 ``binary_center`` (its fitted state: given, or found by pipeline.engine.calibrate on a run's first documents).
+--dims projects each feature column first (``projection``, pipeline.projection: fitted state of the same
+kind), so --out-dtype stores the projected vectors.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from ..compact import pack_binary, quantize_int8
 from ..counts import BlockCounts
 from ..errors import ConfigError
 from ..options.sections import OUT_DTYPES
+from ..projection import projections_of
 from ..stage import Stage
 from ..text.segment import covered_tokens
 from .arrow_arrays import fixed_list_array, list_array
@@ -154,21 +157,29 @@ class Rows(Stage):
         binary_center: --out-dtype binary's centre, the stage's fitted state: a (D,) array for the one
             feature column ``features``, or {column: (D,) array, or None for the signs of x} (a per-token
             run's ``token_features`` too); None: the signs of x (a run finds one on its first documents,
-            pipeline.engine.calibrate). Stored as {column: tuple of float32 values}.
+            pipeline.engine.calibrate). Stored as {column: tuple of float32 values}. With a projection,
+            the centre is of the projected (N,) vectors.
+        projection: --dims' projection, fitted state too, applied to each feature column before
+            ``out_dtype`` stores it: a pipeline.projection.Projection, a (mean (D,), components (N, D))
+            pair or {"mean": ..., "components": ...} for the one column ``features``, or {column: any of
+            those}; each vector x becomes (x - mean) @ components.T, (N,) float32. None: none (a --dims
+            run fits one on its first documents, pipeline.engine.calibrate). Not at --level token.
 
     Raises:
         ConfigError: an unknown ``out_dtype``, a ``binary_center`` without out_dtype "binary", or one that
-            is not finite numbers of one dimension; when called, a column the centre lacks or another D.
+            is not finite numbers of one dimension; a ``projection`` of another form or per token; when
+            called, a column the centre or the projection lacks, or another D.
 
     Example:
         >>> Rows(out_dtype="binary", binary_center=np.zeros(384, np.float32))   # packs the signs of x
+        >>> Rows(out_dtype="int8", projection=(mean, components))               # (384,), (128, 384): 128 int8
     """
 
     name, requires, fills = "rows", ("vectors",), ("table", "counts")
     per_token = per_window = False
 
     def __init__(self, kept: Sequence[str] = (), out_dtype: str = "float32",
-                 binary_center: np.ndarray | Mapping[str, object] | None = None):
+                 binary_center: np.ndarray | Mapping[str, object] | None = None, projection: object = None):
         if isinstance(kept, str) or not all(isinstance(c, str) for c in kept):
             raise ConfigError(f"Rows: kept={kept!r}; give a tuple of input column names, e.g. ('label',)")
         if out_dtype not in OUT_DTYPES:
@@ -177,9 +188,30 @@ class Rows(Stage):
         self.binary_center = centers_of(binary_center, out_dtype)
         self.centers = None if self.binary_center is None else {
             c: None if v is None else np.asarray(v, np.float32) for c, v in self.binary_center.items()}
+        self.projection = projections_of(projection)
+        if self.projection is not None and self.per_token:
+            raise ConfigError("Rows: projection (--dims) projects document or window vectors, not per-token ones")
 
     def get_params(self, deep: bool = True) -> dict:
-        return {"kept": self.kept, "out_dtype": self.out_dtype, "binary_center": self.binary_center}
+        return {"kept": self.kept, "out_dtype": self.out_dtype, "binary_center": self.binary_center,
+                "projection": self.projection}
+
+    def projected(self, batch: Batch) -> Batch:
+        """``batch`` with each feature column's (n, D) vectors projected to (n, N) (``projection``). Raises
+        ConfigError for a column the projection lacks, or vectors of another D (naming both and the fix)."""
+        if self.projection is None or not batch.vectors:
+            return batch
+        out = {}
+        for name, values in batch.vectors.items():
+            if (p := self.projection.get(name)) is None:
+                raise ConfigError(f"Rows: projection has columns {list(self.projection)}, but the rows hold column "
+                                  f"{name!r}; give {{column: projection}} for each of {list(batch.vectors)}")
+            if np.shape(values)[1] != p.input_dim:
+                raise ConfigError(f"Rows: projection[{name!r}] takes vectors of {p.input_dim} dimensions, but the "
+                                  f"column's have {np.shape(values)[1]}; pass the projection of vectors of this "
+                                  "model and feature (e.g. an earlier --dims output's, --projection FILE)")
+            out[name] = p.apply(values)                                     # (n, D) -> (n, N) float32
+        return batch.replace(vectors=out)
 
     def complete(self, batch: Batch) -> Batch:
         """``batch`` with the fields a replacement aggregate may leave empty derived (``completed``) and
@@ -234,7 +266,7 @@ class Rows(Stage):
 
     def __call__(self, batch: Batch) -> Batch:
         self.check(batch)
-        batch = self.complete(batch)
+        batch = self.complete(self.projected(batch))
         schema = self.schema(batch)
         if self.out_dtype == "binary":
             binary = dict(self.columns(batch))

@@ -64,11 +64,18 @@ def token_vector_fields(token_dim: int, out_dtype: str) -> list[pa.Field]:
     return [pa.field(f.name, pa.list_(f.type)) for f in stored]
 
 
-def output_fields(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: int, token_dim: int) -> list[pa.Field]:
-    """The run's columns in order, as ``output_schema`` documents them (no metadata, no checks)."""
-    columns = feature_columns(cfg, hidden) if cfg.multi_feature else [(FEATURES, dim)]
+def output_fields(cfg: PipelineConfig, id_type: pa.DataType, hidden: int, dim: int, token_dim: int,
+                  projection: Mapping[str, object] | None = None) -> list[pa.Field]:
+    """The run's columns in order, as ``output_schema`` documents them (no metadata, no checks);
+    ``projection``: {column: pipeline.projection.Projection} of a --dims run (its columns store N values)."""
+    columns = stored_dims(feature_columns(cfg, hidden) if cfg.multi_feature else [(FEATURES, dim)], projection)
     return row_fields(id_type, passthrough_columns(cfg), columns, cfg.write.out_dtype, cfg.pool.per_window,
                       token_dim if cfg.pool.per_token else None)
+
+
+def stored_dims(columns: Sequence[tuple[str, int]], projection: Mapping[str, object] | None) -> list[tuple[str, int]]:
+    """(column, D) with each projected column's D replaced by its projection's N (--dims)."""
+    return [(c, projection[c].dim if projection and c in projection else d) for c, d in columns]
 
 
 def row_fields(id_type: pa.DataType, kept: Sequence[str], columns: Sequence[tuple[str, int]], out_dtype: str,
@@ -114,7 +121,8 @@ def output_columns(cfg: PipelineConfig, id_type: pa.DataType = pa.string()) -> l
 
 def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, dim: int, token_dim: int,
                   described: PipelineConfig | None = None, segments: Mapping[str, SegmentConfig] | None = None,
-                  binary_center: Mapping[str, object] | None = None) -> pa.Schema:
+                  binary_center: Mapping[str, object] | None = None,
+                  projection: Mapping[str, object] | None = None) -> pa.Schema:
     """The fixed output schema, declared from the config and the model's facts before the first row.
 
     Columns: id (string: the id column's values or text files' paths), or row (int64: the 0-based row
@@ -133,18 +141,21 @@ def output_schema(cfg: PipelineConfig, id_type: pa.DataType, model: ModelFacts, 
     tokens of the window), the feature column(s), error. Metadata key ``longbert``: run_metadata as JSON,
     of ``described`` and ``segments`` where given (the config a pipeline's own stages describe and its
     Segment stage's windows per strategy, pipeline.engine.agreement.described_config), else of ``cfg``;
-    ``binary_center``: {column: (D,) centre or None} of an --out-dtype binary run (the rows stage's).
+    ``binary_center``: {column: (D,) centre or None} of an --out-dtype binary run (the rows stage's);
+    ``projection``: {column: pipeline.projection.Projection} of a --dims run (the rows stage's): each such
+    column stores N values, and the metadata's ``projection`` entry keeps it (run_metadata).
 
     Raises:
         ConfigError: two columns of one name (check_keep_cols refuses the options that would make them).
     """
-    fields = output_fields(cfg, id_type, model.hidden_size, dim, token_dim)
+    fields = output_fields(cfg, id_type, model.hidden_size, dim, token_dim, projection)
     names = [f.name for f in fields]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ConfigError(f"the output would have two columns named {', '.join(map(repr, twice))}; rename that "
                           "--keep-col column in the input")
-    meta = {"longbert": json.dumps(run_metadata(described or cfg, model, dim, token_dim, segments, binary_center))}
+    meta = {"longbert": json.dumps(run_metadata(described or cfg, model, dim, token_dim, segments, binary_center,
+                                                projection))}
     return pa.schema(fields, metadata=meta)
 
 
@@ -157,11 +168,16 @@ def _version(dist: str) -> str | None:
 
 def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: int,
                  segments: Mapping[str, SegmentConfig] | None = None,
-                 binary_center: Mapping[str, object] | None = None) -> dict:
+                 binary_center: Mapping[str, object] | None = None,
+                 projection: Mapping[str, object] | None = None) -> dict:
     """The JSON stored under the parquet schema metadata key ``longbert``.
 
     ``segments``: each strategy's SegmentConfig where a pipeline's Segment stage sets them apart (None:
-    every strategy has cfg.segment's numbers). ``binary_center``: as compact_metadata's.
+    every strategy has cfg.segment's numbers). ``binary_center``: as compact_metadata's. ``projection``:
+    {column: pipeline.projection.Projection} of a --dims run: ``feature_dim`` (and each feature's) is then
+    the stored N, and ``projection`` = {"method": "pca" | "truncate", "dim": N, "columns": [{"column",
+    "input_dim" (D), "dim" (N), "fitted_on" (vectors; 0 for a truncation), "mean", "components" (base64
+    float32: pipeline.projection.Projection.to_metadata)}]}.
 
     ``model`` is what the user named (pipeline.model.facts.model_label: never an absolute path of this
     machine), ``model_sha256`` the hash of its config and weight files (pipeline.model.checkpoint.model_sha256),
@@ -199,10 +215,18 @@ def run_metadata(cfg: PipelineConfig, model: ModelFacts, dim: int, token_dim: in
     if cfg.pool.parts > 1:  # D = parts x window_dim: part k is feature[k * window_dim:(k + 1) * window_dim]
         meta["window_dim"] = dim // cfg.pool.parts
     meta["features"] = features_metadata(cfg, model.hidden_size, segments)
+    if projection:   # --dims: the stored D is the projection's N; how to project new vectors the same way
+        first = next(iter(projection.values()))
+        meta["feature_dim"] = first.dim
+        for entry in meta["features"]:
+            if entry["column"] in projection:
+                entry["feature_dim"] = projection[entry["column"]].dim
+        meta["projection"] = {"method": first.method, "dim": first.dim, "apply": "(x - mean) @ components.T",
+                              "columns": [{"column": c, **p.to_metadata()} for c, p in projection.items()]}
     # a sentence-transformers folder's; None: not one
     meta["folder_settings"] = settings_metadata(cfg, model, prompt_metadata(cfg.model, model))
     if cfg.write.out_dtype in COMPACT_FORMS:
-        meta["compact"] = compact_metadata(cfg, model.hidden_size, dim, token_dim, binary_center)
+        meta["compact"] = compact_metadata(cfg, model.hidden_size, dim, token_dim, binary_center, projection)
     if cfg.multi_feature:  # no one strategy/pooling describes the file: see meta["features"]
         meta.update(strategy=None, pooling=None, layers=None, layer_agg=None, feature_dim=None)
     return meta
@@ -247,7 +271,8 @@ def aggregate_metadata(cfg: PipelineConfig) -> str | list[str] | None:
 
 
 def compact_metadata(cfg: PipelineConfig, hidden: int, dim: int, token_dim: int,
-                     binary_center: Mapping[str, object] | None = None) -> dict:
+                     binary_center: Mapping[str, object] | None = None,
+                     projection: Mapping[str, object] | None = None) -> dict:
     """The metadata's ``compact`` entry of an --out-dtype int8 or binary run: how to decode each column.
 
     int8: {"form": "int8", "dequantize": "x = q * scale", "scale_column": "features_scale" (the first
@@ -257,10 +282,11 @@ def compact_metadata(cfg: PipelineConfig, hidden: int, dim: int, token_dim: int,
     documents' vectors whose signs the bits keep (pipeline.compact.binary_center; absent: the signs of
     x). --level token adds token_features to "columns" (its scale column is list<float32>, one scale
     per token). ``binary_center``: {column: (D,) centre, or None for the signs of x} (the rows stage's
-    fitted state, pipeline.output.rows.Rows); None: no centre.
+    fitted state, pipeline.output.rows.Rows); None: no centre. ``projection``: a --dims run's (the
+    columns' dim is then N).
     """
     form = cfg.write.out_dtype
-    columns = feature_columns(cfg, hidden) if cfg.multi_feature else [(FEATURES, dim)]
+    columns = stored_dims(feature_columns(cfg, hidden) if cfg.multi_feature else [(FEATURES, dim)], projection)
     if cfg.pool.per_token:
         columns = [*columns, (TOKEN_FEATURES, token_dim)]
     if form == "int8":

@@ -60,16 +60,21 @@ def test_texts_cross_validation_equals_probes_hybrid_rows(tiny_model_dir, tmp_pa
     cfg = PipelineConfig.from_options(inputs=(str(src),), model=str(tiny_model_dir), max_length=ML, overlap=4,
                                       progress=False)
     report = probe_corpus(cfg, "label", sample=500, folds=5, seed=0)
-    assert report["documents"] == len(texts) and report["left_out"] == 0 and len(report["hybrids"]) == 3
+    singles = [r for r in report["hybrids"] if len(r["bases"]) == 1]
+    pairs = [r for r in report["hybrids"] if len(r["bases"]) == 2]    # TF-IDF with two BERT features
+    assert report["documents"] == len(texts) and report["left_out"] == 0 and len(singles) == 3
+    assert 1 <= len(pairs) <= 2 and len(report["hybrids"]) == len(singles) + len(pairs)
+    assert all(r["bases"][0] is report["results"][0] and r["bases"][1]["spec"] != r["bases"][0]["spec"] for r in pairs)
     cv = StratifiedKFold(5, shuffle=True, random_state=0)
     for row in report["hybrids"]:
         base = row["base"]
-        vec = longbert.LongBertVectorizer(model=str(tiny_model_dir), max_length=ML, overlap=4, feature=base["spec"],
-                                          aggregate=base["aggregate"])
-        line = hybrid_python(cfg, base)                                    # the summary's Python line
+        line = hybrid_python(cfg, row["bases"] if row in pairs else base)   # the summary's Python line
         model = eval(line.removesuffix(".fit(texts, labels)"), {"longbert": longbert})
-        assert model.get_params(deep=False)["seed"] == 0                  # the line's vectorizer: the same vectors
-        np.testing.assert_array_equal(model.vectorizer.transform(texts), vec.transform(texts))
+        assert model.get_params(deep=False)["seed"] == 0                  # the line's vectorizer(s): the same vectors
+        for vectorizer, b in zip(model.vectorizer if row in pairs else [model.vectorizer], row["bases"]):
+            vec = longbert.LongBertVectorizer(model=str(tiny_model_dir), max_length=ML, overlap=4, feature=b["spec"],
+                                              aggregate=b["aggregate"])
+            np.testing.assert_array_equal(vectorizer.transform(texts), vec.transform(texts))
         scores = cross_val_score(model, texts, y, cv=cv)
         assert abs(scores.mean() - row["accuracy_mean"]) <= 0.01, (row["feature"], scores, row["accuracy"])
         np.testing.assert_allclose(scores, row["accuracy"], atol=1e-12)   # the same vectors: the same folds' scores

@@ -13,10 +13,14 @@ def test_variants_are_the_named_parts_in_order():
     M = np.concatenate([parts[p] for p in PROBE_PARTS], axis=1)                           # (2, 4d)
     chunk, head = Feature("chunk", "mean"), Feature("head", "cls")
     got = probe_variants([chunk, head], [M, M[:, :d]], lambda f: d)
-    assert [(f.strategy, agg) for f, agg, _ in got] == [("chunk", "mean"), ("chunk", "mean,max"),
+    assert [(f.strategy, agg) for f, agg, _ in got] == [("chunk", "mean"), ("chunk", "first"), ("chunk", "last"),
+                                                        ("chunk", "max"), ("chunk", "mean,max"),
                                                         ("chunk", "first,last,mean,max"), ("head", "mean")]
-    expected = {"mean": ["mean"], "mean,max": ["mean", "max"], "first,last,mean,max": ["first", "last", "mean", "max"]}
+    expected = {"mean": ["mean"], "first": ["first"], "last": ["last"], "max": ["max"], "mean,max": ["mean", "max"],
+                "first,last,mean,max": ["first", "last", "mean", "max"]}
     for f, agg, X in got:
         np.testing.assert_array_equal(X, np.concatenate([parts[p] for p in expected[agg]], axis=1))
-    assert [variant_name(f, agg) for f, agg, _ in got] == ["f_chunk_mean", "f_chunk_mean_agg-mean-max",
+    assert [variant_name(f, agg) for f, agg, _ in got] == ["f_chunk_mean", "f_chunk_mean_agg-first",
+                                                           "f_chunk_mean_agg-last", "f_chunk_mean_agg-max",
+                                                           "f_chunk_mean_agg-mean-max",
                                                            "f_chunk_mean_agg-first-last-mean-max", "f_head_cls"]

@@ -39,9 +39,9 @@ def test_probe_without_unknown_tokens_gives_no_warning_and_one_feature_count(run
     assert "are unknown to the model" not in result.output
     ranked = [line for line in result.output.splitlines() if re.match(r"\s*\d+\s+f_", line)]
     # the tiny model (2 layers, a pooler): 5 window strategies x (cls, mean, max x 3 layer choices, and pooler),
-    # and chunk's and sliding's two more aggregations of each of their 10; late: (mean, max) x 3 layer choices,
-    # each in 3 aggregations
-    assert len(ranked) == 5 * (3 * 3 + 1) + 2 * 2 * 10 + 2 * 3 * 3
+    # and chunk's and sliding's five more aggregations (first, last, max, mean,max, first,last,mean,max) of each
+    # of their 10; late: (mean, max) x 3 layer choices, each in 6 aggregations
+    assert len(ranked) == 5 * (3 * 3 + 1) + 2 * 5 * 10 + 2 * 3 * 6
     assert re.findall(r"(\d+) features", result.output) == [str(len(ranked))]
 
 

@@ -86,7 +86,8 @@ def test_probe_on_chinese_ranks_and_writes_every_row(runner, zh_model, chinese, 
     acc, f1 = by_hand(texts, y, 3, 0, analyzer="char_wb")
     assert float(lexical[0]["accuracy"]) == pytest.approx(acc.mean())
     assert float(lexical[0]["macro_f1"]) == pytest.approx(f1.mean())
-    assert len([r for r in rows if r["kind"] == "hybrid" and r["accuracy"]]) == 3
+    assert len([r for r in rows if r["kind"] == "hybrid" and r["accuracy"] and "+" not in r["feature"]]) == 3
+    assert [r for r in rows if r["kind"] == "hybrid" and r["accuracy"] and "+" in r["feature"]]   # two features
     assert (f"lexical baseline {CHAR_NAME} {acc.mean():.3f} ± {acc.std():.3f} (macro-F1 {f1.mean():.3f}; character "
             "n-grams: no word or word pair occurs in 2 training texts (text without spaces between words?))"
             in result.output)

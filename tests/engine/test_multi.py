@@ -259,19 +259,22 @@ def test_probe_corpus_one_pass_agrees_with_single_feature_files(runner, tiny_mod
     lines = result.output.splitlines()
     assert lines[0] == f"loading model {tiny_model_dir} ..."       # as extract prints it (stderr)
     lines = lines[lines.index([x for x in lines if x.startswith("rank ")][0]):]
-    assert lines[0].split() == ["rank", "feature", "layers", "aggregate", "windows/doc", "dim", "accuracy", "macro-F1"]
-    summary_at = next(i for i, line in enumerate(lines) if line.startswith("24 documents (stratified sample), 108 "))
+    assert lines[0].split() == ["rank", "feature", "layers", "aggregate", "windows/doc", "dim", "bytes/doc", "accuracy",
+                                "macro-F1"]
+    summary_at = next(i for i, line in enumerate(lines) if line.startswith("24 documents (stratified sample), 186 "))
     table = [line.split() for line in lines[1:summary_at] if line.split()[1].startswith("f_") and ":" not in
              line.split()[1] and not line.split()[1].startswith("hybrid")]
     # 5 strategies x (cls, mean, max) x (-1, -2, -2..-1 mean: the tiny model has 2 layers) + 5 pooler, and
     # late x (mean, max) x the same layers, each with the mean; chunk and sliding's 20 and late's 6 also with
-    # mean,max and first,last,mean,max
-    assert len({row[1] for row in table}) == 108 == len(table)
-    assert sum(row[1].endswith("_pooler") for row in table) == 5 and sum("_pooler" in row[1] for row in table) == 9
+    # first, last, max, mean,max and first,last,mean,max
+    assert len({row[1] for row in table}) == 186 == len(table)
+    assert sum(row[1].endswith("_pooler") for row in table) == 5 and sum("_pooler" in row[1] for row in table) == 15
     assert sorted({(row[2], row[3]) for row in table if row[1].startswith("f_chunk_cls")}) == sorted(
-        (layers, agg) for agg in ("first,last,mean,max", "mean", "mean,max") for layers in ("-1", "-2", "mean(-2..-1)"))
+        (layers, agg) for agg in ("first", "first,last,mean,max", "last", "max", "mean", "mean,max")
+        for layers in ("-1", "-2", "mean(-2..-1)"))
     assert {row[5] for row in table if row[3] == "first,last,mean,max"} == {"128"}
-    table = [[row[0], row[1], *row[4:]] for row in table]    # without layers and aggregate, as below
+    assert all(int(row[6]) == 4 * int(row[5]) for row in table)   # bytes/doc: float32, as extract writes it
+    table = [[row[0], row[1], *row[4:6], *row[7:]] for row in table]    # without layers, aggregate, bytes, as below
     accuracy = [float(row[4]) for row in table]
     assert accuracy == sorted(accuracy, reverse=True)
     n = np.array([len(r["text"].split()) for r in LABELLED])
