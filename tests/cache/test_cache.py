@@ -258,6 +258,23 @@ def test_no_sha256_refuses_cache(tiny_model_dir, tmp_path):
     assert WindowCache.open(spec, facts, None) is None and WindowCache.open(spec, facts, "") is None
 
 
+def test_open_by_folder_opens_the_sqlite_store(tiny_model_dir, tmp_path):
+    """WindowCache.open with a folder's path (str or Path) opens the SQLite store there: a window put is found."""
+    cfg = PipelineConfig.from_options(model=str(tiny_model_dir), max_length=ML)
+    facts, tok = model_facts(cfg.model)
+    spec = EncodeSpec.from_config(cfg)
+    windows = [w for d in tokenize_block([words(20)], tok, None) for w in segment(d, cfg.segment, facts.cls_id,
+                                                                                  facts.sep_id)]
+    vectors = np.arange(len(windows) * facts.hidden_size, dtype=np.float32).reshape(len(windows), -1)
+    for folder in (str(tmp_path / "s"), tmp_path / "p"):
+        cache = WindowCache.open(spec, facts, folder)
+        assert cache.lookup(windows)[1] == list(range(len(windows)))      # empty: every window missing
+        cache.put(windows, vectors)
+        found, missing = cache.lookup(windows)
+        cache.store.close()
+        assert missing == [] and np.array_equal(found, vectors) and (Path(folder) / DB_NAME).is_file()
+
+
 def test_layers_named_two_ways_share_one_entry(runner, tiny_model_dir, tmp_path):
     store = tmp_path / "store"
     extract(runner, tiny_model_dir, tmp_path, TEXTS, "a", "--strategy", "chunk", "--layers=-2", "--cache", store)
