@@ -105,16 +105,16 @@ class Pipeline:
         column ``features``, {column: (D,) array}, or an earlier binary output's path (``--binary-center``).
 
         Raises:
-            ConfigError: an unknown option or a value out of range, a centre that is not one of those
-                forms or does not fit this run's columns; ModelError as from_config.
+            ConfigError: an unknown option or a value out of range, a centre of another form, not finite, not
+                fitting the columns, or of other features (Resolved.given_centre); ModelError as from_config.
         """
         from ..options.python_api import config_from_python, python_names
 
         if isinstance(binary_center, str) or hasattr(binary_center, "__fspath__"):   # an earlier output, as --binary-center FILE
             options["binary_center_file"], binary_center = str(binary_center), None
-        with python_names():   # the options checked against the model too: messages name the arguments
+        with python_names():   # the options and the centre checked against the model: messages name the arguments
             pipe = cls.from_config(config_from_python(**options))
-        return pipe if binary_center is None else pipe.with_binary_center(binary_center, given=True)
+            return pipe._rebuilt(pipe.resolution().given_centre(binary_center))
 
     @property
     def cfg(self) -> PipelineConfig:

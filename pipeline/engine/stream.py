@@ -20,6 +20,7 @@ from ..output.lock import holds_output
 from ..output.write import check_resume
 from ..read import Plan, read_block, verify_inputs
 from .calibrate import binary_centre
+from .centre_file import file_centers
 from .columns import as_written
 from .feed import feed_workers
 from .run import BatchProgress, Summary, documents_of, peak_memory, fail_on_row_error, open_run, run_fingerprint, scan_inputs, writing
@@ -62,6 +63,8 @@ def stream_corpus(plan: Plan, pipe, echo: Callable[[str], None] | None = None,
     cfg = pipe.cfg
     schema = pipe.resolution().file_schema(plan.id_type)   # the rows stage's columns, then any a stage adds
     check_resume(cfg, run_fingerprint(cfg, plan, schema))
+    if cfg.write.out_dtype == "binary" and cfg.write.binary_center_file is not None:
+        file_centers(cfg.write.binary_center_file, pipe.resolution())   # a wrong file refused before the model loads
     if echo and cfg.write.progress:
         name = cfg.model.model
         echo(f"loading model {model_label(name) if name == DEFAULT_MODEL else name} ...")

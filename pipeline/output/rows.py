@@ -273,8 +273,8 @@ def centers_of(value: object, out_dtype: str) -> dict[str, tuple[float, ...] | N
     Example: np.zeros(3) -> {"features": (0.0, 0.0, 0.0)}; {"f_a": [1, 2], "f_b": None} -> as floats.
 
     Raises:
-        ConfigError: a centre without out_dtype "binary", or one that is not a 1-D array of finite numbers
-            (naming the value and the form to give).
+        ConfigError: a centre without out_dtype "binary", or one that is not a 1-D array of numbers (naming
+            the value and the form to give), or holds NaN or inf (naming the first such dimension).
     """
     if value is None:
         return None
@@ -291,7 +291,14 @@ def centers_of(value: object, out_dtype: str) -> dict[str, tuple[float, ...] | N
             arr = np.asarray(center, dtype=np.float32)
         except (TypeError, ValueError):
             arr = np.zeros((0, 0))
-        if not isinstance(name, str) or arr.ndim != 1 or not arr.size or not np.isfinite(arr).all():
+        bad = np.flatnonzero(~np.isfinite(arr)) if arr.ndim == 1 else ()
+        if isinstance(name, str) and arr.ndim == 1 and len(bad):
+            where = f"binary_center[{name!r}]" if isinstance(value, Mapping) else "binary_center"
+            x = float(arr[bad[0]])
+            raise ConfigError(f"Rows: {where} holds {'NaN' if np.isnan(x) else x} at dimension {int(bad[0])} (of "
+                              f"{arr.size}); give a centre of finite numbers, e.g. X.mean(axis=0) of a corpus's "
+                              "float32 vectors")
+        if not isinstance(name, str) or arr.ndim != 1 or not arr.size:
             raise ConfigError(f"Rows: binary_center {_shown(value)} is not a centre; give one (D,) array of finite "
                               "numbers (the centre of the one column 'features'), or {column: (D,) array}, e.g. "
                               "X.mean(axis=0) of a corpus's float32 vectors")
