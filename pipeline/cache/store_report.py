@@ -56,7 +56,8 @@ def clear_store(path: str | Path) -> dict:
 def format_stats(stats: dict, folded: bool = True) -> str:
     """The text of ``longbert cache DIR`` for a ``WindowStore.stats()`` dict: size, hit rate, a table per model.
     ``folded=False``: the checkpoint before it left part of the log (``WindowStore.checkpoint``), and the
-    first line says how much is still outside ``windows.sqlite3``."""
+    first line says how much is still outside ``windows.sqlite3``. A store whose runs keep the hit counts
+    (``hit_counts`` "run") says so, instead of "no lookups yet"."""
     where = stats["path"] or "in-memory window store"
     lines = [f"{where} ({stats['journal_mode']}): {stats['size_bytes']:,} bytes, {stats['entries']:,} windows"]
     if stats["bytes_per_1000"] is not None:
@@ -65,13 +66,19 @@ def format_stats(stats: dict, folded: bool = True) -> str:
         lines[0] += (f"; {stats['wal_bytes']:,} of those bytes are still in {DB_NAME}-wal (another process has "
                      "the store open): copy both files, or copy once it is done")
     rate = stats["hit_rate"]
-    lines.append("hit rate: no lookups yet" if rate is None else
-                 f"hit rate: {rate:.1%} ({stats['hits']:,} of {stats['lookups']:,} lookups)")
+    if rate is None and stats.get("hit_counts") == "run":   # its reads write nothing, counts included
+        lines.append("hit rate: not kept in the store (its reads write nothing); each run's summary line says "
+                     "how many windows came from it (\"N windows encoded, M from the cache\")")
+    else:
+        lines.append("hit rate: no lookups yet" if rate is None else
+                     f"hit rate: {rate:.1%} ({stats['hits']:,} of {stats['lookups']:,} lookups)")
     if stats["rejected"]:
         lines[-1] += f"; {stats['rejected']:,} entries failed verification and were encoded again"
     if stats["models"]:
         lines.append(f"{'windows':>10} {'dim':>5} {'lookups':>10} {'hits':>10} {'hit rate':>8}  model")
     for m in stats["models"]:
         hit = "-" if m["hit_rate"] is None else f"{m['hit_rate']:.1%}"
-        lines.append(f"{m['entries']:>10,} {m['dim']:>5} {m['lookups']:>10,} {m['hits']:>10,} {hit:>8}  {m['label']}")
+        lookups, hits = (f"{m['lookups']:,}", f"{m['hits']:,}") if m["lookups"] or stats.get("hit_counts") != "run" \
+            else ("-", "-")   # not kept in the store: "-", not 0
+        lines.append(f"{m['entries']:>10,} {m['dim']:>5} {lookups:>10} {hits:>10} {hit:>8}  {m['label']}")
     return "\n".join(lines)
