@@ -14,6 +14,29 @@ CUT_MIN_CHARS = 256
 CUT_GROWTH = 4
 
 
+CALL_CHARS = 1 << 18   # characters of text per tokenizer call, at most (a longer text is a call of its own)
+
+
+def calls(texts: list[str] | list[int], limit: int = CALL_CHARS) -> list[tuple[int, int]]:
+    """[start, stop) ranges of consecutive texts (or their lengths in characters) of at most ``limit``
+    characters together, each text in one range (a longer one alone), covering every text once; [] for none.
+
+    Why: a call returns Python lists of every token's id and offsets (about 150 bytes a token) before
+    they become arrays; one call per block made a block of long documents hold them all at once.
+    Example: lengths [100, 200, 300], limit 300 -> [(0, 2), (2, 3)].
+    """
+    bounds, start, held = [], 0, 0
+    for i, text in enumerate(texts):
+        size = text if isinstance(text, int) else len(text)
+        if i > start and held + size > limit:
+            bounds.append((start, i))
+            start, held = i, 0
+        held += size
+    if texts:
+        bounds.append((start, len(texts)))
+    return bounds
+
+
 def known_tokens(word_ids: Sequence[int | None], offsets: Sequence[Sequence[int]], end: int, margin: int) -> int:
     """How many leading tokens of the part ``text[:end]`` are, provably, the first tokens of the whole text.
 
@@ -43,8 +66,8 @@ def first_tokens(tokenizer, texts: Sequence[str], max_tokens: int, margin: int) 
     (known_tokens), each tokenized as that part only: {index: (ids, offsets, known)}, ``known`` > max_tokens
     the part's leading tokens that are the whole text's (ids[:known] are exactly the whole text's first ids).
 
-    The part starts at ``max_tokens * 8 + 256`` characters and grows 4x while it proves too few, in one
-    tokenizer call per round for every text still short; a text the part never covers before its end (a
+    The part starts at ``max_tokens * 8 + 256`` characters and grows 4x while it proves too few, in
+    tokenizer calls of at most CALL_CHARS characters of parts per round for the texts still short; a text the part never covers before its end (a
     word of 2,000,000 characters; fewer tokens than the cap) is left out and tokenized whole, as is every
     text of a round the tokenizer fails on (tokenize_block names the failing text). So a 2,000,000-character
     text of CJK characters without whitespace costs the tokenizer 768 characters at a cap of 64, not 2,000,000.
@@ -52,17 +75,18 @@ def first_tokens(tokenizer, texts: Sequence[str], max_tokens: int, margin: int) 
     budget = max_tokens * CUT_CHARS_PER_TOKEN + CUT_MIN_CHARS
     todo, found = [i for i, t in enumerate(texts) if len(t) > budget], {}
     while todo:
-        enc = _with_words(tokenizer, [texts[i][:budget] for i in todo])
-        if enc is None:   # the tokenizer fails on one: those texts are tokenized whole (and the failure named)
-            break
         again = []
-        for j, i in enumerate(todo):
-            offsets = enc["offset_mapping"][j]
-            known = known_tokens(enc.word_ids(j), offsets, budget, margin)
-            if known > max_tokens:
-                found[i] = (enc["input_ids"][j], offsets, known)
-            elif len(texts[i]) > budget * CUT_GROWTH:
-                again.append(i)
+        for lo, hi in calls([budget] * len(todo)):   # CALL_CHARS of parts a call, as the texts go
+            enc = _with_words(tokenizer, [texts[i][:budget] for i in todo[lo:hi]])
+            if enc is None:   # the tokenizer fails on one: those texts are tokenized whole (and the failure named)
+                continue
+            for j, i in enumerate(todo[lo:hi]):
+                offsets = enc["offset_mapping"][j]
+                known = known_tokens(enc.word_ids(j), offsets, budget, margin)
+                if known > max_tokens:
+                    found[i] = (enc["input_ids"][j], offsets, known)
+                elif len(texts[i]) > budget * CUT_GROWTH:
+                    again.append(i)
         todo, budget = again, budget * CUT_GROWTH
     return found
 

@@ -19,7 +19,7 @@ from ..batch import Batch
 from ..read.specs import ROW_ERROR
 from ..stage import Stage
 from ..types import TokenizedDoc
-from .cut import cut_margin, first_tokens
+from .cut import CALL_CHARS, calls, cut_margin, first_tokens
 
 EMPTY_TEXT = "empty text"
 NO_TOKENS = "no tokens after normalisation"
@@ -260,7 +260,7 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
         first_tokens(encoder, texts, max_tokens_per_doc, cut_margin(encoder))
     sent = ["" if i in cut else t for i, t in enumerate(texts)]   # a cut text's tokens are known already
     docs: list[TokenizedDoc] = []
-    for lo, hi in _calls(sent, CALL_CHARS):   # the tokenizer's Python lists of ids and offsets: one call's texts at a time
+    for lo, hi in calls(sent, CALL_CHARS):   # the tokenizer's Python lists of ids and offsets: one call's texts at a time
         all_ids, all_offsets = call(sent[lo:hi], list(range(lo, hi)))
         known = [None] * (hi - lo)
         for i in range(lo, hi):
@@ -272,28 +272,6 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
                  for row, ids, offsets, n_known in zip(range(lo, hi), all_ids, all_offsets, known)]
         del all_ids, all_offsets
     return docs
-
-
-CALL_CHARS = 1 << 18   # characters of text per tokenizer call, at most (a longer text is a call of its own)
-
-
-def _calls(texts: list[str], limit: int = CALL_CHARS) -> list[tuple[int, int]]:
-    """[start, stop) ranges of consecutive texts of at most ``limit`` characters together, each text in one
-    range (a longer one alone), covering every text once; [] for no text.
-
-    Why: a call returns Python lists of every token's id and offsets (about 150 bytes a token) before
-    they become arrays; one call per block made a block of long documents hold them all at once.
-    Example: lengths [100, 200, 300], limit 300 -> [(0, 2), (2, 3)].
-    """
-    bounds, start, held = [], 0, 0
-    for i, text in enumerate(texts):
-        if i > start and held + len(text) > limit:
-            bounds.append((start, i))
-            start, held = i, 0
-        held += len(text)
-    if texts:
-        bounds.append((start, len(texts)))
-    return bounds
 
 
 _NO_OFFSETS = np.zeros((0, 2), dtype=np.int32)
