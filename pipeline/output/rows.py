@@ -21,7 +21,7 @@ from ..errors import ConfigError
 from ..options.sections import OUT_DTYPES
 from ..stage import Stage
 from ..text.segment import covered_tokens
-from .arrow_arrays import fixed_list_array, list_array
+from .arrow_arrays import fixed_list_array, list_array, tiled_buffer
 from .schema import (ERROR, FEATURES, ID, N_TOKENS, N_UNKNOWN, N_WINDOWS, SPANS, TOKEN_COLUMNS, TOKEN_FEATURES,
                      TRUNCATED, WINDOW, row_fields, scale_column)
 from .write import fits_float16
@@ -112,15 +112,38 @@ def _token_vector_columns(schema: pa.Schema, items: list[np.ndarray | None],
     list_type = schema.field(TOKEN_FEATURES).type
     leaf = list_type.value_type.value_type
     if pa.types.is_int8(leaf):
-        pairs = [quantize_int8(x) if x is not None else (None, None) for x in items]
-        return {TOKEN_FEATURES: list_array([q for q, _ in pairs], list_type),
-                scale_column(TOKEN_FEATURES): list_array([s for _, s in pairs],
-                                                          schema.field(scale_column(TOKEN_FEATURES)).type)}
+        qs, scales = _token_int8(items)
+        return {TOKEN_FEATURES: list_array(qs, list_type),
+                scale_column(TOKEN_FEATURES): list_array(scales, schema.field(scale_column(TOKEN_FEATURES)).type)}
     if pa.types.is_uint8(leaf):
         center = (centers or {}).get(TOKEN_FEATURES)
         return {TOKEN_FEATURES: list_array([pack_binary(x, center) if x is not None else None for x in items],
                                             list_type)}
     return {TOKEN_FEATURES: list_array(items, list_type)}
+
+
+def _token_int8(items: list[np.ndarray | None]) -> tuple[list, list]:
+    """Per document its (m, D) int8 token vectors and (m,) float32 scales (quantize_int8), or None twice.
+    Where the documents' float32 vectors tile one array (the token aggregate's, tiled_buffer), it is
+    quantized at once into one int8 array, and each document gets views of it and of the scales: the
+    Arrow columns then take those arrays without a copy (list_array), so the int8 form adds a quarter of
+    the float32 vectors' bytes, not one per-document copy and a flat copy besides."""
+    base = tiled_buffer(items, np.dtype(np.float32))
+    present = [x for x in items if x is not None]
+    if base is None or not present or present[0].ndim != 2:
+        pairs = [quantize_int8(x) if x is not None else (None, None) for x in items]
+        return [q for q, _ in pairs], [s for _, s in pairs]
+    q, scale = quantize_int8(base.reshape(-1, present[0].shape[1]))                 # (tokens, D) int8, (tokens,)
+    qs, scales, at = [], [], 0
+    for x in items:
+        if x is None:
+            qs.append(None)
+            scales.append(None)
+            continue
+        qs.append(q[at:at + len(x)])
+        scales.append(scale[at:at + len(x)])
+        at += len(x)
+    return qs, scales
 
 
 def _leading(schema: pa.Schema, kept: tuple[str, ...], rows: pa.Table, take: pa.Array | None) -> dict[str, pa.Array]:
