@@ -24,13 +24,14 @@ from .columns import added_columns, checked_table, declared_label
 from .block_loop import block_pieces
 from .params import StepsByName, pipeline_params, set_step_params, step_item, with_io_options
 from .resolved import Resolved
+from .text_runs import TextRuns
 from ..output.rows import Rows
 
 StageFn = Callable[[Batch], Batch]
 BUILT_IN_NAMES = ("tokenize", "segment", "dedup", "encode", "aggregate", "rows")
 
 
-class Pipeline:
+class Pipeline(TextRuns):   # run_texts: an iterable of texts, in bounded memory
     """The stages of a run in order; ``pipe(batch)`` runs them all and returns the output table.
 
     Build from parts, as scikit-learn's ``Pipeline``: ``Pipeline([stage, ...])`` names each stage by its
@@ -40,9 +41,8 @@ class Pipeline:
     weights; ``insert``, ``replace`` and ``without`` return new pipelines.
 
     scikit-learn's protocol: ``get_params``, ``set_params``, ``sklearn.base.clone``, ``named_steps``,
-    ``pipe["segment"]``, ``pipe[1:3]``.
-    It pickles and deep-copies before and after its weights load: an unpickled one (a worker's) loads
-    them again from the model's folder, a deep copy shares them.
+    ``pipe["segment"]``, ``pipe[1:3]``. It pickles and deep-copies before and after its weights load: an
+    unpickled one (a worker's) loads them again from the model's folder, a deep copy shares them.
 
     Args:
         steps: stages (any callable ``Batch -> Batch``; a built-in one, or one with a ``name``) or
