@@ -267,3 +267,16 @@ def test_token_int8_quantizes_the_pieces_array_once_and_gives_views_of_it():
     qs, scales = _token_int8(gaps)
     assert qs[1] is None and scales[1] is None
     np.testing.assert_array_equal(qs[2], quantize_int8(base[21:50])[0])
+
+
+@pytest.mark.parametrize("form", ["int8", "binary"])
+def test_compact_vector_columns_are_written_without_a_dictionary(runner, tiny_model_dir, tmp_path, form):
+    """A dictionary would hold a 4-byte index per int8 value of the row group in the writer (as much as the
+    float32 vectors); the ids and token ids keep theirs."""
+    path = run(runner, tiny_model_dir, tmp_path, "--level", "token", "--out-dtype", form, out=f"{form}.parquet")
+    meta = pq.ParquetFile(path).metadata
+    encodings = {meta.schema.column(i).path: meta.row_group(0).column(i).encodings for i in range(meta.num_columns)}
+    dictionary = {p for p, e in encodings.items() if any("DICTIONARY" in x for x in e)}
+    vectors = {p for p in encodings if p.startswith(("features", "token_features"))}
+    assert vectors and not vectors & dictionary, encodings
+    assert {"id", "token_ids.list.element"} <= dictionary
