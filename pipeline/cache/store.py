@@ -351,7 +351,7 @@ class WindowStore(TokenRows):
         entries = sum(counts.values())
         lookups, hits = sum(m["lookups"] for m in models), sum(m["hits"] for m in models)
         return {"path": None if self.db_file is None else str(self.db_file), "read_only": self.read_only,
-                "journal_mode": mode,
+                "journal_mode": "read-only" if self.read_only else mode,   # immutable=1 reports "delete"
                 "size_bytes": size, "wal_bytes": wal.stat().st_size if self.db_file and wal.exists() else 0,
                 "entries": entries, "lookups": lookups, "hits": hits,
                 "rejected": sum(m["rejected"] for m in models), "hit_rate": hits / lookups if lookups else None,

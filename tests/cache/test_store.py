@@ -467,7 +467,7 @@ assert np.stack(store.get_many(KEY, ids)).tobytes() == vectors_of(ids).tobytes()
 new = block_ids(2, 0, 4)
 assert store.put_many(KEY, new, vectors_of(new)) == 0 and store.get_many(KEY, new) == [None] * 4
 s = store.stats()
-assert (s["read_only"], s["entries"], s["lookups"], s["hits"]) == (True, 8, 12, 8), s
+assert (s["read_only"], s["journal_mode"], s["entries"], s["lookups"], s["hits"]) == (True, "read-only", 8, 12, 8), s
 assert store.checkpoint() is True
 try:
     store.clear()
