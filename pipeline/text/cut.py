@@ -78,7 +78,7 @@ def first_tokens(tokenizer, texts: Sequence[str], max_tokens: int, margin: int) 
         again = []
         for lo, hi in calls([budget] * len(todo)):   # CALL_CHARS of parts a call, as the texts go
             enc = _with_words(tokenizer, [texts[i][:budget] for i in todo[lo:hi]])
-            if enc is None:   # the tokenizer fails on one: those texts are tokenized whole (and the failure named)
+            if enc is None:   # the tokenizer fails on one, or gives no word ids: those texts are tokenized whole
                 continue
             for j, i in enumerate(todo[lo:hi]):
                 offsets = enc["offset_mapping"][j]
@@ -93,11 +93,13 @@ def first_tokens(tokenizer, texts: Sequence[str], max_tokens: int, margin: int) 
 
 def _with_words(tokenizer, parts: list[str]):
     """The tokenizer's BatchEncoding of ``parts`` with offsets and word ids (tokenize_block's settings), or
-    None when it fails on one of them."""
+    None when it fails on one of them or gives no word ids."""
     try:
-        return tokenizer(parts, add_special_tokens=False, split_special_tokens=True, truncation=False,
-                         return_offsets_mapping=True, return_attention_mask=False, return_token_type_ids=False,
-                         verbose=False)
+        enc = tokenizer(parts, add_special_tokens=False, split_special_tokens=True, truncation=False,
+                        return_offsets_mapping=True, return_attention_mask=False, return_token_type_ids=False,
+                        verbose=False)
+        enc.word_ids(0)   # a tokenizer without a Rust backend has none (ValueError)
+        return enc
     except Exception:  # noqa: BLE001 - `tokenizers` raises a bare Exception; tokenize_block names it per text
         return None
 
