@@ -20,11 +20,15 @@ INT8_LEVELS = 127  # q in [-127, 127]; -128 is never written, so the form is sym
 CALIBRATION_DOCS = 64  # binary: the first documents whose mean vector is the centre of the signs
 
 
-def quantize_int8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def quantize_int8(x: np.ndarray, rows: int = 4096) -> tuple[np.ndarray, np.ndarray]:
     """(n, d) float -> ((n, d) int8, (n,) float32 scale), with x ~= q * scale[:, None].
 
     scale = max|x| / 127 per vector (0 for an all-zero vector, whose q is all 0); q = round(x / scale).
     Example: [[0.5, -1.0, 0.25]] -> q [[64, -127, 32]], scale [1/127].
+
+    Memory: beside x and q, one float32 buffer of ``rows`` vectors at a time (x / scale is rounded and
+    clipped in it), never a float copy of all of x: a piece's per-token vectors are quantized in place
+    of the float32 output they replace (pipeline.output.rows).
 
     Raises:
         ValueError: x is not 2-D or holds a value that is not finite.
@@ -32,12 +36,24 @@ def quantize_int8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x, dtype=np.float32)
     if x.ndim != 2:
         raise ValueError(f"quantize_int8 takes (n, d) vectors; got shape {x.shape}")
-    if not np.isfinite(x).all():
-        raise ValueError("quantize_int8: a vector holds a value that is not finite")
-    scale = (np.abs(x).max(axis=1) if x.shape[1] else np.zeros(len(x), np.float32)) / INT8_LEVELS  # (n,)
-    safe = np.where(scale > 0, scale, 1.0).astype(np.float32)                                     # (n,)
-    q = np.clip(np.rint(x / safe[:, None]), -INT8_LEVELS, INT8_LEVELS).astype(np.int8)             # (n, d)
-    return q, scale.astype(np.float32)
+    n, d = x.shape
+    q = np.empty((n, d), dtype=np.int8)
+    scale = np.zeros(n, dtype=np.float32)
+    work = np.empty((min(rows, n), d), dtype=np.float32)
+    for lo in range(0, n, rows):
+        part, hi = x[lo:lo + rows], min(lo + rows, n)
+        if d:
+            top, low = part.max(axis=1), part.min(axis=1)                                   # (r,)
+            if not (np.isfinite(top).all() and np.isfinite(low).all()):   # a NaN or inf makes the max or min one
+                raise ValueError("quantize_int8: a vector holds a value that is not finite")
+            scale[lo:hi] = np.maximum(top, -low) / np.float32(INT8_LEVELS)                 # (r,)
+        safe = np.where(scale[lo:hi] > 0, scale[lo:hi], 1.0).astype(np.float32)            # (r,)
+        tmp = work[:hi - lo]
+        np.divide(part, safe[:, None], out=tmp)                                              # (r, d)
+        np.rint(tmp, out=tmp)
+        np.clip(tmp, -INT8_LEVELS, INT8_LEVELS, out=tmp)
+        q[lo:hi] = tmp                                                                       # (r, d) int8
+    return q, scale
 
 
 def dequantize_int8(q: np.ndarray, scale: np.ndarray) -> np.ndarray:

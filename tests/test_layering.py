@@ -291,3 +291,77 @@ def test_late_chunking_is_decided_in_at_most_three_modules():
     window options. The aggregate stage still reads its late windows by name."""
     modules = late_by_name()
     assert "options/features_config.py" in modules and len(modules) <= 3, modules
+
+
+def _defined_names(tree: ast.Module) -> set[str] | None:
+    """The names a module binds anywhere (functions, classes, assignments, imports, for and with targets);
+    None when it has a module ``__getattr__`` (any name may resolve)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name == "__getattr__" and node in tree.body:
+                return None
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def dead_imports(pkg: Path = PKG) -> list[str]:
+    """The imports of the package at ``pkg`` that resolve to nothing: a ``pipeline`` module that does not
+    exist, or a name that the module neither defines nor has as a submodule. Every import counts (function
+    level and ``if TYPE_CHECKING:`` ones too: a hint that names nothing misleads as much). Example: a
+    ``from .stores import open_store`` in pipeline/model/x.py with no pipeline/model/stores.py ->
+    ["model/x.py:3 imports pipeline.model.stores, which does not exist"]."""
+    files = {".".join(["pipeline", *p.relative_to(pkg).with_suffix("").parts]).removesuffix(".__init__"): p
+             for p in pkg.rglob("*.py")}
+    trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in files.items()}
+    bad = []
+    for name, path in sorted(files.items()):
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        where = path.relative_to(pkg)
+        for node in ast.walk(trees[name]):
+            if isinstance(node, ast.ImportFrom):
+                base = package[:len(package) - node.level + 1] if node.level else []
+                mod = ".".join([*base, node.module] if node.module else base)
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                mod, names = None, []
+                bad += [f"{where}:{node.lineno} imports {a.name}, which does not exist" for a in node.names
+                        if a.name.startswith("pipeline.") and a.name not in files]
+            if not isinstance(node, ast.ImportFrom) or not (mod == "pipeline" or mod.startswith("pipeline.")):
+                continue
+            if mod not in files:
+                bad.append(f"{where}:{node.lineno} imports {mod}, which does not exist")
+                continue
+            defined = _defined_names(trees[mod])
+            bad += [f"{where}:{node.lineno} imports {n} from {mod}, which has no such name" for n in names
+                    if n != "*" and defined is not None and n not in defined and f"{mod}.{n}" not in files]
+    return bad
+
+
+def test_every_import_resolves():
+    """An import of a module or name that does not exist fails only when its line runs (a function-level one
+    perhaps never in the tests): here it fails at once."""
+    assert dead_imports() == []
+
+
+def test_the_dead_import_finder_finds_a_missing_module_and_a_missing_name(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "model" / "__init__.py").write_text("")
+    (tmp_path / "model" / "real.py").write_text("def here():\n    return 1\n")
+    (tmp_path / "model" / "user.py").write_text(
+        "from .real import here\n"
+        "def f():\n"
+        "    from .stores import open_store\n"
+        "    from .real import gone\n"
+        "    from . import real\n"
+        "    import pipeline.model.nothing\n"
+        "    return open_store, gone, real, here\n")
+    assert dead_imports(tmp_path) == [
+        "model/user.py:3 imports pipeline.model.stores, which does not exist",
+        "model/user.py:4 imports gone from pipeline.model.real, which has no such name",
+        "model/user.py:6 imports pipeline.model.nothing, which does not exist"]

@@ -16,6 +16,10 @@ real embedded store, not a folder of pickles), opened in WAL mode with ``synchro
 
 Every entry carries its length and a CRC-32 of its key and vector bytes; an entry that does not
 verify is ignored (a miss: the caller encodes the window again, and its put replaces the entry).
+
+A read writes nothing: lookups and hits are counted in memory, with the run (as the S3 store does), so a
+run served wholly from the store leaves ``windows.sqlite3`` byte for byte as it was. A store this process
+cannot write (a read-only mount) is opened read-only (store_file.open_file): its puts store nothing.
 """
 from __future__ import annotations
 
@@ -29,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import RunError
-from .store_file import (BUSY_TIMEOUT_S, CHECKPOINT_WAIT_MS, DB_NAME, NotAStore, StoreDamaged, check_folder, checkpoint,
-                         connect, open_error, run_error)
+from .store_file import (BUSY_TIMEOUT_S, CHECKPOINT_WAIT_MS, DB_NAME, NotAStore, StoreDamaged, checkpoint, connect,
+                         connect_read_only, open_file, read_only_error, run_error)
 from .store_api import lookup
 from .store_keys import checksum, verifies, window_keys
 from .token_store import TokenRows
@@ -50,14 +54,17 @@ class WindowStore(TokenRows):
     Register each pool key once (``register``), then ``lookup``/``get_many`` and ``put_many``.
     """
 
-    def __init__(self, conn: sqlite3.Connection, db_file: Path | None, timeout: float):
+    def __init__(self, conn: sqlite3.Connection, db_file: Path | None, read_only: bool = False,
+                 timeout: float = BUSY_TIMEOUT_S):
         self._conn = conn
         self.db_file = db_file            # None: in memory
         self.timeout = timeout
+        self.read_only = read_only        # the file is only read: puts store nothing (store_file.connect_read_only)
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._models: dict[str, tuple[int, int]] = {}  # pool key -> (models.id, dim)
-        self._counts: dict[int, list[int]] = {}        # models.id -> [lookups, hits, rejected] not yet written
+        self._counts: dict[int, list[int]] = {}        # models.id -> [lookups, hits, rejected], kept with the run
+        self._rejected: dict[int, int] = {}            # models.id -> entries rejected, written with the next write
         if db_file is not None:
             _OPEN.add(self)
 
@@ -69,17 +76,14 @@ class WindowStore(TokenRows):
             path: a folder; the database is ``path/windows.sqlite3``. ``~`` is expanded.
             timeout: seconds a write waits for another process's write lock before failing.
 
+        A store this process cannot write (a read-only mount) opens read-only: puts store nothing.
+
         Raises:
-            ConfigError: ``path`` is a file, or a folder that cannot be created or written; the lock
-                stayed taken longer than ``timeout``. NotAStore (a ConfigError): windows.sqlite3 is
+            ConfigError: ``path`` is a file, or a folder without a store that cannot be created or written;
+                the lock stayed taken longer than ``timeout``. NotAStore (a ConfigError): windows.sqlite3 is
                 not an SQLite database, is another program's database, is damaged, or is newer.
         """
-        db_file = None if path is None else check_folder(Path(path).expanduser())
-        try:
-            conn = connect(db_file, timeout)
-        except sqlite3.Error as err:
-            raise open_error(db_file, err, timeout) from None
-        return cls(conn, db_file, timeout)
+        return cls(*open_file(None if path is None else Path(path).expanduser(), timeout), timeout=timeout)
 
     def __reduce__(self):
         return (WindowStore.open, (None if self.db_file is None else str(self.db_file.parent), self.timeout))
@@ -97,13 +101,9 @@ class WindowStore(TokenRows):
         with self._lock:
             if os.getpid() != self._pid or self._conn is None:
                 return
-            try:
-                self.flush_counts()
-            except RunError:
-                pass  # the counters are given up: a report of hit rates, never a vector
             conn, self._conn = self._conn, None
             try:
-                if self.db_file is not None:
+                if self.db_file is not None and not self.read_only:
                     checkpoint(conn, self.timeout)
             except sqlite3.Error:
                 pass  # the log still holds the windows; the next close, by any process, folds them in
@@ -123,6 +123,8 @@ class WindowStore(TokenRows):
         Raises:
             RunError: the database failed (damaged, I/O).
         """
+        if self.read_only:
+            return True   # only the file is read: there is no log of this process's
         return self._sql(lambda conn: checkpoint(conn, self.timeout))
 
     def _connection(self) -> sqlite3.Connection:
@@ -132,12 +134,15 @@ class WindowStore(TokenRows):
             if self.db_file is None:
                 raise RunError("the in-memory window store was closed, and its windows with it; "
                                "open a new one with WindowStore.open(None)")
-            self._conn, self._pid = connect(self.db_file, self.timeout), os.getpid()
+            self._conn, self._pid = self._connect(), os.getpid()
         if os.getpid() != self._pid and self.db_file is not None:
             _ORPHANS.append(self._conn)
-            self._conn = connect(self.db_file, self.timeout)
+            self._conn = self._connect()
             self._pid = os.getpid()
         return self._conn
+
+    def _connect(self) -> sqlite3.Connection:
+        return connect_read_only(self.db_file, self.timeout) if self.read_only else connect(self.db_file, self.timeout)
 
     def _sql(self, work):
         """Run ``work(conn)`` under the lock; a SQLite error becomes a RunError."""
@@ -184,7 +189,9 @@ class WindowStore(TokenRows):
             return find(conn)
 
         row = self._sql(find)
-        if row is None or row[1] != dim or row[2] != label:
+        if self.read_only:   # nothing written: an unknown pool key (id 0) finds nothing, stores nothing
+            row = (0,) if row is None else row
+        elif row is None or row[1] != dim or row[2] != label:
             row = self._write(upsert)
         self._models[pool] = (int(row[0]), int(dim))
 
@@ -246,43 +253,38 @@ class WindowStore(TokenRows):
         return self._sql(read) if keys else {}
 
     def count_lookups(self, model_id: int, lookups: int, hits: int, rejected: int) -> None:
-        """Count a look-up for its model's row (``longbert cache`` reports the hit rate), in memory: the
-        counts are written once, by ``flush_counts`` (at ``close``, so at the end of every run); a process
-        that ends without closing the store (a killed worker) gives its counts up."""
+        """Count a look-up for its model's row, in memory, with the run: a read writes nothing (``stats``
+        reports this store object's counts, as the S3 store's does). Entries rejected (damaged) are added
+        to the file's count by the next write, the one that puts their windows again (``write_rows``)."""
         if lookups:
             with self._lock:
                 counts = self._counts.setdefault(model_id, [0, 0, 0])
                 for i, n in enumerate((lookups, hits, rejected)):
                     counts[i] += n
+                if rejected:
+                    self._rejected[model_id] = self._rejected.get(model_id, 0) + rejected
 
-    def flush_counts(self) -> None:
-        """Write the counted look-ups into the models' rows, in one write transaction; nothing when none.
-
-        Raises:
-            RunError: the database failed (the counts stay counted in memory).
-        """
-        with self._lock:
-            if os.getpid() != self._pid:
-                self._counts = {}   # a forked child's copy holds the parent's counts, which the parent writes
-                return
-            if not self._counts:
-                return
-            rows = [(a, b, c, model_id) for model_id, (a, b, c) in self._counts.items()]
-            self._write(lambda conn: conn.executemany(
-                "UPDATE models SET lookups = lookups + ?, hits = hits + ?, rejected = rejected + ? WHERE id = ?",
-                rows))
-            self._counts = {}
-
-    def write_rows(self, rows: list[tuple]) -> None:
+    def write_rows(self, rows: list[tuple]) -> int:
         """Insert or replace ``windows`` rows (key, models.id, dim, checksum, vector bytes) in ONE write
-        transaction; the rows' checksums are the caller's (store_keys.checksum).
+        transaction, with the entries rejected since the last write; the rows' checksums are the caller's
+        (store_keys.checksum). Returns ``len(rows)``, or 0 in a read-only store (nothing written).
 
         Raises:
             RunError: the write failed (disk full, the lock held longer than the timeout, a damaged file).
         """
-        if rows:
-            self._write(lambda conn: conn.executemany(
-                "INSERT OR REPLACE INTO windows (key, model, dim, checksum, vector) VALUES (?, ?, ?, ?, ?)", rows))
+        if not rows or self.read_only:
+            return 0
+
+        def write(conn):
+            conn.executemany("INSERT OR REPLACE INTO windows (key, model, dim, checksum, vector) VALUES "
+                             "(?, ?, ?, ?, ?)", rows)
+            conn.executemany("UPDATE models SET rejected = rejected + ? WHERE id = ?",
+                             [(n, i) for i, n in self._rejected.items()])
+
+        with self._lock:
+            self._write(write)
+            self._rejected = {}
+        return len(rows)
 
     def lookup(self, pool: str, ids_list: list) -> tuple[np.ndarray, np.ndarray]:
         """``get_many`` as arrays: (n, dim) float32 vectors (zeros where missing) and the missing positions
@@ -300,7 +302,7 @@ class WindowStore(TokenRows):
             vectors: (n, dim) floats, stored as float32 (non-finite values are stored as they are).
 
         Returns:
-            n, the number of entries written.
+            n, the number of entries written (0 in a read-only store).
 
         Raises:
             ValueError: unregistered pool or a shape other than (n, dim). RunError: the write failed
@@ -315,31 +317,31 @@ class WindowStore(TokenRows):
         for key, vec in zip(window_keys(pool, ids_list), vecs):
             data = vec.tobytes()
             rows.append((key, model_id, dim, checksum(key, data), data))
-        self.write_rows(rows)
-        return len(rows)
+        return self.write_rows(rows)
 
     def stats(self) -> dict:
         """What ``longbert cache DIR`` prints.
 
         Returns:
-            dict with ``path`` (str, None in memory), ``journal_mode``, ``size_bytes`` (database +
+            dict with ``path`` (str, None in memory), ``read_only``, ``journal_mode``, ``size_bytes`` (database +
             WAL file, bytes), ``wal_bytes`` (the WAL file's: 0 once ``checkpoint`` folded it in), ``entries``, ``lookups``, ``hits``, ``rejected``, ``hit_rate`` (hits /
             lookups, None before any lookup), ``bytes_per_1000`` (size_bytes * 1000 / entries, None
             when empty) and ``models``: per pool key with entries or lookups, in registration order,
             a dict of ``pool_key``, ``label``, ``dim``, ``entries``, ``lookups``, ``hits``,
-            ``rejected``, ``hit_rate``.
+            ``rejected``, ``hit_rate``; ``hit_counts``: "run" (lookups and hits are this store object's,
+            counted in memory, never in the file; rejected: the file's count and those not yet written).
         """
         def read(conn):
             counts = dict(conn.execute("SELECT model, count(*) FROM windows GROUP BY model").fetchall())
-            models = conn.execute("SELECT id, pool_key, label, dim, lookups, hits, rejected FROM models "
-                                  "ORDER BY id").fetchall()
+            models = conn.execute("SELECT id, pool_key, label, dim, rejected FROM models ORDER BY id").fetchall()
             pages = conn.execute("PRAGMA page_count").fetchone()[0] * conn.execute("PRAGMA page_size").fetchone()[0]
             return counts, models, pages, conn.execute("PRAGMA journal_mode").fetchone()[0]
 
         counts, rows, pages, mode = self._sql(read)
-        with self._lock:   # the look-ups counted since the last flush, not yet written
-            pending = {k: list(v) for k, v in self._counts.items()} if os.getpid() == self._pid else {}
-        rows = [(r[0], r[1], r[2], r[3], *(a + b for a, b in zip(r[4:], pending.get(r[0], (0, 0, 0))))) for r in rows]
+        with self._lock:   # the look-ups of this store object (a forked child's copy holds its parent's: none)
+            mine = {k: list(v) for k, v in self._counts.items()} if os.getpid() == self._pid else {}
+            rejected = dict(self._rejected) if os.getpid() == self._pid else {}
+        rows = [(*r[:4], *mine.get(r[0], (0, 0))[:2], r[4] + rejected.get(r[0], 0)) for r in rows]
         models = [{"pool_key": r[1], "label": r[2], "dim": r[3], "entries": counts.get(r[0], 0), "lookups": r[4],
                    "hits": r[5], "rejected": r[6], "hit_rate": r[5] / r[4] if r[4] else None}
                   for r in rows if counts.get(r[0], 0) or r[4]]
@@ -348,21 +350,28 @@ class WindowStore(TokenRows):
             size = sum(f.stat().st_size for f in (self.db_file, wal) if f.exists())
         entries = sum(counts.values())
         lookups, hits = sum(m["lookups"] for m in models), sum(m["hits"] for m in models)
-        return {"path": None if self.db_file is None else str(self.db_file), "journal_mode": mode,
+        return {"path": None if self.db_file is None else str(self.db_file), "read_only": self.read_only,
+                "journal_mode": "read-only" if self.read_only else mode,   # immutable=1 reports "delete"
                 "size_bytes": size, "wal_bytes": wal.stat().st_size if self.db_file and wal.exists() else 0,
                 "entries": entries, "lookups": lookups, "hits": hits,
                 "rejected": sum(m["rejected"] for m in models), "hit_rate": hits / lookups if lookups else None,
-                "bytes_per_1000": size * 1000 / entries if entries else None, "models": models}
+                "bytes_per_1000": size * 1000 / entries if entries else None, "models": models, "hit_counts": "run"}
 
     def clear(self) -> None:
-        """Delete every entry and reset the counters (registered pool keys stay), then VACUUM the file."""
+        """Delete every entry and reset the counters (registered pool keys stay), then VACUUM the file.
+
+        Raises:
+            ConfigError: the store is read-only. RunError: as the writes."""
+        if self.read_only:
+            raise read_only_error(self.db_file)
+
         def empty(conn):
             conn.execute("DELETE FROM windows")
             conn.execute("UPDATE models SET lookups = 0, hits = 0, rejected = 0")
 
         self._write(empty)
         with self._lock:
-            self._counts = {}
+            self._counts, self._rejected = {}, {}
         self._sql(lambda conn: (conn.execute("VACUUM"), conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()))
 
 

@@ -124,27 +124,90 @@ def init_schema(conn: sqlite3.Connection, db_file: Path | None) -> None:
     """Create the tables in a new database, or check that an existing one is a store of ours."""
     conn.execute("BEGIN IMMEDIATE")  # two processes creating one store at once: the second sees the first's
     try:
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
-        if app_id == 0 and not tables:
+        if not check_schema(conn, db_file):
             for statement in _SCHEMA:
                 conn.execute(statement)
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        elif app_id != APPLICATION_ID:
-            raise NotAStore(f"{db_file} is not a longbert window store (an SQLite database of something "
-                            f"else); {clear_hint(db_file)} (--clear deletes that file)")
-        elif version > SCHEMA_VERSION:
-            raise NotAStore(f"{db_file} was written by a newer longbert (store version {version}; this one "
-                            f"reads {SCHEMA_VERSION}); upgrade longbert, or {clear_hint(db_file)}")
-        elif not {"models", "windows"} <= tables:
-            raise NotAStore(f"{db_file} is a damaged window store (tables missing); {clear_hint(db_file)}")
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def check_schema(conn: sqlite3.Connection, db_file: Path | None) -> bool:
+    """True when the database is a store of ours, False when it is empty (no tables: a new store).
+
+    Raises:
+        NotAStore: another program's database, a newer store version, or tables missing.
+    """
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+    if app_id == 0 and not tables:
+        return False
+    if app_id != APPLICATION_ID:
+        raise NotAStore(f"{db_file} is not a longbert window store (an SQLite database of something "
+                        f"else); {clear_hint(db_file)} (--clear deletes that file)")
+    if version > SCHEMA_VERSION:
+        raise NotAStore(f"{db_file} was written by a newer longbert (store version {version}; this one "
+                        f"reads {SCHEMA_VERSION}); upgrade longbert, or {clear_hint(db_file)}")
+    if not {"models", "windows"} <= tables:
+        raise NotAStore(f"{db_file} is a damaged window store (tables missing); {clear_hint(db_file)}")
+    return True
+
+
+def open_file(folder: Path | None, timeout: float) -> tuple[sqlite3.Connection, Path | None, bool]:
+    """(connection, database file, read-only) of the store in ``folder`` (None: a new in-memory store): a
+    store this process cannot write (``writable``: a read-only mount, a backup) opened read-only
+    (``connect_read_only``), else the folder made if needed and the store opened, or created, for writing.
+
+    Raises:
+        ConfigError: as check_folder and open_error. NotAStore: as check_schema.
+    """
+    db_file = None if folder is None else folder / DB_NAME
+    read_only = db_file is not None and db_file.is_file() and not writable(db_file)
+    if db_file is not None and not read_only:
+        db_file = check_folder(folder)
+    try:
+        conn = connect_read_only(db_file, timeout) if read_only else connect(db_file, timeout)
+    except sqlite3.Error as err:
+        raise open_error(db_file, err, timeout) from None
+    return conn, db_file, read_only
+
+
+def read_only_error(db_file: Path) -> ConfigError:
+    """What a write that a read-only store cannot make (``longbert cache DIR --clear``) raises."""
+    return ConfigError(f"{db_file} is read-only here (a read-only mount, or a file or folder without write "
+                       "permission): it cannot be cleared; make it writable, or delete the folder")
+
+
+def writable(db_file: Path) -> bool:
+    """Whether this process may write the store file ``db_file`` and its folder (where SQLite puts its -wal
+    and -shm files): False on a read-only mount, or for a file or folder without write permission."""
+    folder_ok = os.access(db_file.parent, os.W_OK | os.X_OK)
+    return folder_ok and (not db_file.exists() or os.access(db_file, os.W_OK))
+
+
+def connect_read_only(db_file: Path, timeout: float) -> sqlite3.Connection:
+    """A connection that only reads ``db_file`` and writes nothing beside it (no -wal or -shm file, no lock):
+    SQLite's ``mode=ro&immutable=1``. It reads the database file alone, as ``close`` leaves it at rest (the
+    log folded in); windows still in another process's -wal file are not seen.
+
+    Raises:
+        sqlite3.Error: the file cannot be read. NotAStore: as check_schema, or an empty file.
+    """
+    uri = f"{db_file.resolve().as_uri()}?mode=ro&immutable=1"
+    conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False)
+    try:
+        if not check_schema(conn, db_file):
+            raise NotAStore(f"{db_file} is an empty database, not a window store, and read-only here; pass --cache "
+                            "a folder with a store, or a writable folder")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def checkpoint(conn: sqlite3.Connection, timeout: float) -> bool:

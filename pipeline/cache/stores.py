@@ -18,19 +18,22 @@ from .store_api import Store
 @dataclass(frozen=True)
 class Scheme:
     """Where a scheme's store lives: ``pipeline.cache.<module>.<opener>(uri) -> Store``, imported on first
-    use; ``library`` is the module it needs, from the ``extra`` of ``pip install 'longbert[extra]'``;
+    use; ``library`` is the module it needs (``version``: the pin of pyproject.toml's ``extra``, which
+    ``pip install -e '.[extra]'`` installs from a clone);
     ``env``: the prefixes of the environment variables that configure it (what Ray workers are given)."""
 
     module: str
     opener: str
     library: str | None = None
     extra: str | None = None
+    version: str = ""
     env: tuple[str, ...] = ()
 
 
 SCHEMES: dict[str, Scheme] = {
     "": Scheme("store", "open_folder"),                                  # a folder: DIR/windows.sqlite3
-    "s3": Scheme("object_store", "open_s3", library="obstore", extra="s3", env=("AWS_",)),  # S3, MinIO, R2...
+    "s3": Scheme("object_store", "open_s3", library="obstore", extra="s3", version=">=0.12",
+                 env=("AWS_",)),  # S3, MinIO, R2...
 }
 assert set(SCHEMES) == {"", *STORE_SCHEMES}   # options.paths checks URIs against the same schemes
 
@@ -65,7 +68,8 @@ def open_store(uri: str, option: str = "--cache") -> Store:
             importlib.import_module(scheme.library)
         except ImportError:
             raise ConfigError(f"{option} {canonical}: this store needs the {scheme.library} library, which is not "
-                              f"installed; pip install 'longbert[{scheme.extra}]'") from None
+                              f"installed; pip install -e '.[{scheme.extra}]' in a clone of longbert (or pip install "
+                              f"'{scheme.library}{scheme.version}')") from None
     module = importlib.import_module(f"{__package__}.{scheme.module}")
     return getattr(module, scheme.opener)(canonical)
 

@@ -28,6 +28,7 @@ from ..output.schema import TOKEN_FEATURES
 from ..output.write import load_manifest
 from ..projection import PROJECTION_DOCS, Projection, fit_pca, truncation
 from ..read import Plan, read_block
+from .centre_file import file_centers
 
 
 def binary_centre(cfg: PipelineConfig, pipeline: Callable[[], object], plan: Plan,
@@ -50,7 +51,8 @@ def binary_centre(cfg: PipelineConfig, pipeline: Callable[[], object], plan: Pla
         ({column: (D,) centre as floats, or None for the signs of x}, or None; the summary's note or None).
 
     Raises:
-        ConfigError: a --binary-center file that is not a binary output, or whose columns differ; a
+        ConfigError: a --binary-center file that is not a binary output, or of other features, or whose
+            centre is not finite (pipeline.engine.centre_file.file_centers); a
             ``given`` centre that is not the centre of the run a --resume finishes.
         Whatever the stages raise on the first documents (RunError, ModelError...).
     """
@@ -65,7 +67,7 @@ def binary_centre(cfg: PipelineConfig, pipeline: Callable[[], object], plan: Pla
     note = None
     centers = resumed
     if centers is None and cfg.write.binary_center_file is not None:
-        centers = file_centers(cfg.write.binary_center_file, pipeline().resolution().binary_columns())
+        centers = file_centers(cfg.write.binary_center_file, pipeline().resolution())
     if centers is None:
         found, n_docs = first_documents_centers(pipeline(), plan, max_tokens=cfg.encode.block_tokens,
                                                 projection=pipeline().resolution().projection)
@@ -80,45 +82,6 @@ def binary_centre(cfg: PipelineConfig, pipeline: Callable[[], object], plan: Pla
                         "--binary-center with a larger run's output to take its centre")
     # a column none of the first documents gave a vector (per-token: all refused) keeps the signs of x
     return {**{c: None for c in pipeline().resolution().binary_columns()}, **dict(centers)}, note
-
-
-def file_centers(path: str, columns: dict[str, int]) -> tuple:
-    """The centres of an earlier --out-dtype binary output (``path``: a .parquet file or a DIR/ of parts),
-    from its metadata's ``compact`` entry, for this run's ``columns`` ({column: D}).
-
-    Returns:
-        ((column, (D,) centre as floats, or None: that file kept the signs of x), ...) in ``columns``' order.
-
-    Raises:
-        ConfigError: the file cannot be read, holds no binary output, or lacks one of ``columns`` or
-            gives it another dimension (naming both).
-    """
-    import json
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from ..output.write import DONE_MANIFEST
-
-    where = Path(path)
-    try:
-        target = where / DONE_MANIFEST if where.is_dir() else where
-        raw = (pq.read_schema(target).metadata or {}).get(b"longbert")
-        compact = (json.loads(raw) if raw else {}).get("compact") or {}
-    except (OSError, ValueError, pa.ArrowException) as err:
-        raise ConfigError(f"--binary-center {path!r} cannot be read as a longbert output ({err}); pass a .parquet "
-                          "file or a finished DIR/ that `longbert extract --out-dtype binary` wrote") from None
-    if compact.get("form") != "binary":
-        raise ConfigError(f"--binary-center {path!r} holds no --out-dtype binary output (no centre in its metadata); "
-                          "pass a file that `longbert extract --out-dtype binary` wrote")
-    theirs = {c["column"]: c for c in compact.get("columns", [])}
-    for name, dim in columns.items():
-        if name not in theirs or theirs[name].get("dim") != dim:
-            have = {c: e.get("dim") for c, e in theirs.items()}
-            raise ConfigError(f"--binary-center {path!r} has the columns {have}, this run writes {columns}; pass an "
-                              "output of the same features and model")
-    return tuple((name, tuple(map(float, theirs[name]["center"])) if "center" in theirs[name] else None)
-                 for name in columns)
 
 
 def resumed_centers(cfg: PipelineConfig) -> tuple | None:

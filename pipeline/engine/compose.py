@@ -24,13 +24,14 @@ from .columns import added_columns, checked_table, declared_label
 from .block_loop import block_pieces
 from .params import StepsByName, pipeline_params, set_step_params, step_item, with_io_options
 from .resolved import Resolved
+from .text_runs import TextRuns
 from ..output.rows import Rows
 
 StageFn = Callable[[Batch], Batch]
 BUILT_IN_NAMES = ("tokenize", "segment", "dedup", "encode", "aggregate", "rows")
 
 
-class Pipeline:
+class Pipeline(TextRuns):   # run_texts: an iterable of texts, in bounded memory
     """The stages of a run in order; ``pipe(batch)`` runs them all and returns the output table.
 
     Build from parts, as scikit-learn's ``Pipeline``: ``Pipeline([stage, ...])`` names each stage by its
@@ -40,9 +41,8 @@ class Pipeline:
     weights; ``insert``, ``replace`` and ``without`` return new pipelines.
 
     scikit-learn's protocol: ``get_params``, ``set_params``, ``sklearn.base.clone``, ``named_steps``,
-    ``pipe["segment"]``, ``pipe[1:3]``.
-    It pickles and deep-copies before and after its weights load: an unpickled one (a worker's) loads
-    them again from the model's folder, a deep copy shares them.
+    ``pipe["segment"]``, ``pipe[1:3]``. It pickles and deep-copies before and after its weights load: an
+    unpickled one (a worker's) loads them again from the model's folder, a deep copy shares them.
 
     Args:
         steps: stages (any callable ``Batch -> Batch``; a built-in one, or one with a ``name``) or
@@ -107,18 +107,18 @@ class Pipeline:
         pipeline.projection.Projection for ``features``, {column: either}, or an earlier --dims output's path.
 
         Raises:
-            ConfigError: an unknown option or a value out of range, a centre that is not one of those
-                forms or does not fit this run's columns; ModelError as from_config.
+            ConfigError: an unknown option or a value out of range, a centre of another form, not finite, not
+                fitting the columns, or of other features (Resolved.given_centre); ModelError as from_config.
         """
         from ..options.python_api import config_from_python, python_names
 
         if isinstance(binary_center, str) or hasattr(binary_center, "__fspath__"):   # an earlier output, as --binary-center FILE
             options["binary_center_file"], binary_center = str(binary_center), None
-        with python_names():   # the options checked against the model too: messages name the arguments
+        with python_names():   # the options and the centre checked against the model: messages name the arguments
             pipe = cls.from_config(config_from_python(**options))
-        if projection is not None:   # an earlier output's (read now: pipe(batch) projects as a run does) or arrays
-            pipe = pipe.with_projection(projection, given=True)
-        return pipe if binary_center is None else pipe.with_binary_center(binary_center, given=True)
+            if projection is not None:   # an earlier output's (read now: pipe(batch) projects as a run does) or arrays
+                pipe = pipe.with_projection(projection, given=True)
+            return pipe._rebuilt(pipe.resolution().given_centre(binary_center))
 
     @property
     def cfg(self) -> PipelineConfig:

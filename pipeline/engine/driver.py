@@ -17,6 +17,7 @@ from ..output.write import check_resume
 from ..options.config import PipelineConfig
 from ..read import Plan, verify_inputs
 from .calibrate import binary_centre, run_projection
+from .centre_file import file_centers
 from .engines import open_engine
 from .part_work import PartDone, Piece, written_table
 from .run import (BatchProgress, Summary, documents_of, fail_on_row_error, open_run, peak_memory, run_fingerprint,
@@ -58,6 +59,8 @@ def drive_plan(plan: Plan, pipe, echo: Callable[[str], None] | None = None, star
     cfg = pipe.cfg
     schema = pipe.resolution().file_schema(plan.id_type)   # the rows stage's columns, then any a stage adds
     check_resume(cfg, run_fingerprint(cfg, plan, schema))
+    if cfg.write.out_dtype == "binary" and cfg.write.binary_center_file is not None:
+        file_centers(cfg.write.binary_center_file, pipe.resolution())   # a wrong file refused before the model loads
     engine = open_engine(cfg)
     ready = pipe
     try:

@@ -46,7 +46,7 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise ConfigError("--engine ray needs Ray: pip install 'longbert[ray]' (or pip install 'ray[data]'), "
+        raise ConfigError("--engine ray needs Ray: pip install -e '.[ray]' in a clone of longbert (or pip install 'ray[data]'), "
                           "or use --engine local") from None
     return ray
 

@@ -24,6 +24,7 @@ from ..text.tokenize import Tokenize
 from ..types import ModelFacts
 from ..model.prompts import run_prompt
 from ..model.st_folder import apply_settings, lowercases
+from .centre_file import file_centers
 
 
 def resolve_config(cfg: PipelineConfig, tokenizer=None) -> tuple[PipelineConfig, object, ModelFacts]:
@@ -309,10 +310,29 @@ class Resolved:
             ConfigError: a centre without --out-dtype binary, of another form, or, with ``given`` (a user's),
                 one whose columns or D differ from this run's (``binary_columns``), naming the fix.
         """
-        rows = Rows(out_dtype=self.cfg.write.out_dtype, binary_center=centre)
-        if given:
-            rows.check_centers(self.binary_columns())
+        try:
+            rows = Rows(out_dtype=self.cfg.write.out_dtype, binary_center=centre)
+            if given:
+                rows.check_centers(self.binary_columns())
+        except ConfigError as err:
+            if not given:
+                raise
+            raise ConfigError(str(err).removeprefix("Rows: ")) from None   # the caller's argument, no stage of theirs
         return dataclasses.replace(self, binary_center=rows.binary_center)
+
+    def given_centre(self, centre: Any) -> Resolved:
+        """This record with a user's ``binary_center`` (Pipeline.from_options): an array or {column: array}
+        checked as ``centred(centre, given=True)``; None: as it is. The --binary-center file the config names
+        (binary_center_file) is checked now, so a wrong one is refused before any model loads (it is read
+        again when the run starts: pipeline.engine.calibrate).
+
+        Raises:
+            ConfigError: as ``centred`` and pipeline.engine.centre_file.file_centers.
+        """
+        write = self.cfg.write
+        if write.out_dtype == "binary" and write.binary_center_file is not None:
+            file_centers(write.binary_center_file, self)
+        return self if centre is None else self.centred(centre, given=True)
 
     def io_stage(self, stage: Any) -> Any:
         """``stage`` for a run with this record's read and write options: a built-in encode or rows

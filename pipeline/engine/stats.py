@@ -6,7 +6,6 @@ speed when none is given.
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +18,8 @@ from ..errors import ConfigError
 from ..read import read_blocks
 from ..text.segment import prompt_rules, window_spans
 from ..text.tokenize import UNKNOWN_WARN_SHARE, tokenize_block, unknown_warning
-from .memory_estimate import format_estimate, peak_estimate
-
-_SPEED_WINDOWS = 4   # full-size windows per timed forward pass when measuring the speed
-
+from .measure import sample_ids, speed_of
+from .memory_estimate import format_estimate, largest_call, model_part, peak_estimate
 
 def strategy_cost(n_kept: np.ndarray, seg: SegmentConfig, n_prompt: int = 0) -> dict[str, Any]:
     """Windows and forward tokens of one strategy over a corpus.
@@ -48,6 +45,23 @@ def strategy_cost(n_kept: np.ndarray, seg: SegmentConfig, n_prompt: int = 0) -> 
     return {"windows_total": windows, "windows_mean": windows / max(len(n_kept), 1), "forward_tokens": forward}
 
 
+def largest_batch(n_kept: np.ndarray, cfg: PipelineConfig, n_prompt: int = 0) -> tuple[int, int]:
+    """(the most windows one block of ``cfg.read.block_rows`` documents makes, every feature's strategy counted
+    before de-duplication; the most positions a window has, specials and prompt included): what bounds a
+    run's forward batch. Example: 2 documents of 1,000 and 40 tokens, chunk, C 510 -> (3, 512)."""
+    per_doc = np.zeros(len(n_kept), dtype=np.int64)
+    longest = 0
+    for strategy in dict.fromkeys(f.strategy for f in cfg.feature_list()):
+        rules = prompt_rules(cfg.segment.for_strategy(strategy), n_prompt)
+        lengths, where = np.unique(n_kept, return_inverse=True)   # window_spans once per distinct length
+        spans = [window_spans(int(n), rules) for n in lengths]
+        per_doc += np.array([len(w) for w in spans], dtype=np.int64)[where]
+        longest = max([longest, *(sum(e - s for s, e in w) + 2 + n_prompt for ws in spans for w in ws)])
+    if not len(per_doc):
+        return 0, 0
+    return int(np.add.reduceat(per_doc, np.arange(0, len(per_doc), cfg.read.block_rows)).max()), longest
+
+
 def _options_text(seg: SegmentConfig) -> str:
     c = seg.content_tokens
     if seg.strategy == "head_tail":
@@ -57,47 +71,6 @@ def _options_text(seg: SegmentConfig) -> str:
     if is_late(seg.strategy):
         return f"C={c}, overlap {seg.late_overlap}, chunks of {seg.chunk_tokens}"
     return f"C={c}"
-
-
-def measure_speed(cfg: PipelineConfig, tokenizer, sample_ids: np.ndarray) -> tuple[float, str, int]:
-    """Full-size windows per second of the configured model and device (about 2-6 s on a CPU), and the
-    peak memory of a forward batch as large as extract's.
-
-    Loads the model (pipeline.model.encode.Encoder), runs one untimed warm-up pass of as many windows of
-    max_length positions as the run's batch budget holds (16 on a CPU by default; the peak memory is read
-    after it), then times forward passes of 4 such windows (content: ``sample_ids`` repeated) until 1 s
-    has passed or 5 passes ran. A shared or busy machine reads slower than it runs alone.
-
-    Returns:
-        (windows per second, the device it ran on, e.g. "cpu", this process's peak resident bytes after
-        the warm-up: runtime, weights and one full batch; pipeline.engine.run.peak_memory).
-    """
-    from ..model.encode import Encoder, EncodeSpec
-    from ..model.facts import special_ids
-    from ..types import Window
-    from .run import peak_memory
-
-    seg = cfg.segment
-    c = seg.content_tokens
-    if sample_ids.size == 0:
-        sample_ids = np.array([tokenizer.unk_token_id or 0], dtype=np.int64)
-    content = np.resize(sample_ids.astype(np.int64), c)                            # (C,)
-    cls_id, sep_id = special_ids(tokenizer, cfg.model.model)
-    ids = np.concatenate([[cls_id], content, [sep_id]]).astype(np.int64)
-    spec = EncodeSpec.from_config(cfg)
-    encoder = Encoder.from_config(spec, tokenizer)
-    per_batch = max(_SPEED_WINDOWS, min(spec.encode.batch_size,
-                                        spec.encode.token_budget_on(encoder.device.type) // seg.max_length))
-    full = [Window(doc=0, window_idx=i, n_windows=per_batch, spans=((0, c),), input_ids=ids) for i in range(per_batch)]
-    encoder.encode(full)     # warm-up, one batch as extract makes them: its peak memory is the model part's
-    peak = peak_memory()
-    windows = full[:_SPEED_WINDOWS]
-    encoder.encode(windows)  # at the timed shape: first-call allocations are not the steady speed
-    passes, t0 = 0, time.perf_counter()
-    while passes == 0 or (time.perf_counter() - t0 < 1.0 and passes < 5):
-        encoder.encode(windows)
-        passes += 1
-    return passes * _SPEED_WINDOWS / (time.perf_counter() - t0), str(encoder.device), peak
 
 
 def _checked(cfg: PipelineConfig) -> tuple[PipelineConfig, object, object, bool, int, int]:
@@ -116,19 +89,20 @@ def _checked(cfg: PipelineConfig) -> tuple[PipelineConfig, object, object, bool,
     return cfg, tokenizer, plan, lower, len(prompt.ids) if prompt else 0, feature_dim(cfg, facts.hidden_size)[1]
 
 
-def _speed_and_memory(cfg: PipelineConfig, tokenizer, sample_ids: np.ndarray, kept: np.ndarray, token_dim: int,
-                      windows_per_second: float | None) -> tuple[float, str, dict | None]:
-    """(windows per second, where the speed comes from, the peak memory estimate or None): measured on the
-    model (``measure_speed``, pipeline.engine.memory_estimate.peak_estimate), or the speed given and no
-    estimate. Raises ConfigError: a given speed <= 0."""
-    if windows_per_second is not None:
-        if windows_per_second <= 0:
-            raise ConfigError(f"--windows-per-second={windows_per_second} must be > 0")
-        return float(windows_per_second), "given with --windows-per-second", None
-    speed, device, model_bytes = measure_speed(cfg, tokenizer, sample_ids)
-    memory = peak_estimate(model_bytes, kept, cfg.pool.per_token, token_dim, cfg.read.block_rows, cfg.encode.block_tokens,
-                           cfg.segment.content_tokens) if model_bytes else None
-    return speed, f"measured on {device}, {_SPEED_WINDOWS} windows of {cfg.segment.max_length}", memory
+def _lengths(corpus, tokenizer, lowercase: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(N,) int64 each: the tokens, unknown tokens and characters of every document of ``corpus``, in order.
+    Whole documents (exact lengths even with --max-tokens-per-doc, which corpus_stats applies), and no
+    character offsets: they are never used here and took more memory than the ids."""
+    n_tokens: list[int] = []
+    n_unknown: list[int] = []
+    n_chars: list[int] = []
+    for block in read_blocks(corpus):
+        texts = block.column("text").to_pylist()
+        for doc in tokenize_block(texts, tokenizer, None, with_offsets=False, lowercase=lowercase):
+            n_tokens.append(doc.n_tokens)
+            n_unknown.append(doc.n_unknown)
+        n_chars += [len(t) for t in texts]
+    return tuple(np.asarray(x, dtype=np.int64) for x in (n_tokens, n_unknown, n_chars))
 
 
 def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -> dict[str, Any]:
@@ -137,7 +111,7 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
     Args:
         cfg: the config (inputs, text column, model for its tokenizer, window options).
         windows_per_second: forward speed in full-size windows per second; None: measured with
-            ``measure_speed`` (loads the model).
+            ``measure_speed`` (pipeline.engine.measure; loads the model).
 
     Returns:
         A dict: documents, empty (documents with 0 tokens), tokens {total, mean, median, p90, p99,
@@ -158,24 +132,16 @@ def corpus_stats(cfg: PipelineConfig, windows_per_second: float | None = None) -
     """
     cfg, tokenizer, corpus, lowercase, n_prompt, token_dim = _checked(cfg)
     seg = cfg.segment
-    n_tokens: list[int] = []
-    n_unknown: list[int] = []
-    sample_ids = np.zeros(0, dtype=np.int64)
-    for block in read_blocks(corpus):
-        # Whole documents (exact lengths even with --max-tokens-per-doc, which is applied below), and
-        # no character offsets: they are never used here and took more memory than the ids.
-        docs = tokenize_block(block.column("text").to_pylist(), tokenizer, None, with_offsets=False,
-                              lowercase=lowercase)
-        for doc in docs:
-            n_tokens.append(doc.n_tokens)
-            n_unknown.append(doc.n_unknown)
-            if sample_ids.size < seg.content_tokens and doc.n_kept > sample_ids.size:
-                sample_ids = doc.ids[:seg.content_tokens]
-    lengths = np.asarray(n_tokens, dtype=np.int64)                    # (N,)
+    # the model part measured first: its peak is the process's before the corpus's whole documents are tokenized
+    speed, source, measured = speed_of(cfg, tokenizer, sample_ids(corpus, tokenizer, seg.content_tokens, lowercase),
+                                     windows_per_second)
+    lengths, unknown, n_chars = _lengths(corpus, tokenizer, lowercase)
     kept = lengths if seg.max_tokens_per_doc is None else np.minimum(lengths, seg.max_tokens_per_doc)  # (N,)
-    unknown = np.asarray(n_unknown, dtype=np.int64)                   # (N,)
     c = seg.content_tokens
-    speed, source, memory = _speed_and_memory(cfg, tokenizer, sample_ids, kept, token_dim, windows_per_second)
+    windows, positions = largest_batch(kept, cfg, n_prompt)   # short or few documents: never a full batch
+    memory = None if not measured or not measured[1] else peak_estimate(
+        model_part(measured, windows, positions, seg.max_length), kept, cfg.pool.per_token, token_dim,
+        cfg.read.block_rows, cfg.encode.block_tokens, c, largest_call(lengths, n_chars, seg.max_tokens_per_doc))
     strategies: dict[str, dict[str, Any]] = {}
     for name in STRATEGIES:
         try:

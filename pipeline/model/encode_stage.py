@@ -88,7 +88,7 @@ class Weights:
                     now = _files_sha256(name)
                     if self.sha256 is not None and now is not None and now != self.sha256:
                         self.model = None   # unpickled, and the folder is no longer what was loaded
-                        raise _changed(name, self.sha256, now)
+                        raise _changed(name, self.sha256, now, pickled=True)
                     self.sha256 = now
                 self._encoders[spec] = made
             if sha256 is not None and self.sha256 is not None and self.sha256 != sha256:
@@ -302,12 +302,17 @@ def _files_sha256(name: str) -> str | None:
     return None if folder is None else model_sha256(folder)
 
 
-def _changed(name: str, then: str, now: str):
+def _changed(name: str, then: str, now: str, pickled: bool = False):
+    """The ModelError for a model folder whose files' sha256 is ``now``, not ``then`` (the sha256 the options
+    were checked with, or, ``pickled``, the one an unpickled pipeline's weights were loaded from). Running
+    the same pipeline again fails the same way: the message says what works (a pipeline built again)."""
     from ..errors import ModelError
 
-    return ModelError(f"--model {name!r} changed while it was being read: its files' sha256 was {then[:12]}... "
-                      f"when the options were checked and is {now[:12]}... now (the folder was saved again); "
-                      "run again once it is written")
+    when = "this pipeline was pickled" if pickled else "this pipeline's options were checked"
+    return ModelError(f"the model folder {name!r} was saved again after {when}: its files' sha256 was "
+                      f"{then[:12]}... then and is {now[:12]}... now, and this pipeline keeps the old one; build the "
+                      f"pipeline again from the folder (longbert.Pipeline.from_options(model={name!r}, ...) in "
+                      "Python, or a new `longbert extract` run)" + (", and pickle that one" if pickled else ""))
 
 
 def late_windows(batch: Batch) -> np.ndarray | None:

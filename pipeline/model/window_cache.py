@@ -88,7 +88,7 @@ class WindowCache:
                               "and weight files to hash; download the model into a folder (e.g. huggingface-cli "
                               f"download {model.model} --local-dir DIR) and pass --model DIR, or drop --cache")
         if isinstance(store, (str, Path)):
-            from .stores import open_store   # a folder (the embedded SQLite default) or s3://BUCKET/PREFIX
+            from ..cache.stores import open_store   # a folder (the embedded SQLite default) or s3://BUCKET/PREFIX
 
             store = open_store(str(store))
         pools = spec.pools

@@ -10,24 +10,29 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 def writer_options(schema: pa.Schema) -> dict:
     """The ParquetWriter options of an output of ``schema``: dictionary encoding only for the columns whose
-    values are not floating point (ids, kept columns, token ids...).
+    values are not floating point and not vectors (ids, kept columns, token ids...): a vector is a
+    fixed_size_list, whatever its values (float32, int8, packed bits).
 
-    Why: a column of vectors has hardly two equal values, so its dictionary is abandoned for plain
+    Why: a column of float vectors has hardly two equal values, so its dictionary is abandoned for plain
     encoding after its first page anyway, but the writer first hashes every value of the row group:
     writing one document of 77,508 tokens with 384-wide float32 token vectors (113 MB) took 1.67 GB
     more memory with the dictionary and 0.44 GB without it (pyarrow 26, docs/performance.md, memory).
+    An int8 or binary vector column keeps its dictionary (at most 256 values), and with it a 4-byte index
+    per value of the row group: four times the int8 values, as much as the float32 vectors they replace.
     The values written are the same either way.
 
-    Example: fields id (string), features (fixed_size_list<float>[384]), token_ids (list<int32>) ->
+    Example: fields id (string), features (fixed_size_list<int8>[384]), token_ids (list<int32>) ->
     {"use_dictionary": ["id", "token_ids.list.element"]}.
     """
-    def leaf(name: str, t: pa.DataType) -> tuple[str, pa.DataType]:   # Parquet's path of a list's values
+    def leaf(name: str, t: pa.DataType) -> tuple[str, pa.DataType, bool]:   # Parquet's path of a list's values
+        vector = False
         while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            vector = vector or pa.types.is_fixed_size_list(t)
             name, t = f"{name}.list.element", t.value_type
-        return name, t
+        return name, t, vector
 
     leaves = [leaf(f.name, f.type) for f in schema]
-    return {"use_dictionary": [path for path, t in leaves if not pa.types.is_floating(t)]}
+    return {"use_dictionary": [path for path, t, vector in leaves if not (pa.types.is_floating(t) or vector)]}
 
 
 ROW_GROUP_BYTES = 8 << 20   # a block's rows are held until they reach this, then written as one row group

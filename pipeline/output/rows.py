@@ -17,16 +17,16 @@ import numpy as np
 import pyarrow as pa
 
 from ..batch import Batch
-from ..compact import pack_binary, quantize_int8
 from ..counts import BlockCounts
 from ..errors import ConfigError
 from ..options.sections import OUT_DTYPES
 from ..projection import projections_of
 from ..stage import Stage
 from ..text.segment import covered_tokens
-from .arrow_arrays import fixed_list_array, list_array
 from .schema import (ERROR, FEATURES, ID, N_TOKENS, N_UNKNOWN, N_WINDOWS, SPANS, TOKEN_COLUMNS, TOKEN_FEATURES,
-                     TRUNCATED, WINDOW, row_fields, scale_column)
+                     TRUNCATED, WINDOW, row_fields)
+from .arrow_arrays import list_array
+from .vector_columns import token_vector_columns, vector_columns
 from .write import fits_float16
 
 FP16_OVERFLOW = "features overflow float16 (|x| > 65504); use --out-dtype float32"
@@ -52,13 +52,13 @@ def document_table(schema: pa.Schema, kept: tuple[str, ...], columns: list[tuple
     cols[N_WINDOWS] = pa.array(batch.n_windows, type=pa.int32())
     cols[TRUNCATED] = pa.array(batch.truncated, type=pa.bool_())
     for name, _ in columns:
-        cols.update(_vector_columns(schema, name, batch.vectors[name], batch.valid, centers))
+        cols.update(vector_columns(schema, name, batch.vectors[name], batch.valid, centers))
     cols[ERROR] = pa.array(batch.errors, type=pa.string())
     if per_token:
         per_doc = [t if t is not None else (None,) * len(TOKEN_COLUMNS) for t in batch.tokens]
         for k, name in enumerate(TOKEN_COLUMNS[:3]):  # token_ids, positions, offsets
             cols[name] = list_array([t[k] for t in per_doc], schema.field(name).type)
-        cols.update(_token_vector_columns(schema, [t[3] for t in per_doc], centers))
+        cols.update(token_vector_columns(schema, [t[3] for t in per_doc], centers))
     return pa.Table.from_pydict(cols, schema=schema)
 
 
@@ -79,51 +79,9 @@ def window_table(schema: pa.Schema, kept: tuple[str, ...], columns: list[tuple[s
                              type=schema.field(SPANS).type)
     cols[N_TOKENS] = pa.array([None if w is None else w.n_content for w in wins], type=pa.int32())
     for name, _ in columns:
-        cols.update(_vector_columns(schema, name, batch.vectors[name], batch.valid, centers))
+        cols.update(vector_columns(schema, name, batch.vectors[name], batch.valid, centers))
     cols[ERROR] = pa.array(batch.errors, type=pa.string())
     return pa.Table.from_pydict(cols, schema=schema)
-
-
-def _vector_columns(schema: pa.Schema, name: str, values: np.ndarray, valid: np.ndarray,
-                    centers: Mapping[str, np.ndarray | None] | None = None) -> dict[str, pa.Array]:
-    """One feature column's stored array(s), in the form its schema field declares.
-
-    (n, D) float32 values and (n,) validity -> {name: fixed_size_list<float>[D]} (float32 / float16);
-    with an int8 field {name: fixed_size_list<int8>[D], name_scale: (n,) float32} (quantize_int8, one
-    scale per vector); with a uint8 field {name: fixed_size_list<uint8>[ceil(D / 8)]} (pack_binary, the signs of x minus
-    the column's centre in ``centers``; none there: the signs of x).
-    Rows that are not valid are null in every column. Each vector's bytes depend on that vector alone.
-
-    Raises:
-        ValueError: a valid int8 row that is not finite (the rows stage makes those row errors first).
-    """
-    list_type = schema.field(name).type
-    leaf = list_type.value_type
-    if pa.types.is_int8(leaf):
-        q, scale = quantize_int8(np.where(valid[:, None], values, 0))       # (n, D) int8, (n,) float32
-        return {name: fixed_list_array(q, valid, list_type),
-                scale_column(name): pa.array(scale, type=pa.float32(), mask=~valid)}
-    if pa.types.is_uint8(leaf):                                            # (n, ceil(D / 8)) uint8
-        return {name: fixed_list_array(pack_binary(values, (centers or {}).get(name)), valid, list_type)}
-    return {name: fixed_list_array(values if valid.all() else np.where(valid[:, None], values, 0), valid, list_type)}
-
-
-def _token_vector_columns(schema: pa.Schema, items: list[np.ndarray | None],
-                          centers: Mapping[str, np.ndarray | None] | None = None) -> dict[str, pa.Array]:
-    """--level token: per document an (m, D) float32 array or None -> token_features in its schema form
-    (and token_features_scale list<float32>, one scale per token, with int8)."""
-    list_type = schema.field(TOKEN_FEATURES).type
-    leaf = list_type.value_type.value_type
-    if pa.types.is_int8(leaf):
-        pairs = [quantize_int8(x) if x is not None else (None, None) for x in items]
-        return {TOKEN_FEATURES: list_array([q for q, _ in pairs], list_type),
-                scale_column(TOKEN_FEATURES): list_array([s for _, s in pairs],
-                                                          schema.field(scale_column(TOKEN_FEATURES)).type)}
-    if pa.types.is_uint8(leaf):
-        center = (centers or {}).get(TOKEN_FEATURES)
-        return {TOKEN_FEATURES: list_array([pack_binary(x, center) if x is not None else None for x in items],
-                                            list_type)}
-    return {TOKEN_FEATURES: list_array(items, list_type)}
 
 
 def _leading(schema: pa.Schema, kept: tuple[str, ...], rows: pa.Table, take: pa.Array | None) -> dict[str, pa.Array]:
@@ -305,8 +263,8 @@ def centers_of(value: object, out_dtype: str) -> dict[str, tuple[float, ...] | N
     Example: np.zeros(3) -> {"features": (0.0, 0.0, 0.0)}; {"f_a": [1, 2], "f_b": None} -> as floats.
 
     Raises:
-        ConfigError: a centre without out_dtype "binary", or one that is not a 1-D array of finite numbers
-            (naming the value and the form to give).
+        ConfigError: a centre without out_dtype "binary", or one that is not a 1-D array of numbers (naming
+            the value and the form to give), or holds NaN or inf (naming the first such dimension).
     """
     if value is None:
         return None
@@ -323,7 +281,14 @@ def centers_of(value: object, out_dtype: str) -> dict[str, tuple[float, ...] | N
             arr = np.asarray(center, dtype=np.float32)
         except (TypeError, ValueError):
             arr = np.zeros((0, 0))
-        if not isinstance(name, str) or arr.ndim != 1 or not arr.size or not np.isfinite(arr).all():
+        bad = np.flatnonzero(~np.isfinite(arr)) if arr.ndim == 1 else ()
+        if isinstance(name, str) and arr.ndim == 1 and len(bad):
+            where = f"binary_center[{name!r}]" if isinstance(value, Mapping) else "binary_center"
+            x = float(arr[bad[0]])
+            raise ConfigError(f"Rows: {where} holds {'NaN' if np.isnan(x) else x} at dimension {int(bad[0])} (of "
+                              f"{arr.size}); give a centre of finite numbers, e.g. X.mean(axis=0) of a corpus's "
+                              "float32 vectors")
+        if not isinstance(name, str) or arr.ndim != 1 or not arr.size:
             raise ConfigError(f"Rows: binary_center {_shown(value)} is not a centre; give one (D,) array of finite "
                               "numbers (the centre of the one column 'features'), or {column: (D,) array}, e.g. "
                               "X.mean(axis=0) of a corpus's float32 vectors")

@@ -62,7 +62,7 @@ def store(bucket: str):
                 from obstore.store import S3Store
             except ImportError:
                 raise InputError("reading s3:// inputs needs the obstore package; install it with "
-                                 "`pip install 'longbert[s3]'`") from None
+                                 "`pip install -e '.[s3]'` in a clone of longbert (or pip install 'obstore>=0.12')") from None
             _STORES[key] = S3Store(bucket, config={"endpoint": url} if url else {},
                                    client_options={"allow_http": url.startswith("http://"),
                                                    "connect_timeout": CONNECT_TIMEOUT, "timeout": REQUEST_TIMEOUT},

@@ -10,7 +10,6 @@ relation-extraction and marker models are saved) are another matter: they stay o
 from __future__ import annotations
 
 import json
-import re
 import weakref
 from collections.abc import Sequence
 
@@ -20,6 +19,7 @@ from ..batch import Batch
 from ..read.specs import ROW_ERROR
 from ..stage import Stage
 from ..types import TokenizedDoc
+from .cut import CALL_CHARS, calls, cut_margin, first_tokens
 
 EMPTY_TEXT = "empty text"
 NO_TOKENS = "no tokens after normalisation"
@@ -35,30 +35,6 @@ def unknown_warning(unknown: int, tokens: int) -> str:
     """
     return (f"warning: {100 * unknown / tokens:.1f}% of tokens ({unknown:,} of {tokens:,}) are unknown to the "
             "model's vocabulary, which does not cover this text; pass --model with one that does (docs/models.md)")
-
-# --max-tokens-per-doc N: a text longer than N * CUT_CHARS_PER_TOKEN + CUT_MIN_CHARS characters is
-# tokenized only up to its last whitespace before that length (English BERT averages ~4.5 characters
-# per token, so the part holds > N tokens unless the text is unusual; if not, the whole text is tokenized).
-CUT_CHARS_PER_TOKEN = 8
-CUT_MIN_CHARS = 256
-_LAST_SPACE = re.compile(r"\s(?=\S*\Z)")  # the last whitespace character before endpos
-
-
-def cut_before_tokenizing(text: str, max_tokens: int) -> str | None:
-    """The leading part of ``text`` to tokenize instead of all of it, or None to tokenize it whole.
-
-    The part ends at a whitespace character (excluded), so no word is split: pre-tokenizers split
-    at whitespace and normalisers work per character, so the part's tokens are the first tokens
-    of the whole text. None when the text is short or has no whitespace in the second half of the
-    character budget. Example: max_tokens 2 -> budget 272 characters; a 1,000-character text of
-    5-letter words -> its first 269 characters (45 words).
-    """
-    budget = max_tokens * CUT_CHARS_PER_TOKEN + CUT_MIN_CHARS
-    if len(text) <= budget:
-        return None
-    found = _LAST_SPACE.search(text, budget // 2, budget)
-    return text[:found.start()] if found else None
-
 
 def tokenizer_failure(tokenizer, err: BaseException) -> str:
     """The row error of a text the tokenizer fails on, with the fix when the cause is known.
@@ -235,9 +211,10 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
         tokenizer: a transformers *fast* tokenizer (``tokenizer.is_fast``), e.g. BertTokenizerFast;
             its character offsets are kept.
         max_tokens_per_doc: keep at most this many leading tokens of each document (None: all). A
-            text longer than 8 characters per kept token (+ 256) is cut at a whitespace before
-            tokenizing (``cut_before_tokenizing``), so a huge document costs about the cap, not its
-            length; the kept ids are exactly the first ``max_tokens_per_doc`` ids of the whole text.
+            text longer than 8 characters per kept token (+ 256) is tokenized as a leading part that
+            proves its first tokens (``first_tokens``), with or without whitespace, so a huge document
+            costs about the cap, not its length; the kept ids and offsets are exactly the first
+            ``max_tokens_per_doc`` of the whole text's.
         with_offsets: ask the tokenizer for character offsets (only --level token writes them;
             without, each doc's offsets are an empty (0, 2) array).
         vocab_rows: the model's embedding rows when the tokenizer has ids beyond them
@@ -260,9 +237,9 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
         the vocabulary lacks. A literal "[UNK]" in the text is text too, counted only where its own
         pieces are unknown (the default model: "[", "un", "##k", "]", none unknown).
         ``n_tokens`` counts the whole text's tokens, except for a text cut before tokenizing: there
-        it counts the tokens of the part tokenized, a lower bound of the whole that is always
-        > max_tokens_per_doc (so the row still reads as truncated), and n_unknown counts within
-        that part. A text that is empty or whitespace-only gets error "empty text"; one whose
+        it counts the part's tokens known to be the whole text's, a lower bound of the whole that is
+        always > max_tokens_per_doc (so the row still reads as truncated), and n_unknown counts within
+        those. A text that is empty or whitespace-only gets error "empty text"; one whose
         characters all vanish in the tokenizer's normalisation (control or zero-width characters)
         gets "no tokens after normalisation" (both have 0 tokens); one whose tokens are all unknown
         (e.g. emoji only, with an English WordPiece vocabulary) gets "only unknown tokens". A text
@@ -279,54 +256,35 @@ def tokenize_block(texts: Sequence[str], tokenizer, max_tokens_per_doc: int | No
     texts, maps = list(texts), [None] * len(texts)
     if lowercase:
         texts, maps = map(list, zip(*(lowercase_with_map(t) for t in texts))) if texts else ([], [])
-    parts = [None] * len(texts) if max_tokens_per_doc is None else \
-        [cut_before_tokenizing(t, max_tokens_per_doc) for t in texts]
-    sent = [t if p is None else p for t, p in zip(texts, parts)]
+    cut = {} if max_tokens_per_doc is None else \
+        first_tokens(encoder, texts, max_tokens_per_doc, cut_margin(encoder))
+    sent = ["" if i in cut else t for i, t in enumerate(texts)]   # a cut text's tokens are known already
     docs: list[TokenizedDoc] = []
-    for lo, hi in _calls(sent, CALL_CHARS):   # the tokenizer's Python lists of ids and offsets: one call's texts at a time
+    for lo, hi in calls(sent, CALL_CHARS):   # the tokenizer's Python lists of ids and offsets: one call's texts at a time
         all_ids, all_offsets = call(sent[lo:hi], list(range(lo, hi)))
-        short = [i for i in range(lo, hi) if parts[i] is not None and len(all_ids[i - lo]) <= max_tokens_per_doc]
-        if short:  # the part held too few tokens (very long words): tokenize those texts whole
-            ids2, offsets2 = call([texts[i] for i in short], short)
-            for i, ids, offsets in zip(short, ids2, offsets2):
-                all_ids[i - lo], all_offsets[i - lo] = ids, offsets
+        known = [None] * (hi - lo)
+        for i in range(lo, hi):
+            if i in cut:
+                all_ids[i - lo], offsets, known[i - lo] = cut.pop(i)
+                all_offsets[i - lo] = offsets if with_offsets else None
         docs += [_doc(row, texts[row], ids, offsets, maps[row], tokenizer, unk, max_tokens_per_doc, vocab_rows,
-                      (read_errors[row] if read_errors is not None else None) or failed.get(row))
-                 for row, ids, offsets in zip(range(lo, hi), all_ids, all_offsets)]
+                      (read_errors[row] if read_errors is not None else None) or failed.get(row), n_known)
+                 for row, ids, offsets, n_known in zip(range(lo, hi), all_ids, all_offsets, known)]
         del all_ids, all_offsets
     return docs
-
-
-CALL_CHARS = 1 << 18   # characters of text per tokenizer call, at most (a longer text is a call of its own)
-
-
-def _calls(texts: list[str], limit: int = CALL_CHARS) -> list[tuple[int, int]]:
-    """[start, stop) ranges of consecutive texts of at most ``limit`` characters together, each text in one
-    range (a longer one alone), covering every text once; [] for no text.
-
-    Why: a call returns Python lists of every token's id and offsets (about 150 bytes a token) before
-    they become arrays; one call per block made a block of long documents hold them all at once.
-    Example: lengths [100, 200, 300], limit 300 -> [(0, 2), (2, 3)].
-    """
-    bounds, start, held = [], 0, 0
-    for i, text in enumerate(texts):
-        if i > start and held + len(text) > limit:
-            bounds.append((start, i))
-            start, held = i, 0
-        held += len(text)
-    if texts:
-        bounds.append((start, len(texts)))
-    return bounds
 
 
 _NO_OFFSETS = np.zeros((0, 2), dtype=np.int32)
 
 
 def _doc(row: int, text: str, ids: list[int], offsets, origin: np.ndarray | None, tokenizer, unk: int | None,
-         max_tokens_per_doc: int | None, vocab_rows: int | None, error: str | None) -> TokenizedDoc:
+         max_tokens_per_doc: int | None, vocab_rows: int | None, error: str | None,
+         known: int | None = None) -> TokenizedDoc:
     """One text's TokenizedDoc from the tokenizer's ids and offsets (tokenize_block's rules: the cap,
     then the row error, if any, in order: the reader's or tokenizer's, an id beyond the table, empty,
-    only unknown)."""
+    only unknown). ``known``: a part's tokens that are the whole text's (first_tokens), None: all of them."""
+    if known is not None:
+        ids, offsets = ids[:known], offsets if offsets is None else offsets[:known]
     n = len(ids)
     ids_arr = np.asarray(ids, dtype=np.int32)
     n_unknown = int(np.count_nonzero(ids_arr == unk)) if unk is not None else 0

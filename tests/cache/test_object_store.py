@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 import pickle
 import socket
 import subprocess
@@ -265,7 +266,11 @@ def test_missing_library_names_the_extra(s3, monkeypatch):
     with pytest.raises(ConfigError) as err:
         open_store(uri)
     assert str(err.value) == (f"--cache {uri}: this store needs the obstore library, which is not installed; "
-                              "pip install 'longbert[s3]'")
+                              "pip install -e '.[s3]' in a clone of longbert (or pip install 'obstore>=0.12')")
+    import tomllib   # the pin the message names is pyproject.toml's
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["project"]["optional-dependencies"]["s3"] == ["obstore>=0.12"]
 
 
 # ---------------------------------------------------------------- the Python API and pickles

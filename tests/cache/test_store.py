@@ -249,8 +249,8 @@ def test_two_processes_write_and_read_one_store_at_once(tmp_path):
             assert np.stack(store.get_many(KEY, ids)).tobytes() == vectors_of(ids).tobytes()
     stats = store.stats()
     assert stats["entries"] == blocks * (shared + 2 * (BLOCK - shared))
-    # 2 writers x 30 lookups of 64 windows, then ours: no counter update lost
-    assert stats["lookups"] == 2 * blocks * BLOCK + 2 * blocks * BLOCK
+    # our 2 x 30 lookups of 64 windows: the writers' counts stayed with their runs, none in the file
+    assert stats["lookups"] == stats["hits"] == 2 * blocks * BLOCK
 
 
 def test_a_write_lock_held_past_the_timeout_is_a_run_error(tmp_path):
@@ -428,19 +428,67 @@ def test_unregistered_keys_and_wrong_shapes_are_caller_errors(tmp_path):
         store.put_many(KEY, [np.arange(3), np.arange(4)], np.zeros((2, 383), np.float32))
 
 
-def test_a_lookup_writes_nothing_and_its_counts_are_written_once_at_close(tmp_path):
+def test_a_lookup_writes_nothing_not_even_its_counts(tmp_path):
+    """The counts stay with the store object (the run): the file at rest is byte for byte as it was, and no
+    -wal or -shm file is left beside it."""
+    from read_only import sha256
+
     store = open_registered(tmp_path)
     ids = block_ids(1, 0, 8)
     store.put_many(KEY, ids, vectors_of(ids))
-    store.checkpoint()
+    store.close()
+    before = sha256(tmp_path / DB_NAME)
+    store = open_registered(tmp_path)
     conn = store._connection()
-    before = conn.total_changes
-    wal = tmp_path / f"{DB_NAME}-wal"
-    wal_size = wal.stat().st_size
+    changes = conn.total_changes
     for _ in range(3):
         assert np.stack(store.get_many(KEY, ids)).tobytes() == vectors_of(ids).tobytes()
-    assert conn.total_changes == before and wal.stat().st_size == wal_size   # no write transaction ran
-    assert (store.stats()["lookups"], store.stats()["hits"]) == (24, 24)    # counted in memory
+    assert conn.total_changes == changes                                      # no write transaction ran
+    stats = store.stats()
+    assert (stats["lookups"], stats["hits"], stats["hit_counts"]) == (24, 24, "run")   # counted in memory
     store.close()
-    with raw(tmp_path) as other:   # another connection reads them from the file: written at close
-        assert other.execute("SELECT sum(lookups), sum(hits) FROM models").fetchone() == (24, 24)
+    assert sha256(tmp_path / DB_NAME) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [DB_NAME]
+    with raw(tmp_path) as other:   # another connection: the file holds no counts
+        assert other.execute("SELECT sum(lookups), sum(hits) FROM models").fetchone() == (0, 0)
+    again = open_registered(tmp_path)
+    assert (again.stats()["lookups"], again.stats()["entries"]) == (0, 8)   # a new store object: its own counts
+    again.close()
+
+
+READ_ONLY_CHECK = """
+import sys, numpy as np
+sys.path.insert(0, sys.argv[2])
+from test_store import KEY, block_ids, open_registered, vectors_of
+from pipeline.errors import ConfigError
+store = open_registered(sys.argv[1])
+ids = block_ids(1, 0, 8)
+assert np.stack(store.get_many(KEY, ids)).tobytes() == vectors_of(ids).tobytes()
+new = block_ids(2, 0, 4)
+assert store.put_many(KEY, new, vectors_of(new)) == 0 and store.get_many(KEY, new) == [None] * 4
+s = store.stats()
+assert (s["read_only"], s["journal_mode"], s["entries"], s["lookups"], s["hits"]) == (True, "read-only", 8, 12, 8), s
+assert store.checkpoint() is True
+try:
+    store.clear()
+except ConfigError as err:
+    print(err)
+store.close()
+"""
+
+
+def test_a_store_on_a_read_only_mount_serves_its_windows_and_writes_nothing(tmp_path):
+    from read_only import run_read_only, sha256
+
+    folder = tmp_path / "store"
+    store = open_registered(folder)
+    ids = block_ids(1, 0, 8)
+    store.put_many(KEY, ids, vectors_of(ids))
+    store.close()
+    before = sha256(folder / DB_NAME)
+    done = run_read_only(folder, [sys.executable, "-c", READ_ONLY_CHECK, str(folder), str(Path(__file__).parent)],
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (f"{folder / DB_NAME} is read-only here (a read-only mount, or a file or folder without "
+                           "write permission): it cannot be cleared; make it writable, or delete the folder\n")
+    assert sha256(folder / DB_NAME) == before and sorted(p.name for p in folder.iterdir()) == [DB_NAME]

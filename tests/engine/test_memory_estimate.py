@@ -51,3 +51,58 @@ def test_stats_prints_the_estimate_for_the_level(runner, tiny_model_dir, tmp_pat
     assert memory.startswith("memory       about ") and "--level token: model and one forward batch" in memory
     given = invoke(runner, [*line, "--windows-per-second", 10])
     assert "memory       not estimated: the model was not run" in given.output
+
+
+def test_the_model_part_scales_to_the_largest_batch_the_run_makes():
+    from pipeline.engine.memory_estimate import model_part
+
+    measured = (500_000_000, 800_000_000, 16)               # one window of 512, then 16 of them
+    assert model_part(measured, 100, 512, 512) == 800_000_000   # full batches
+    assert model_part(measured, 1, 512, 512) == 500_000_000     # one window: the first peak
+    assert model_part(measured, 16, 42, 512) == int(500_000_000 + 300_000_000 * (16 * 42 - 512) / (16 * 512 - 512))
+    assert model_part(measured, 2, 66, 512) == 500_000_000      # 132 positions: under one full window
+    assert model_part((0, 0, 16), 16, 512, 512) == 0            # memory not reported
+
+
+def test_the_largest_tokenizer_call_is_a_whole_document_or_a_cut_part():
+    from pipeline.engine.memory_estimate import TOKENIZE_BYTES_PER_TOKEN, TOKENIZE_OFFSETS_BYTES_PER_TOKEN, largest_call
+
+    tokens, chars = np.array([2_000_000, 5, 7]), np.array([2_000_000, 5, 7])
+    assert largest_call(tokens, chars) == 2_000_000                   # tokenized whole, a call of its own
+    assert largest_call(tokens, chars, 64) == 64 * 8 + 256            # its leading part only
+    many = np.full(1000, 100)                                           # 1,000 texts of 1,000 characters
+    assert largest_call(many, many * 10) == 100 * ((1 << 18) // 1000)  # 262 texts a call of 256 Ki characters
+    assert largest_call(np.zeros(0, np.int64), np.zeros(0, np.int64)) == 0
+    est = peak_estimate(500_000_000, np.array([64, 5]), False, 32, 256, 32_768, 510, call_tokens=768)
+    assert est["tokenizer"] == 768 * TOKENIZE_BYTES_PER_TOKEN and est["bytes"] == 500_000_000 + est["blocks"] + est["tokenizer"]
+    token = peak_estimate(500_000_000, np.array([64, 5]), True, 32, 256, 32_768, 510, call_tokens=768)
+    assert token["tokenizer"] == 768 * TOKENIZE_OFFSETS_BYTES_PER_TOKEN
+
+
+def test_the_largest_batch_counts_a_blocks_windows_and_the_longest_window(tiny_model_dir):
+    from pipeline.engine.stats import largest_batch
+    from pipeline.options.config import PipelineConfig
+
+    cfg = PipelineConfig.from_options(model=str(tiny_model_dir), strategy="chunk", max_length=16, block_rows=2)
+    # chunk windows of 14 content tokens: 30 tokens -> 3 windows, 5 -> 1, 14 -> 1; blocks (30, 5), (14,)
+    assert largest_batch(np.array([30, 5, 14]), cfg) == (4, 16)
+    assert largest_batch(np.array([5, 3]), cfg) == (2, 7)
+    two = PipelineConfig.from_options(model=str(tiny_model_dir), features=("head:mean", "chunk:mean"), max_length=16)
+    assert largest_batch(np.array([30]), two) == (4, 16)      # head's window and chunk's three
+
+
+def test_stats_measures_the_model_before_it_tokenizes_whole_documents(runner, tiny_model_dir, tmp_path,
+                                                                     monkeypatch):
+    """Its own whole-document tokenizing is not the model part's: measure_speed runs first, while only
+    leading parts (the sample's) were tokenized."""
+    import pipeline.engine.measure as measure
+    import pipeline.engine.stats as stats
+
+    seen = []
+    real_tokenize, real_measure = stats.tokenize_block, measure.measure_speed
+    monkeypatch.setattr(stats, "tokenize_block", lambda *a, **k: seen.append("whole") or real_tokenize(*a, **k))
+    monkeypatch.setattr(measure, "measure_speed", lambda *a, **k: seen.append("measure") or real_measure(*a, **k))
+    src = write_csv(tmp_path / "in.csv", [{"text": words(n, n)} for n in (700, 20, 50)])
+    result = invoke(runner, ["stats", src, "--model", tiny_model_dir, "--max-length", 16, "--strategy", "chunk"])
+    assert result.exit_code == 0, result.output
+    assert seen == ["measure", "whole"]

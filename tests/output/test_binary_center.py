@@ -4,6 +4,7 @@ documents are named in the summary. Bits are checked against float32 vectors of 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -129,3 +130,134 @@ def test_the_token_centre_is_the_mean_of_the_first_documents_tokens_found_in_pie
     center = next(c["center"] for c in meta["compact"]["columns"] if c["column"] == "token_features")
     np.testing.assert_allclose(center, tokens.astype(np.float64).mean(0), rtol=1e-6, atol=1e-7)
     assert len(held) > 2 and max(held) <= 512
+
+
+# ---------------------------------------------------------------- a centre must be of this run's features
+
+
+@pytest.fixture(scope="module")
+def two_models(tmp_path_factory):
+    """(bert_tiny, bert_other): the handed cases' two tiny BERTs of one width (hidden 32), one tokenizer, two
+    seeds (tests/cases/tiny_bert.make_model.py, B109.make_model.py)."""
+    from conftest import run_case_script
+
+    folder = tmp_path_factory.mktemp("b109")
+    run_case_script("tiny_bert.make_model.py", folder)
+    run_case_script("B109.make_model.py", folder)
+    return folder / "bert_tiny", folder / "bert_other"
+
+
+def _meta(path) -> dict:
+    return json.loads(pq.read_schema(path).metadata[b"longbert"])
+
+
+FIX = ("its bits would not compare with this run's; pass the binary output of a run with the same model and "
+       "features (--model, --feature or --strategy, --pooling, --layers, --aggregate, --level), or drop "
+       "--binary-center to take this run's own centre")
+CORPUS = [words(10 + 3 * i, 7 * i) for i in range(6)]
+
+
+@pytest.mark.parametrize("corpus_args, query_args, difference", [
+    ((), (), "model 'bert_other' (sha256 {other}) (this run: 'bert_tiny' (sha256 {tiny}))"),
+    (("--pooling", "cls"), (), "features: pooling 'cls' (this run: 'mean')"),
+    (("--layers", "-2"), (), "features: layers [1] (this run: [2])"),
+    (("--layers", "-1,-2"), ("--layers", "-1,-2", "--layer-agg", "sum"),
+     "features: layer_agg 'mean' (this run: 'sum')"),
+    (("--aggregate", "max"), (), "features: aggregate 'max' (this run: 'mean')"),
+    ((), ("--level", "window"), "level 'document' (this run: 'window'); features: aggregate 'mean' (this run: None)"),
+    (("--normalize",), (), "normalize True (this run: False)"),
+])
+def test_a_centre_of_another_model_or_other_features_is_refused(tmp_path, two_models, corpus_args, query_args,
+                                                                difference):
+    """B109: an output of another model of the same width, or of another pooling, layer, layer_agg, aggregate,
+    level or --normalize: exit 2 naming the difference, before the model loads; nothing written."""
+    tiny, other = two_models
+    model = other if "bert_other" in difference else tiny
+    _, corpus = extract_cli(tmp_path, CORPUS, *COMMON, *corpus_args, "--out-dtype", "binary", model=model,
+                            name="c.parquet")
+    _, floats = extract_cli(tmp_path, CORPUS[:1], *COMMON, model=tiny, name="f.parquet")
+    sha = {"tiny": _meta(floats)["model_sha256"][:12], "other": _meta(corpus)["model_sha256"][:12]}
+    result, out = extract_cli(tmp_path, [words(11, 4)], *COMMON, *query_args, "--out-dtype", "binary",
+                              "--binary-center", str(corpus), "--progress", model=tiny, name="q.parquet", ok=False)
+    assert result.exit_code == 2 and not out.exists()
+    assert result.output == (f"Error: --binary-center {str(corpus)!r} holds the centre of other vectors than this "
+                             f"run's: {difference.format(**sha)}; {FIX}\n")   # nothing before: no "loading model"
+
+
+def test_a_centre_of_another_strategy_is_refused(tmp_path, tiny_model_dir):
+    _, corpus = extract_cli(tmp_path, CORPUS, *COMMON, "--out-dtype", "binary", model=tiny_model_dir,
+                            name="c.parquet")
+    result, _ = extract_cli(tmp_path, [words(11, 4)], "--max-length", "16", "--strategy", "head", "--out-dtype",
+                            "binary", "--binary-center", str(corpus), model=tiny_model_dir, name="q.parquet", ok=False)
+    chunk = {"name": "chunk", "max_length": 16, "content_tokens": 14, "max_tokens_per_doc": None}
+    assert result.exit_code == 2 and f"features: strategy {chunk!r} (this run: {{'name': 'head'," in result.output
+
+
+def test_the_same_features_named_another_way_are_taken(tmp_path, tiny_model_dir):
+    """Layer 2 of a 2-layer model is layer -1, and the float dtype rounds the same features: the centre is
+    taken, and the query's bits are x > that centre (numpy on a float32 run of the query)."""
+    _, corpus = extract_cli(tmp_path, CORPUS, *COMMON, "--layers", "2", "--out-dtype", "binary",
+                            "--dtype", "bfloat16", model=tiny_model_dir, name="c.parquet")
+    center = np.array(_meta(corpus)["compact"]["columns"][0]["center"], np.float32)
+    q = _floats(tmp_path, tiny_model_dir, [words(11, 4), words(30, 2)], "fq.parquet")
+    _, out = extract_cli(tmp_path, [words(11, 4), words(30, 2)], *COMMON, "--out-dtype", "binary", "--binary-center",
+                         str(corpus), model=tiny_model_dir, name="q.parquet")
+    np.testing.assert_array_equal(_bits(out, q.shape[1]), q > center)
+
+
+def _nan_centre(tmp_path, model) -> str:
+    """B110: a binary output whose stored centre holds a NaN at dimension 0 (tests/cases/B110.make_nan_center.py)."""
+    import runpy
+    import sys
+
+    _, corpus = extract_cli(tmp_path, CORPUS, *COMMON, "--out-dtype", "binary", model=model, name="c.parquet")
+    nan = tmp_path / "nan.parquet"
+    argv, sys.argv = sys.argv, ["B110.make_nan_center.py", str(corpus), str(nan)]
+    try:
+        runpy.run_path(str(Path(__file__).resolve().parents[1] / "cases" / "B110.make_nan_center.py"))
+    finally:
+        sys.argv = argv
+    assert np.isnan(_meta(nan)["compact"]["columns"][0]["center"][0])
+    return str(nan)
+
+
+def test_a_centre_holding_nan_is_refused_naming_the_file_and_the_flag(tmp_path, tiny_model_dir):
+    nan = _nan_centre(tmp_path, tiny_model_dir)
+    result, out = extract_cli(tmp_path, [words(11, 4)], *COMMON, "--out-dtype", "binary", "--binary-center", nan,
+                              "--progress", model=tiny_model_dir, name="q.parquet", ok=False)
+    assert result.exit_code == 2 and not out.exists()
+    assert result.output == (f"Error: --binary-center {nan!r}: the centre of column 'features' in its metadata holds "
+                             "NaN at dimension 0 (of 32); the file was damaged or edited after longbert wrote it: pass "
+                             "a binary output as `longbert extract` wrote it, or drop --binary-center to take this "
+                             "run's own centre\n")
+
+
+def test_python_centres_are_checked_in_python_words(tmp_path, two_models):
+    """Pipeline.from_options(binary_center=...): another model's output, a NaN centre in a file and in an
+    array are refused at once, naming the argument; the right file is taken."""
+    import longbert
+    from pipeline.errors import ConfigError
+
+    tiny, other = two_models
+    opts = dict(model=str(tiny), strategy="chunk", max_length=16, out_dtype="binary")
+    _, theirs = extract_cli(tmp_path, CORPUS, *COMMON, "--out-dtype", "binary", model=other, name="o.parquet")
+    with pytest.raises(ConfigError) as err:
+        longbert.Pipeline.from_options(**opts, binary_center=theirs)
+    assert str(err.value).startswith(f"binary_center={str(theirs)!r} holds the centre of other vectors than this "
+                                     "run's: model 'bert_other' (sha256 ")
+    assert str(err.value).endswith("(model, feature or strategy, pooling, layers, aggregate, level), or drop "
+                                   "binary_center to take this run's own centre")
+    nan = _nan_centre(tmp_path, tiny)
+    with pytest.raises(ConfigError, match=r"^binary_center='.*nan\.parquet': the centre of column 'features' in its "
+                                          r"metadata holds NaN at dimension 0 \(of 32\)"):
+        longbert.Pipeline.from_options(**opts, binary_center=nan)
+    centre = np.zeros(32, np.float32)
+    centre[3] = np.nan
+    with pytest.raises(ConfigError) as err:
+        longbert.Pipeline.from_options(**opts, binary_center=centre)
+    assert str(err.value) == ("binary_center holds NaN at dimension 3 (of 32); give a centre of finite numbers, "
+                              "e.g. X.mean(axis=0) of a corpus's float32 vectors")
+    with pytest.raises(ConfigError, match=r"^binary_center\['features'\] holds inf at dimension 0 \(of 32\)"):
+        longbert.Pipeline.from_options(**opts, binary_center={"features": [np.inf] + [0.0] * 31})
+    _, ours = extract_cli(tmp_path, CORPUS, *COMMON, "--out-dtype", "binary", model=tiny, name="t.parquet")
+    assert longbert.Pipeline.from_options(**opts, binary_center=ours).cfg.write.binary_center_file == str(ours)

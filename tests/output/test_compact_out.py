@@ -243,3 +243,40 @@ def test_keep_col_named_like_the_scale_column_is_refused(runner, tiny_model_dir,
     result = invoke(runner, [*args, "--out-dtype", "int8"])
     assert result.exit_code == 2 and "--keep-col 'features_scale' clashes" in result.output
     assert invoke(runner, [*args, "--out-dtype", "binary"]).exit_code == 0   # no scale column there
+
+
+def test_token_int8_quantizes_the_pieces_array_once_and_gives_views_of_it():
+    """The int8 token vectors of documents whose float32 vectors tile one array are views of one int8 array
+    (no per-document copy; the Arrow column takes it whole), equal to each document quantized alone."""
+    from pipeline.compact import quantize_int8
+    from pipeline.output.arrow_arrays import tiled_buffer
+    from pipeline.output.vector_columns import token_int8
+
+    rng = np.random.default_rng(3)
+    base = (rng.standard_normal((50, 8)) * rng.uniform(0.1, 5, size=(50, 1))).astype(np.float32)
+    items = [base[0:20], base[20:21], base[21:50]]
+    qs, scales = token_int8(items)
+    for x, q, s in zip(items, qs, scales):
+        rq, rs = quantize_int8(x)
+        np.testing.assert_array_equal(q, rq)
+        np.testing.assert_array_equal(s, rs)
+    assert tiled_buffer(qs, np.dtype(np.int8)) is not None and tiled_buffer(scales, np.dtype(np.float32)) is not None
+    assert all(q.base is qs[0].base is not None for q in qs)   # views of one array
+    # a document left out (a row error) in the middle: each document alone, the same values
+    gaps = [base[0:20], None, base[21:50]]
+    qs, scales = token_int8(gaps)
+    assert qs[1] is None and scales[1] is None
+    np.testing.assert_array_equal(qs[2], quantize_int8(base[21:50])[0])
+
+
+@pytest.mark.parametrize("form", ["int8", "binary"])
+def test_compact_vector_columns_are_written_without_a_dictionary(runner, tiny_model_dir, tmp_path, form):
+    """A dictionary would hold a 4-byte index per int8 value of the row group in the writer (as much as the
+    float32 vectors); the ids and token ids keep theirs."""
+    path = run(runner, tiny_model_dir, tmp_path, "--level", "token", "--out-dtype", form, out=f"{form}.parquet")
+    meta = pq.ParquetFile(path).metadata
+    encodings = {meta.schema.column(i).path: meta.row_group(0).column(i).encodings for i in range(meta.num_columns)}
+    dictionary = {p for p, e in encodings.items() if any("DICTIONARY" in x for x in e)}
+    vectors = {p for p in encodings if p.startswith(("features", "token_features"))}
+    assert vectors and not vectors & dictionary, encodings
+    assert {"id", "token_ids.list.element"} <= dictionary

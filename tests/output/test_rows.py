@@ -110,6 +110,6 @@ def test_from_options_takes_a_centre_and_the_file_records_it(tiny_model_dir, tmp
     meta = json.loads(pq.read_schema(tmp_path / "b.parquet").metadata[b"longbert"])
     assert meta["compact"]["columns"][0]["center"] == [float(c) for c in center]
     assert "stages" not in meta                       # the options' own stages: the --resume fingerprint as before
-    with pytest.raises(ConfigError, match=re.escape("Rows: binary_center['features'] has 8 values, but the column's "
-                                                    "vectors have 32")):
+    with pytest.raises(ConfigError, match="^" + re.escape("binary_center['features'] has 8 values, but the column's "
+                                                          "vectors have 32")):   # the caller's argument, not a stage
         longbert.Pipeline.from_options(**common, out_dtype="binary", binary_center=np.zeros(8))

@@ -185,8 +185,8 @@ def test_megabyte_documents_with_and_without_whitespace(runner, tiny_model_dir, 
     out = tmp_path / "o.parquet"
     run_ok(runner, tiny_model_dir, src, "-o", out, "--strategy", "chunk", "--max-tokens-per-doc", "5000")
     df = pd.read_parquet(out)
-    # the spaced text is cut before tokenizing (pipeline.text.tokenize.cut_before_tokenizing): its n_tokens
-    # counts the part tokenized: 5000 * 8 + 256 characters at most, one token per "wN " word of 3-4
+    # the spaced text is cut before tokenizing (pipeline.text.cut.first_tokens): its n_tokens counts the
+    # part's tokens known to be the text's: 5000 * 8 + 256 characters at most, one token per "wN " word of 3-4
     assert 5000 < df["n_tokens"][0] <= (5000 * 8 + 256) // 3 and df["n_tokens"].tolist()[1:] == [1, 1]
     assert df["n_windows"].tolist() == [10, 0, 1]     # 5000 kept tokens / 510 per window
     assert df["error"].isna().tolist() == [True, False, True]

@@ -17,7 +17,7 @@ from conftest import words
     ([], 300, []),
 ])
 def test_calls_cover_every_text_once_within_the_limit(lengths, limit, bounds):
-    assert tok_mod._calls(["x" * n for n in lengths], limit) == bounds
+    assert tok_mod.calls(["x" * n for n in lengths], limit) == bounds
 
 
 def test_a_block_in_several_calls_gives_the_ids_and_offsets_of_one_call(tiny_bert, monkeypatch):
@@ -25,7 +25,7 @@ def test_a_block_in_several_calls_gives_the_ids_and_offsets_of_one_call(tiny_ber
     texts = [words(5 + 7 * i, i) for i in range(9)] + ["", words(3)]
     whole = tok_mod.tokenize_block(texts, tokenizer, max_tokens_per_doc=20)
     monkeypatch.setattr(tok_mod, "CALL_CHARS", 40)
-    assert len(tok_mod._calls(texts, tok_mod.CALL_CHARS)) > 4
+    assert len(tok_mod.calls(texts, tok_mod.CALL_CHARS)) > 4
     cut = tok_mod.tokenize_block(texts, tokenizer, max_tokens_per_doc=20)
     assert [d.row for d in cut] == list(range(len(texts)))
     for a, b in zip(whole, cut):
