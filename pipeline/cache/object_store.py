@@ -357,7 +357,7 @@ def open_s3(uri: str) -> ObjectStore:
 
     Raises:
         ConfigError: credentials missing (naming the variables), nothing answering at the endpoint, the
-            bucket missing, the credentials refused (pipeline.cache.object_client.open_error).
+            bucket missing, the credentials refused (pipeline.storage.open_error).
     """
     store = ObjectStore(uri)
     store.client.check()
