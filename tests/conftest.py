@@ -71,6 +71,41 @@ def default_model_dir() -> Path:
     return Path(get_model_path())
 
 
+@pytest.fixture(scope="session")
+def s3_server():
+    """One local S3 server (moto, tests/cache/s3_server.py: 127.0.0.1, a free port, requests counted) for
+    every test of the session that needs one."""
+    from s3_server import CountedMotoServer
+
+    server = CountedMotoServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+S3_KEYS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"}
+
+
+@pytest.fixture
+def s3_bucket(s3_server, monkeypatch):
+    """A fresh bucket on the session's S3 server with the AWS variables set for it (nothing else of the
+    environment's AWS settings or LONGBERT_CACHE); returns (bucket name, boto3 client)."""
+    import uuid
+
+    import boto3
+
+    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "LONGBERT_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {**S3_KEYS, "AWS_ENDPOINT_URL": s3_server.url}.items():
+        monkeypatch.setenv(name, value)
+    bucket = f"b-{uuid.uuid4().hex[:12]}"
+    client = boto3.client("s3", endpoint_url=s3_server.url, region_name="us-east-1",
+                          aws_access_key_id="test", aws_secret_access_key="test")
+    client.create_bucket(Bucket=bucket)
+    s3_server.counted.reset()
+    return bucket, client
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()

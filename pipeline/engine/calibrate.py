@@ -21,6 +21,7 @@ from ..compact import CALIBRATION_DOCS, binary_center
 from ..errors import ConfigError
 from ..options.config import PipelineConfig
 from ..output.schema import TOKEN_FEATURES
+from ..output.places import place_of
 from ..output.write import load_manifest
 from ..pieces import pieces
 from ..read import Plan, read_block
@@ -119,10 +120,12 @@ def file_centers(path: str, columns: dict[str, int]) -> tuple:
 def resumed_centers(cfg: PipelineConfig) -> tuple | None:
     """The centres in the manifest of the DIR/ a --resume run finishes: ((column, centre or None), ...),
     None when the run starts afresh (no --resume, no manifest, or a manifest of another form)."""
-    out = Path(cfg.write.output)
-    if not (cfg.write.is_directory and cfg.write.resume and not cfg.write.overwrite and out.is_dir()):
+    if not (cfg.write.is_directory and cfg.write.resume and not cfg.write.overwrite):
         return None
-    manifest = load_manifest(out)
+    place = place_of(cfg.write.output)   # a folder or an s3:// prefix
+    if not place.exists():
+        return None
+    manifest = load_manifest(place)
     compact = ((manifest or {}).get("longbert") or {}).get("compact") or {}
     if compact.get("form") != "binary":
         return None

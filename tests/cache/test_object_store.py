@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import invoke, words, write_csv
-from s3_server import CountedMotoServer
 from test_cache import TEXTS, assert_same, counts, extract, unique_windows
 
 import pipeline.model.encode_stage as encode_stage
@@ -30,14 +29,6 @@ from pipeline.errors import ConfigError, StoreWarning
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHUNK = ("--strategy", "chunk")
 KEYS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"}
-
-
-@pytest.fixture(scope="session")
-def s3_server():
-    server = CountedMotoServer()
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
