@@ -164,9 +164,15 @@ class Prefix:
         Raises:
             ConfigError (exit 2): naming --output and what is wrong (pipeline.storage.open_error).
         """
-        from ..storage import check_bucket
+        from ..storage import check_bucket, check_credentials, open_error
 
-        check_bucket(self.store(), self.location + "/", self.option)
+        uri = self.location + "/"
+        check_credentials(uri, self.option)   # obstore refuses to make a store without them
+        try:
+            store = self.store()
+        except Exception as err:  # noqa: BLE001 - obstore's configuration errors, named by open_error
+            raise open_error(uri, err, self.option) from None
+        check_bucket(store, uri, self.option)
 
     def make(self) -> None:
         """Nothing to make: a prefix exists once an object is under it."""

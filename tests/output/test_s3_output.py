@@ -1,0 +1,240 @@
+"""A DIR/ output on object storage (-o s3://BUCKET/PREFIX/) against moto's S3 server on 127.0.0.1 (the
+session's ``s3_server``, tests/conftest.py), with the tiny BERT: it equals the local DIR/ output, resumes,
+overwrites only under its prefix, is locked by a conditional put, and every bad endpoint, bucket or
+credential is exit 2 before the model loads, with no local folder made in the URI's name."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import invoke, words, write_csv
+
+import pipeline.model.encode_stage as encode_stage
+import pipeline.output.write as write_module
+from pipeline import load_features
+from pipeline.errors import RunError
+from pipeline.output.lock import acquire_object
+from pipeline.output.places import Prefix
+
+TEXTS = [words(3 + 5 * i, offset=i) for i in range(10)]   # 3..48 tokens: one to four windows of 16
+SECRET = "s3cr3t-Value-never-shown"
+
+
+@pytest.fixture
+def s3(s3_bucket, monkeypatch, tmp_path):
+    """The session's server with a fresh bucket, a secret key to look for, the working folder tmp_path/cwd
+    (where a folder "s3:" would appear); returns (bucket, boto3 client)."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)   # moto accepts any key until it checks them
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    return s3_bucket
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Fails the test if any weights load (Weights.encoder)."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+    monkeypatch.setattr(encode_stage.Weights, "encoder", refuse)
+
+
+def objects(client, bucket: str, prefix: str = "") -> dict[str, bytes]:
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+    return {o["Key"]: client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read() for o in listed}
+
+
+def extract(runner, model, tmp_path, out, *args, texts=TEXTS):
+    src = write_csv(tmp_path / "in.csv", [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)])
+    return invoke(runner, ["extract", src, "-o", out, "--model", model, "--no-progress", "--max-length", 16,
+                           "--strategy", "chunk", "--block-rows", 3, *args])
+
+
+def assert_same_output(uri: str, folder, ids_expected=None):
+    """load_features of both equal (ids in order, vectors within 1e-5, metadata), and their parts have the
+    same columns and rows."""
+    ids_s3, X_s3, meta_s3 = load_features(uri)
+    ids, X, meta = load_features(folder)
+    assert list(ids_s3) == list(ids) == (ids_expected or [f"d{i}" for i in range(len(TEXTS))])
+    np.testing.assert_allclose(X_s3, X, atol=1e-5, rtol=0)
+    assert np.isfinite(X_s3).all()
+    for m in (meta_s3, meta):
+        m.pop("kept"), m.pop("rows")
+    assert meta_s3 == meta
+
+
+def test_an_s3_output_equals_the_local_folder_output_and_load_features_reads_it(runner, tiny_model_dir, tmp_path, s3):
+    bucket, client = s3
+    local = extract(runner, tiny_model_dir, tmp_path, f"{tmp_path}/local/")
+    assert local.exit_code == 0, local.output
+    result = extract(runner, tiny_model_dir, tmp_path, f"s3://{bucket}/runs/out/")
+    assert result.exit_code == 0, result.output
+    assert f"-> s3://{bucket}/runs/out/" in result.output
+    stored = objects(client, bucket)
+    local_names = sorted(p.name for p in (tmp_path / "local").iterdir())
+    assert local_names == ["_manifest.parquet", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet",
+                           "part-00003.parquet"]   # 10 rows, 3 a block
+    assert sorted(stored) == [f"runs/out/{n}" for n in local_names]   # no lock, no pending part left
+    for name in local_names[1:]:
+        ours, theirs = pq.read_table(pa.BufferReader(stored[f"runs/out/{name}"])), pq.read_table(tmp_path / "local" / name)
+        assert ours.column_names == theirs.column_names and ours.num_rows == theirs.num_rows
+        assert ours.column("id").to_pylist() == theirs.column("id").to_pylist()
+    manifest = json.loads(pq.read_schema(pa.BufferReader(stored[f"runs/out/_manifest.parquet"])).metadata[b"longbert_manifest"])
+    assert manifest["complete"] and [p["file"] for p in manifest["parts"]] == local_names[1:]
+    assert [p["bytes"] for p in manifest["parts"]] == [len(stored[f"runs/out/{n}"]) for n in local_names[1:]]
+    assert_same_output(f"s3://{bucket}/runs/out/", tmp_path / "local")
+    assert os.listdir(".") == []   # no folder "s3:" (nor anything else) made where the run ran
+    assert SECRET not in result.output and all(SECRET.encode() not in data for data in stored.values())
+
+
+def test_resume_after_a_failed_run_redoes_only_the_missing_blocks(runner, tiny_model_dir, tmp_path, s3, monkeypatch):
+    bucket, client = s3
+    uri = f"s3://{bucket}/out/"
+    real, calls = write_module.finish_part, []
+
+    def fail_third(place, spooled, spec, rows):
+        calls.append(spec.index)
+        if len(calls) == 3:
+            raise RunError("the network went away")
+        return real(place, spooled, spec, rows)
+
+    monkeypatch.setattr(write_module, "finish_part", fail_third)
+    failed = extract(runner, tiny_model_dir, tmp_path, uri)
+    assert failed.exit_code == 1 and "the network went away" in failed.output
+    stored = objects(client, bucket)
+    assert sorted(stored) == ["out/_manifest.json", "out/_part-00000.parquet.pending", "out/_part-00001.parquet.pending"]
+    manifest = json.loads(stored["out/_manifest.json"])
+    assert not manifest["complete"] and [p["block"] for p in manifest["parts"]] == [0, 1]
+    with pytest.raises(Exception, match="the run is incomplete"):
+        load_features(uri)
+    again = extract(runner, tiny_model_dir, tmp_path, uri)
+    assert again.exit_code == 2 and "already holds a run; pass --resume" in again.output
+    monkeypatch.setattr(write_module, "finish_part", real)
+    client.delete_object(Bucket=bucket, Key="out/_part-00001.parquet.pending")   # a listed part lost: redone
+    calls.clear()
+    monkeypatch.setattr(write_module, "finish_part", lambda *a: calls.append(a[2].index) or real(*a))
+    resumed = extract(runner, tiny_model_dir, tmp_path, uri, "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert f"resuming {uri}: 1 of 4 blocks (3 of 10 rows) are done" in resumed.output
+    assert calls == [1, 2, 3]
+    monkeypatch.setattr(write_module, "finish_part", real)
+    assert extract(runner, tiny_model_dir, tmp_path, f"{tmp_path}/local/").exit_code == 0
+    assert_same_output(uri, tmp_path / "local")
+    assert sorted(objects(client, bucket)) == ["out/_manifest.parquet", *(f"out/part-0000{i}.parquet" for i in range(4))]
+
+
+def test_overwrite_deletes_only_under_the_prefix(runner, tiny_model_dir, tmp_path, s3):
+    bucket, client = s3
+    uri = f"s3://{bucket}/out/"
+    beside = {"out2/part-00003.parquet": b"a neighbour whose name starts alike", "keep.txt": b"mine",
+              "deep/out/part-00000.parquet": b"another run"}
+    for key, body in beside.items():
+        client.put_object(Bucket=bucket, Key=key, Body=body)
+    assert extract(runner, tiny_model_dir, tmp_path, uri).exit_code == 0                 # 4 parts
+    result = extract(runner, tiny_model_dir, tmp_path, uri, "--overwrite", texts=TEXTS[:5])   # 2 parts
+    assert result.exit_code == 0, result.output
+    stored = objects(client, bucket)
+    assert {k: stored[k] for k in beside} == beside
+    assert sorted(k for k in stored if k.startswith("out/")) == ["out/_manifest.parquet", "out/part-00000.parquet",
+                                                                "out/part-00001.parquet"]
+    ids, _, _ = load_features(uri)
+    assert list(ids) == [f"d{i}" for i in range(5)]
+
+
+def test_a_foreign_object_under_the_prefix_is_never_overwritten(runner, tiny_model_dir, tmp_path, s3, no_model_load):
+    bucket, client = s3
+    client.put_object(Bucket=bucket, Key="out/notes.txt", Body=b"mine")
+    result = extract(runner, tiny_model_dir, tmp_path, f"s3://{bucket}/out/", "--overwrite")
+    assert result.exit_code == 2
+    assert "is a non-empty directory that holds no longbert run (notes.txt)" in result.output
+    assert sorted(objects(client, bucket)) == ["out/notes.txt"]
+
+
+def test_the_lock_refuses_a_second_writer_and_takes_over_a_dead_ones(runner, tiny_model_dir, tmp_path, s3,
+                                                                      monkeypatch):
+    bucket, client = s3
+    uri = f"s3://{bucket}/out/"
+    held = acquire_object(Prefix(uri))   # this process: alive, on this host
+    try:
+        refused = extract(runner, tiny_model_dir, tmp_path, uri)
+        assert refused.exit_code == 2
+        assert f"--output {uri} is being written by another run (process {os.getpid()} on host " in refused.output
+        assert Prefix(uri).put_new(".longbert-lock", b"{}") is False   # the conditional put itself
+    finally:
+        held.release()
+    assert objects(client, bucket) == {}
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    holder = {"pid": int(dead.stdout), "host": socket.gethostname(), "started": time.time() - 5,
+              "renewed": time.time() - 5, "token": "x"}
+    client.put_object(Bucket=bucket, Key="out/.longbert-lock", Body=json.dumps(holder).encode())
+    taken = extract(runner, tiny_model_dir, tmp_path, uri)
+    assert taken.exit_code == 0, taken.output
+    assert f"took over the lock of a run that ended without releasing it (process {holder['pid']}" in taken.output
+    assert "out/.longbert-lock" not in objects(client, bucket)
+
+
+@pytest.mark.parametrize("out, folder", [("s3://{b}/f.parquet", "s3://{b}/f/"), ("s3://{b}/x/f.PARQUET", "s3://{b}/x/f/"),
+                                         ("s3://{b}/feats", "s3://{b}/feats/")])
+def test_a_single_object_is_refused_naming_the_folder_form(runner, tiny_model_dir, tmp_path, s3, out, folder,
+                                                           no_model_load):
+    bucket, client = s3
+    result = extract(runner, tiny_model_dir, tmp_path, out.format(b=bucket))
+    assert result.exit_code == 2
+    assert result.output.strip().endswith(f"object storage takes a folder of parts, not a single file; write -o "
+                                          f"{folder.format(b=bucket)} (ending in /)")
+    assert os.listdir(".") == [] and objects(client, bucket) == {}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _refused_key(monkeypatch):
+    import moto.settings
+
+    monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)   # the server checks credentials now
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOSUCHKEY0000000")
+
+
+@pytest.mark.parametrize("case", ["no bucket", "refused key", "no key", "dead endpoint"])
+def test_a_bad_bucket_credential_or_endpoint_is_exit_2_before_the_model_loads(runner, tiny_model_dir, tmp_path, s3,
+                                                                              monkeypatch, no_model_load, case):
+    bucket, client = s3
+    uri = f"s3://{bucket}/out/"
+    if case == "no bucket":
+        uri = "s3://no-such-bucket-here/out/"
+        want = f"Error: --output {uri}: the bucket 'no-such-bucket-here' does not exist at http://127.0.0.1:"
+    elif case == "refused key":
+        _refused_key(monkeypatch)
+        want = f"Error: --output {uri}: http://127.0.0.1:"
+    elif case == "no key":
+        monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+        want = f"Error: --output {uri}: no credentials for http://127.0.0.1:"
+    else:
+        endpoint = f"http://127.0.0.1:{_free_port()}"
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        want = f"Error: --output {uri}: nothing answers at {endpoint} ("
+    started = time.monotonic()
+    result = extract(runner, tiny_model_dir, tmp_path, uri)
+    assert time.monotonic() - started < 60
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(want), result.output
+    if case == "refused key":
+        assert "refused the credentials (AWS_ACCESS_KEY_ID=AKIANOSUCHKEY0000000)" in result.output
+    assert "Traceback" not in result.output and SECRET not in result.output
+    assert os.listdir(".") == []   # no folder "s3:"
+
+
+def test_load_features_of_a_missing_bucket_names_it(s3):
+    with pytest.raises(Exception, match="path s3://no-such-bucket-here/out/: the bucket 'no-such-bucket-here' does "
+                                        "not exist"):
+        load_features("s3://no-such-bucket-here/out/")
