@@ -130,6 +130,14 @@ def _checked(path: str | Path) -> Path | str:
     return place.location + "/"
 
 
+def _read_output(path: str | Path) -> tuple[Path | str, pa.Table]:
+    """(path as _checked gives it, the table of a .parquet file or a DIR/'s parts). Raises InputError: no such path."""
+    path = _checked(path)
+    if not isinstance(path, str) and not path.exists():
+        raise InputError(f"{path}: no such file or directory; pass the -o path of `longbert extract`")
+    return path, _read_directory(path) if isinstance(path, str) or path.is_dir() else _read_file(path)
+
+
 def feature_names(path: str | Path) -> list[str]:
     """The feature columns of a .parquet file or DIR/ output: ``["features"]``, or one name per --feature.
 
@@ -198,10 +206,7 @@ def load_features(path: str | Path, feature: str | None = None,
         ConfigError: an s3:// path whose endpoint does not answer, bucket is missing or credentials are
             missing or refused (names which). RunError: an S3 failure while reading.
     """
-    path = _checked(path)
-    if not isinstance(path, str) and not path.exists():
-        raise InputError(f"{path}: no such file or directory; pass the -o path of `longbert extract`")
-    table = _read_directory(path) if isinstance(path, str) or path.is_dir() else _read_file(path)
+    path, table = _read_output(path)
     meta: dict[str, Any] = json.loads(table.schema.metadata[b"longbert"])
     columns = _feature_columns(meta)
     if feature is None and len(columns) > 1:
