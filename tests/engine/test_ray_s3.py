@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import invoke, words, write_csv
 from test_cache import assert_same, counts, extract, unique_windows
-from test_object_store import objects, s3, s3_server  # noqa: F401 - the fixtures
+from test_object_store import objects, s3  # noqa: F401 - the fixture (s3_server: tests/conftest.py)
 from test_ray import ray_address  # noqa: F401 - the module's local Ray
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
