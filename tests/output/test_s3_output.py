@@ -5,6 +5,7 @@ credential is exit 2 before the model loads, with no local folder made in the UR
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -65,16 +66,33 @@ def assert_same_output(uri: str, folder, ids_expected=None):
     assert list(ids_s3) == list(ids) == (ids_expected or [f"d{i}" for i in range(len(TEXTS))])
     np.testing.assert_allclose(X_s3, X, atol=1e-5, rtol=0)
     assert np.isfinite(X_s3).all()
-    for m in (meta_s3, meta):
-        m.pop("kept"), m.pop("rows")
+    for key in ("kept", "rows", "window"):
+        a, b = meta_s3.pop(key, {}), meta.pop(key, {})
+        assert list(a) == list(b) if key != "window" else np.array_equal(a, b)
     assert meta_s3 == meta
 
 
-def test_an_s3_output_equals_the_local_folder_output_and_load_features_reads_it(runner, tiny_model_dir, tmp_path, s3):
+def assert_same_table(ours: pa.Table, theirs: pa.Table):
+    """Same columns and rows; float vectors within 1e-5, everything else equal."""
+    assert ours.column_names == theirs.column_names and ours.num_rows == theirs.num_rows
+    for name in ours.column_names:
+        x, y = ours.column(name).to_pylist(), theirs.column(name).to_pylist()
+        if pa.types.is_list(ours.schema.field(name).type) or pa.types.is_fixed_size_list(ours.schema.field(name).type):
+            for p, q in zip(x, y):
+                assert (p is None) == (q is None), name
+                if p is not None:
+                    np.testing.assert_allclose(np.array(p, dtype=np.float64), np.array(q, dtype=np.float64), atol=1e-5)
+        else:
+            assert x == y, name
+
+
+@pytest.mark.parametrize("level", ["document", "window", "token"])
+def test_an_s3_output_equals_the_local_folder_output_and_load_features_reads_it(runner, tiny_model_dir, tmp_path, s3,
+                                                                                level):
     bucket, client = s3
-    local = extract(runner, tiny_model_dir, tmp_path, f"{tmp_path}/local/")
+    local = extract(runner, tiny_model_dir, tmp_path, f"{tmp_path}/local/", "--level", level)
     assert local.exit_code == 0, local.output
-    result = extract(runner, tiny_model_dir, tmp_path, f"s3://{bucket}/runs/out/")
+    result = extract(runner, tiny_model_dir, tmp_path, f"s3://{bucket}/runs/out/", "--level", level)
     assert result.exit_code == 0, result.output
     assert f"-> s3://{bucket}/runs/out/" in result.output
     stored = objects(client, bucket)
@@ -84,12 +102,16 @@ def test_an_s3_output_equals_the_local_folder_output_and_load_features_reads_it(
     assert sorted(stored) == [f"runs/out/{n}" for n in local_names]   # no lock, no pending part left
     for name in local_names[1:]:
         ours, theirs = pq.read_table(pa.BufferReader(stored[f"runs/out/{name}"])), pq.read_table(tmp_path / "local" / name)
-        assert ours.column_names == theirs.column_names and ours.num_rows == theirs.num_rows
-        assert ours.column("id").to_pylist() == theirs.column("id").to_pylist()
+        assert_same_table(ours, theirs)
+        assert ours.schema.metadata == theirs.schema.metadata   # the run's metadata and provenance
     manifest = json.loads(pq.read_schema(pa.BufferReader(stored[f"runs/out/_manifest.parquet"])).metadata[b"longbert_manifest"])
     assert manifest["complete"] and [p["file"] for p in manifest["parts"]] == local_names[1:]
     assert [p["bytes"] for p in manifest["parts"]] == [len(stored[f"runs/out/{n}"]) for n in local_names[1:]]
-    assert_same_output(f"s3://{bucket}/runs/out/", tmp_path / "local")
+    if level != "window":
+        assert_same_output(f"s3://{bucket}/runs/out/", tmp_path / "local")
+    else:   # a row per window: 14 content tokens a chunk window of 16
+        windows = [f"d{i}" for i in range(len(TEXTS)) for _ in range(math.ceil((3 + 5 * i) / 14))]
+        assert_same_output(f"s3://{bucket}/runs/out/", tmp_path / "local", windows)
     assert os.listdir(".") == []   # no folder "s3:" (nor anything else) made where the run ran
     assert SECRET not in result.output and all(SECRET.encode() not in data for data in stored.values())
 
@@ -238,3 +260,37 @@ def test_load_features_of_a_missing_bucket_names_it(s3):
     with pytest.raises(Exception, match="path s3://no-such-bucket-here/out/: the bucket 'no-such-bucket-here' does "
                                         "not exist"):
         load_features("s3://no-such-bucket-here/out/")
+
+
+def test_pipeline_run_writes_the_same_s3_output_and_names_its_arguments(runner, tiny_model_dir, tmp_path, s3):
+    import longbert
+    from pipeline.errors import ConfigError
+
+    bucket, _ = s3
+    assert extract(runner, tiny_model_dir, tmp_path, f"{tmp_path}/local/").exit_code == 0
+    pipe = longbert.Pipeline.from_options(model=str(tiny_model_dir), max_length=16, strategy="chunk", block_rows=3)
+    uri = f"s3://{bucket}/py/"
+    pipe.run(str(tmp_path / "in.csv"), uri, id_col="id")
+    assert_same_output(uri, tmp_path / "local")
+    with pytest.raises(ConfigError, match=r"already holds a run; pass resume=True to continue it or overwrite=True"):
+        pipe.run(str(tmp_path / "in.csv"), uri, id_col="id")
+    with pytest.raises(ConfigError, match=r"object storage takes a folder of parts, not a single file; write "
+                                          rf"output='s3://{bucket}/py/'|-o s3://{bucket}/py/"):
+        pipe.run(str(tmp_path / "in.csv"), f"s3://{bucket}/py.parquet", id_col="id")
+
+
+def test_an_interrupted_s3_run_says_how_many_parts_were_kept(s3, tiny_model_dir, tmp_path, runner, monkeypatch):
+    bucket, client = s3
+    real = write_module.finish_part
+
+    def interrupt_third(*args):
+        if args[2].index == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(write_module, "finish_part", interrupt_third)
+    result = extract(runner, tiny_model_dir, tmp_path, f"s3://{bucket}/out/")
+    assert result.exit_code != 0
+    assert (f"Interrupted: 2 of 4 parts of s3://{bucket}/out/ were kept; run the same command with --resume to do "
+            "the other 2.") in result.output
+    assert ".longbert-lock" not in " ".join(objects(client, bucket))   # released however the run ends
