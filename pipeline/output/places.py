@@ -40,8 +40,8 @@ class Folder:
         self.path.mkdir(parents=True, exist_ok=True)
 
     def exists(self, name: str = "") -> bool:
-        """``name`` is there ("": the folder itself holds anything or exists as a folder)."""
-        return (self.path / name).exists() if name else self.path.is_dir()
+        """``name`` is there ("": the folder holds anything)."""
+        return (self.path / name).exists() if name else bool(self.names())
 
     def names(self) -> dict[str, int]:
         """name -> size in bytes of every entry directly in the folder (sub-folders end in "/", size 0);

@@ -176,6 +176,7 @@ class PartsSink:
         else:
             place.delete([n for n in run_files(sizes) if n.startswith(("part-", "_part-"))])
         place.clean_spool()
+        self._done_gone = DONE_MANIFEST not in sizes
         if not was_complete:  # a finished run stays as it is: nothing is redone
             self._save(complete=False)
         if OLD_MANIFEST in sizes:

@@ -294,3 +294,31 @@ def test_an_interrupted_s3_run_says_how_many_parts_were_kept(s3, tiny_model_dir,
     assert (f"Interrupted: 2 of 4 parts of s3://{bucket}/out/ were kept; run the same command with --resume to do "
             "the other 2.") in result.output
     assert ".longbert-lock" not in " ".join(objects(client, bucket))   # released however the run ends
+
+
+@pytest.mark.parametrize("kind", ["folder", "prefix"])
+def test_a_folder_and_a_prefix_answer_the_same_few_operations(kind, s3, tmp_path):
+    """The storage seam (pipeline.output.places): put-if-absent, put, get, names, rename, delete, and an
+    upload above the multipart threshold (5 MiB) that arrives whole."""
+    from pipeline.output.places import place_of
+
+    bucket, client = s3
+    place = place_of(f"s3://{bucket}/seam/" if kind == "prefix" else tmp_path / "seam")
+    place.make()
+    assert place.names() == {} and not place.exists()
+    assert place.put_new("a", b"one") is True and place.put_new("a", b"two") is False
+    assert place.get("a") == b"one"
+    place.put("a", b"three")
+    assert place.get("a") == b"three" and place.exists("a") and not place.exists("b")
+    big = np.random.default_rng(0).bytes(6 * 1024 * 1024 + 3)
+    spooled = place.spool("_part-00007.parquet.pending")
+    spooled.write_bytes(big)
+    assert place.upload(spooled, "big") == len(big) and not spooled.exists()
+    place.rename("big", "moved")
+    assert place.names() == {"a": 5, "moved": len(big)} and place.get("moved") == big
+    with pytest.raises(FileNotFoundError):
+        place.get("big")
+    place.delete(["a", "moved", "never-there"])
+    assert place.names() == {}
+    if kind == "prefix":
+        assert objects(client, bucket) == {}
