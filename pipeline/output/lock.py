@@ -145,19 +145,26 @@ class ObjectLock:
     taken_over: str | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
 
+    _thread: threading.Thread | None = None
+
     def start(self) -> None:
-        """Renew the lock every LOCK_RENEW seconds until ``release``."""
+        """Renew the lock every LOCK_RENEW seconds until ``release`` (or until another run took it over)."""
         def renew():
             while not self._stop.wait(LOCK_RENEW):
                 try:
+                    if json.loads(self.place.get(LOCK)).get("token") != self.holder["token"]:
+                        return   # taken over (this run looked dead): never write over the new holder's lock
                     self.place.put(LOCK, json.dumps({**self.holder, "renewed": time.time()}).encode())
                 except Exception:  # noqa: BLE001 - a missed renewal: the next one tries again
                     pass
-        threading.Thread(target=renew, name="longbert-output-lock", daemon=True).start()
+        self._thread = threading.Thread(target=renew, name="longbert-output-lock", daemon=True)
+        self._thread.start()
 
     def release(self) -> None:
         """Stop renewing; delete the lock object if it is still ours."""
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)   # a renewal in flight finishes before the delete
         try:
             if json.loads(self.place.get(LOCK)).get("token") == self.holder["token"]:
                 self.place.delete([LOCK])

@@ -322,3 +322,50 @@ def test_a_folder_and_a_prefix_answer_the_same_few_operations(kind, s3, tmp_path
     assert place.names() == {}
     if kind == "prefix":
         assert objects(client, bucket) == {}
+
+
+def test_the_lock_is_renewed_and_never_written_over_once_taken_over(s3, monkeypatch):
+    import pipeline.output.lock as lock_module
+
+    bucket, client = s3
+    monkeypatch.setattr(lock_module, "LOCK_RENEW", 0.01)
+    place = Prefix(f"s3://{bucket}/out/")
+    held = acquire_object(place)
+    read = lambda: json.loads(client.get_object(Bucket=bucket, Key="out/.longbert-lock")["Body"].read())  # noqa: E731
+    for _ in range(1000):   # renewals come every 10 ms: wait for one, however slow the machine
+        if read()["renewed"] > held.holder["started"]:
+            break
+        time.sleep(0.01)
+    assert read()["renewed"] > held.holder["started"] and read()["token"] == held.holder["token"]
+    other = {"pid": 1, "host": "elsewhere", "started": 0, "renewed": time.time(), "token": "theirs"}
+    client.put_object(Bucket=bucket, Key="out/.longbert-lock", Body=json.dumps(other).encode())   # a takeover
+    held._thread.join(timeout=30)
+    assert not held._thread.is_alive() and read() == other
+    held.release()
+    assert read() == other   # not ours any more: left to its holder
+
+
+def test_credentials_that_may_read_but_not_write_are_exit_2_before_the_model_loads(runner, tiny_model_dir, tmp_path,
+                                                                                   s3, s3_server, monkeypatch,
+                                                                                   no_model_load):
+    import boto3
+    import moto.settings
+
+    bucket, client = s3
+    iam = boto3.client("iam", endpoint_url=s3_server.url, region_name="us-east-1",
+                       aws_access_key_id="test", aws_secret_access_key="test")
+    user = f"reader-{bucket}"
+    iam.create_user(UserName=user)
+    iam.put_user_policy(UserName=user, PolicyName="read", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["s3:Get*", "s3:List*"], "Resource": "*"}]}))
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)   # the server checks credentials now
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
+    result = extract(runner, tiny_model_dir, tmp_path, f"s3://{bucket}/out/")
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"Error: --output s3://{bucket}/out/: {s3_server.url} refused the credentials "
+                                    f"(AWS_ACCESS_KEY_ID={key['AccessKeyId']}): AccessDenied")
+    assert key["SecretAccessKey"] not in result.output and os.listdir(".") == []
+    monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", float("inf"))
+    assert objects(client, bucket) == {}
