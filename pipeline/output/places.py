@@ -141,6 +141,10 @@ class Prefix:
         self.option = option   # the flag or argument that named the URI, for messages
         self._store, self._spool = None, None
 
+    def __getstate__(self) -> dict:
+        """A pickled prefix (sent to a worker) carries its URI only; the connection is made again there."""
+        return {**self.__dict__, "_store": None, "_spool": None}
+
     def where(self, name: str) -> str:
         """Example: "s3://b/out/part-00000.parquet"."""
         return f"{self.location}/{name}"

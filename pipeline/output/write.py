@@ -211,7 +211,12 @@ class PartsSink:
             return
         writer.close()
         self._open = None
-        self.parts[index] = finish_part(self.place, tmp, spec, rows + table.num_rows)
+        self.record(finish_part(self.place, tmp, spec, rows + table.num_rows))
+
+    def record(self, part: dict) -> None:
+        """Add a finished part to the manifest and save it: the entry ``finish_part`` or ``write_part``
+        returned, here or in a worker that wrote the part itself (the parts of one sink share its place)."""
+        self.parts[part["block"]] = part
         self._save(complete=False)
 
     def commit(self) -> int:

@@ -369,3 +369,31 @@ def test_credentials_that_may_read_but_not_write_are_exit_2_before_the_model_loa
     assert key["SecretAccessKey"] not in result.output and os.listdir(".") == []
     monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", float("inf"))
     assert objects(client, bucket) == {}
+
+
+def test_parts_written_by_workers_are_committed_by_the_sink(runner, tiny_model_dir, tmp_path, s3):
+    """The split an engine with writing workers uses: each worker gets the place pickled and writes its
+    block's part (write_part); the driver's sink records the entries and commits the manifest. The
+    result reads back as the output of one local run."""
+    import pickle
+    from types import SimpleNamespace
+
+    from pipeline.output.manifest import write_part
+    from pipeline.output.places import place_of
+    from pipeline.output.write import PartsSink
+
+    bucket, _ = s3
+    assert extract(runner, tiny_model_dir, tmp_path, f"{tmp_path}/local/").exit_code == 0
+    folder = tmp_path / "local"
+    schema = pq.read_schema(folder / "_manifest.parquet")
+    schema = schema.with_metadata({k: v for k, v in schema.metadata.items() if k != b"longbert_manifest"})
+    tables = [pq.read_table(folder / f"part-0000{i}.parquet") for i in range(4)]
+    specs = [SimpleNamespace(index=i, first_row=3 * i, n_rows=t.num_rows) for i, t in enumerate(tables)]
+    uri = f"s3://{bucket}/workers/"
+    sink = PartsSink(uri, schema, {"config": "c", "inputs": "i"})
+    assert sink.open(specs) == set()
+    for spec, table in reversed(list(zip(specs, tables))):   # workers finish in any order
+        worker_place = pickle.loads(pickle.dumps(place_of(uri)))
+        sink.record(write_part(worker_place, spec, table, schema))
+    sink.commit()
+    assert_same_output(uri, folder)
