@@ -144,7 +144,6 @@ class ObjectLock:
     holder: dict
     taken_over: str | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
-
     _thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -218,6 +217,11 @@ def acquire_object(place: Prefix) -> ObjectLock:
                               f"wait for it to end, or pick another --output (a lock of a run that is gone is "
                               f"taken over {LOCK_STALE // 60} minutes after its last renewal)")
         old = holder or {"pid": "?", "host": "?"}
+        try:   # S3 has no conditional delete: read it again, so that a lock another run just took is left alone
+            if json.loads(place.get(LOCK)) != holder:
+                continue
+        except (FileNotFoundError, ValueError):
+            pass
         place.delete([LOCK])
     raise ConfigError(f"--output {place.location}/: other runs keep taking its lock; pick another --output")
 
