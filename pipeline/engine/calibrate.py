@@ -21,7 +21,7 @@ from ..compact import CALIBRATION_DOCS, binary_center
 from ..errors import ConfigError
 from ..options.config import PipelineConfig
 from ..output.schema import TOKEN_FEATURES
-from ..output.places import place_of
+from ..output.places import is_uri, place_of
 from ..output.write import load_manifest
 from ..pieces import pieces
 from ..read import Plan, read_block
@@ -79,7 +79,8 @@ def binary_centre(cfg: PipelineConfig, pipeline: Callable[[], object], plan: Pla
 
 
 def file_centers(path: str, columns: dict[str, int]) -> tuple:
-    """The centres of an earlier --out-dtype binary output (``path``: a .parquet file or a DIR/ of parts),
+    """The centres of an earlier --out-dtype binary output (``path``: a .parquet file or a DIR/ of parts,
+    local or ``s3://BUCKET/PREFIX/``),
     from its metadata's ``compact`` entry, for this run's ``columns`` ({column: D}).
 
     Returns:
@@ -98,7 +99,12 @@ def file_centers(path: str, columns: dict[str, int]) -> tuple:
 
     where = Path(path)
     try:
-        target = where / DONE_MANIFEST if where.is_dir() else where
+        if is_uri(path):   # a finished s3://BUCKET/PREFIX/ output: its endpoint, bucket and credentials first
+            place = place_of(path, "--binary-center")
+            place.check()
+            target = pa.BufferReader(place.get(DONE_MANIFEST))
+        else:
+            target = where / DONE_MANIFEST if where.is_dir() else where
         raw = (pq.read_schema(target).metadata or {}).get(b"longbert")
         compact = (json.loads(raw) if raw else {}).get("compact") or {}
     except (OSError, ValueError, pa.ArrowException) as err:

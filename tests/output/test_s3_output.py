@@ -397,3 +397,22 @@ def test_parts_written_by_workers_are_committed_by_the_sink(runner, tiny_model_d
         sink.record(write_part(worker_place, spec, table, schema))
     sink.commit()
     assert_same_output(uri, folder)
+
+
+def test_binary_center_takes_the_centre_of_an_s3_output(runner, tiny_model_dir, tmp_path, s3):
+    bucket, _ = s3
+    uri = f"s3://{bucket}/bin/"
+    assert extract(runner, tiny_model_dir, tmp_path, uri, "--out-dtype", "binary").exit_code == 0
+    texts = [words(20, offset=7)] * 3   # other documents: their own mean would be another centre
+    result = extract(runner, tiny_model_dir, tmp_path, f"{tmp_path}/again/", "--out-dtype", "binary",
+                     "--binary-center", uri, texts=texts)
+    assert result.exit_code == 0, result.output
+    _, _, theirs = load_features(uri, raw=True)
+    _, _, ours = load_features(tmp_path / "again", raw=True)
+    assert ours["compact"]["columns"][0]["center"] == theirs["compact"]["columns"][0]["center"]
+    assert ours["compact"]["columns"][0]["center"] != [0.0] * len(ours["compact"]["columns"][0]["center"])
+    missing = extract(runner, tiny_model_dir, tmp_path, f"{tmp_path}/third/", "--out-dtype", "binary",
+                      "--binary-center", "s3://no-such-bucket-here/bin/", texts=texts)
+    assert missing.exit_code == 2
+    assert "--binary-center s3://no-such-bucket-here/bin/: the bucket 'no-such-bucket-here' does not exist" in \
+        missing.output
