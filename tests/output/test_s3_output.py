@@ -416,3 +416,33 @@ def test_binary_center_takes_the_centre_of_an_s3_output(runner, tiny_model_dir, 
     assert missing.exit_code == 2
     assert "--binary-center s3://no-such-bucket-here/bin/: the bucket 'no-such-bucket-here' does not exist" in \
         missing.output
+
+
+def test_a_run_killed_at_its_third_part_resumes_and_encodes_only_what_was_lost(runner, tiny_model_dir, tmp_path, s3):
+    """SIGKILL (no cleanup: the lock object and a spooled part stay) as the third part is put; --resume takes
+    the dead run's lock over, keeps the two listed parts and writes the other two."""
+    bucket, client = s3
+    uri = f"s3://{bucket}/out/"
+    src = write_csv(tmp_path / "in.csv", [{"id": f"d{i}", "text": t} for i, t in enumerate(TEXTS)])
+    args = [src, "-o", uri, "--model", tiny_model_dir, "--no-progress", "--max-length", 16, "--strategy", "chunk",
+            "--block-rows", 3]
+    code = ("import os, sys; import pipeline.output.write as w; real = w.finish_part\n"
+            "def die(place, spooled, spec, rows):\n"
+            "    if spec.index == 2: os.kill(os.getpid(), 9)\n"
+            "    return real(place, spooled, spec, rows)\n"
+            "w.finish_part = die\n"
+            "from cli import main; main(['extract', *sys.argv[1:]])")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert done.returncode == -9, done.stderr
+    stored = objects(client, bucket)
+    assert sorted(stored) == ["out/.longbert-lock", "out/_manifest.json", "out/_part-00000.parquet.pending",
+                              "out/_part-00001.parquet.pending"]
+    resumed = invoke(runner, ["extract", *args[:2], uri, *args[3:], "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert "took over the lock of a run that ended without releasing it (process" in resumed.output
+    assert f"resuming {uri}: 2 of 4 blocks (6 of 10 rows) are done" in resumed.output
+    assert "4 documents," in resumed.output   # blocks 2 and 3 only
+    assert extract(runner, tiny_model_dir, tmp_path, f"{tmp_path}/local/").exit_code == 0
+    assert_same_output(uri, tmp_path / "local")
