@@ -11,6 +11,8 @@ The lock of an object-storage output (``s3://BUCKET/PREFIX/``) is the object ``P
 created by a conditional put (If-None-Match: *: of two runs that race, one gets it). Nothing drops it
 when its holder dies, so the holder renews it every LOCK_RENEW seconds, and a lock is free to take over
 when its holder's process is gone (same host) or it was last renewed more than LOCK_STALE seconds ago.
+A renewal replaces the lock only if it is still the version the holder read (If-Match), so a holder
+that was taken over never writes over the new holder's lock.
 """
 from __future__ import annotations
 
@@ -151,9 +153,10 @@ class ObjectLock:
         def renew():
             while not self._stop.wait(LOCK_RENEW):
                 try:
-                    if json.loads(self.place.get(LOCK)).get("token") != self.holder["token"]:
+                    data, e_tag = self.place.get_tagged(LOCK)
+                    if json.loads(data).get("token") != self.holder["token"] or not self.place.put_if(
+                            LOCK, json.dumps({**self.holder, "renewed": time.time()}).encode(), e_tag):
                         return   # taken over (this run looked dead): never write over the new holder's lock
-                    self.place.put(LOCK, json.dumps({**self.holder, "renewed": time.time()}).encode())
                 except Exception:  # noqa: BLE001 - a missed renewal: the next one tries again
                     pass
         self._thread = threading.Thread(target=renew, name="longbert-output-lock", daemon=True)

@@ -253,6 +253,31 @@ class Prefix:
             raise self._fail(f"writing {name}", err) from None
         return True
 
+    def get_tagged(self, name: str) -> tuple[bytes, str]:
+        """(the bytes of ``name``, its ETag), for ``put_if``. Raises FileNotFoundError: there is none."""
+        import obstore
+
+        try:
+            found = obstore.get(self.store(), name)
+            return bytes(found.bytes()), found.meta["e_tag"]
+        except FileNotFoundError:
+            raise
+        except Exception as err:  # noqa: BLE001
+            raise self._fail(f"reading {name}", err) from None
+
+    def put_if(self, name: str, data: bytes, e_tag: str) -> bool:
+        """Replace ``name`` only if it is still the version ``e_tag`` (If-Match); False when it changed."""
+        import obstore
+        from obstore.exceptions import PreconditionError
+
+        try:
+            obstore.put(self.store(), name, data, mode={"e_tag": e_tag})
+        except (PreconditionError, FileNotFoundError):
+            return False
+        except Exception as err:  # noqa: BLE001
+            raise self._fail(f"writing {name}", err) from None
+        return True
+
     def spool(self, name: str) -> Path:
         """A local file to write ``name`` into before ``upload``, in a temporary folder of this place."""
         if self._spool is None:
