@@ -242,11 +242,19 @@ def stats(inputs: tuple[str, ...], config_file: Path | None, plot: Path | None,
 def _is_features_output(path: str) -> bool:
     """probe's inputs: extract's output is a directory holding extract's manifest or a .parquet file with
     the ``longbert`` schema metadata; anything else (CSV, TSV, JSON Lines, a plain parquet table...)
-    is a corpus to extract from."""
+    is a corpus to extract from. An ``s3://BUCKET/PREFIX/`` is extract's output when a manifest is there
+    (its endpoint, bucket and credentials are checked first: ConfigError naming what is wrong)."""
     import pyarrow.parquet as pq
 
-    from pipeline.output.write import read_manifest
+    from pipeline.output.places import is_uri, place_of
+    from pipeline.output.write import DONE_MANIFEST, MANIFEST, OLD_MANIFEST, read_manifest
 
+    if is_uri(path):
+        if not str(path).endswith("/"):
+            return False   # an object or a glob: a corpus
+        place = place_of(path, "probe")
+        place.check()
+        return any(name in place.names() for name in (DONE_MANIFEST, MANIFEST, OLD_MANIFEST))
     p = Path(path)
     if p.is_dir():
         try:

@@ -446,3 +446,21 @@ def test_a_run_killed_at_its_third_part_resumes_and_encodes_only_what_was_lost(r
     assert "4 documents," in resumed.output   # blocks 2 and 3 only
     assert extract(runner, tiny_model_dir, tmp_path, f"{tmp_path}/local/").exit_code == 0
     assert_same_output(uri, tmp_path / "local")
+
+
+def test_probe_reads_an_s3_output(runner, tiny_model_dir, tmp_path, s3):
+    from pipeline.classify.probe_files import probe_files
+
+    bucket, _ = s3
+    texts = [words(5 + i % 7, offset=3 * (i % 2)) for i in range(20)]
+    rows = [{"id": f"d{i}", "text": t, "label": f"c{i % 2}"} for i, t in enumerate(texts)]
+    src = write_csv(tmp_path / "in.csv", rows)
+    common = ["--model", tiny_model_dir, "--no-progress", "--max-length", 16, "--keep-col", "label"]
+    assert invoke(runner, ["extract", src, "-o", f"s3://{bucket}/p/", *common]).exit_code == 0
+    assert invoke(runner, ["extract", src, "-o", f"{tmp_path}/p/", *common]).exit_code == 0
+    result = invoke(runner, ["probe", f"s3://{bucket}/p/", "--label-col", "label", "--folds", 2])
+    assert result.exit_code == 0, result.output
+    ours, local = (probe_files([p], label_col="label", folds=2) for p in (f"s3://{bucket}/p/", f"{tmp_path}/p/"))
+    for r in (*ours, *local):
+        r.pop("file"), r.pop("seconds", None)
+    assert ours == local and local[0]["rows"] == 20
