@@ -12,7 +12,7 @@ from ..options.config import PipelineConfig
 from ..options.paths import expand_user
 from .spare_inputs import check_run_spares_inputs
 from .manifest import run_files
-from .places import place_of
+from .places import is_uri, place_of
 
 
 def check_features_path(path: str | Path, overwrite: bool) -> Path:
@@ -21,10 +21,13 @@ def check_features_path(path: str | Path, overwrite: bool) -> Path:
     Example: check_features_path("~/mine.parquet", False) -> /home/ana/mine.parquet (when it is new).
 
     Raises:
-        ConfigError: a name ending in "/" or not in ".parquet", an existing folder, or an existing
-            file without ``overwrite=True``; each message names the fix.
+        ConfigError: a URI (s3://...), a name ending in "/" or not in ".parquet", an existing folder, or
+            an existing file without ``overwrite=True``; each message names the fix.
     """
     raw = str(path)
+    if is_uri(raw):   # never a local folder made in a URI's name
+        raise ConfigError(f"path {raw!r} is a URI; save_features writes one local .parquet file: write it locally, "
+                          "then copy it (extract writes to object storage with -o s3://BUCKET/PREFIX/)")
     if raw.endswith(("/", "\\")):
         raise ConfigError(f"path {raw!r} names a folder; save_features writes one .parquet file: use e.g. "
                           f"{raw}features.parquet")

@@ -464,3 +464,14 @@ def test_probe_reads_an_s3_output(runner, tiny_model_dir, tmp_path, s3):
     for r in (*ours, *local):
         r.pop("file"), r.pop("seconds", None)
     assert ours == local and local[0]["rows"] == 20
+
+
+def test_save_features_refuses_a_uri_and_makes_no_local_folder(tmp_path, monkeypatch):
+    import longbert
+    from pipeline.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"path 's3://bkt1/f.parquet' is a URI; save_features writes one local "
+                                          r"\.parquet file"):
+        longbert.save_features("s3://bkt1/f.parquet", ["a"], np.ones((1, 3), dtype=np.float32))
+    assert os.listdir(tmp_path) == []
