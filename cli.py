@@ -98,11 +98,23 @@ def _expand_plot(plot: Path | None, inputs: tuple[str, ...]) -> Path | None:
 
     if plot is None:
         return None
+    _check_local(plot, "--plot")
     plot = Path(expand_user(str(plot), "--plot"))
     if not plot.suffix:   # savefig adds .png: the path printed is the file written
         plot = plot.with_name(plot.name + ".png")
     check_spares_inputs(inputs, [Written("--plot", str(plot))])
     return _plot_format(plot)
+
+
+def _check_local(path: Path, option: str) -> None:
+    """A chart or CSV path is a local file: an ``s3://...`` (which click's Path made ``s3:/...``) is refused
+    (ConfigError), never written as a local folder named ``s3:``."""
+    import re
+
+    from pipeline.errors import ConfigError
+
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:[/\\]", str(path)):   # a drive letter is one character
+        raise ConfigError(f"{option} {str(path)!r}: takes a local file path, not a URI; write it locally")
 
 
 def _plot_format(plot: Path) -> Path:
@@ -309,6 +321,8 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
     try:
         progress = options.pop("progress")
         plot = _expand_plot(plot, inputs)
+        if out is not None:
+            _check_local(out, "--out")
         corpus = [not _is_features_output(p) for p in inputs]
         if any(corpus) and not all(corpus):
             raise ConfigError("probe takes either a corpus (CSV, TSV, JSON Lines, parquet table...) or extract's "

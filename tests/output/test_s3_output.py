@@ -475,3 +475,14 @@ def test_save_features_refuses_a_uri_and_makes_no_local_folder(tmp_path, monkeyp
                                           r"\.parquet file"):
         longbert.save_features("s3://bkt1/f.parquet", ["a"], np.ones((1, 3), dtype=np.float32))
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("args", [["stats", "{src}", "--plot", "s3://bkt1/x.png"],
+                                  ["probe", "{src}", "--label-col", "label", "--out", "s3://bkt1/r.csv"]])
+def test_a_chart_or_csv_path_that_is_a_uri_is_refused(runner, tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    src = write_csv(tmp_path / "in.csv", [{"text": "a b", "label": "x"}])
+    result = invoke(runner, [a.format(src=src) for a in args])
+    assert result.exit_code == 2
+    assert "takes a local file path, not a URI; write it locally" in result.output
+    assert sorted(os.listdir(tmp_path)) == ["in.csv"]
