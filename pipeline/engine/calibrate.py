@@ -21,6 +21,7 @@ from ..compact import CALIBRATION_DOCS, binary_center
 from ..errors import ConfigError
 from ..options.config import PipelineConfig
 from ..output.schema import TOKEN_FEATURES
+from ..output.places import is_uri, place_of
 from ..output.write import load_manifest
 from ..read import Plan, read_block
 
@@ -77,7 +78,8 @@ def binary_centre(cfg: PipelineConfig, pipeline: Callable[[], object], plan: Pla
 
 
 def file_centers(path: str, columns: dict[str, int]) -> tuple:
-    """The centres of an earlier --out-dtype binary output (``path``: a .parquet file or a DIR/ of parts),
+    """The centres of an earlier --out-dtype binary output (``path``: a .parquet file or a DIR/ of parts,
+    local or ``s3://BUCKET/PREFIX/``),
     from its metadata's ``compact`` entry, for this run's ``columns`` ({column: D}).
 
     Returns:
@@ -96,7 +98,12 @@ def file_centers(path: str, columns: dict[str, int]) -> tuple:
 
     where = Path(path)
     try:
-        target = where / DONE_MANIFEST if where.is_dir() else where
+        if is_uri(path):   # a finished s3://BUCKET/PREFIX/ output: its endpoint, bucket and credentials first
+            place = place_of(path, "--binary-center")
+            place.check()
+            target = pa.BufferReader(place.get(DONE_MANIFEST))
+        else:
+            target = where / DONE_MANIFEST if where.is_dir() else where
         raw = (pq.read_schema(target).metadata or {}).get(b"longbert")
         compact = (json.loads(raw) if raw else {}).get("compact") or {}
     except (OSError, ValueError, pa.ArrowException) as err:
@@ -118,10 +125,12 @@ def file_centers(path: str, columns: dict[str, int]) -> tuple:
 def resumed_centers(cfg: PipelineConfig) -> tuple | None:
     """The centres in the manifest of the DIR/ a --resume run finishes: ((column, centre or None), ...),
     None when the run starts afresh (no --resume, no manifest, or a manifest of another form)."""
-    out = Path(cfg.write.output)
-    if not (cfg.write.is_directory and cfg.write.resume and not cfg.write.overwrite and out.is_dir()):
+    if not (cfg.write.is_directory and cfg.write.resume and not cfg.write.overwrite):
         return None
-    manifest = load_manifest(out)
+    place = place_of(cfg.write.output)   # a folder or an s3:// prefix
+    if not place.exists():
+        return None
+    manifest = load_manifest(place)
     compact = ((manifest or {}).get("longbert") or {}).get("compact") or {}
     if compact.get("form") != "binary":
         return None

@@ -32,23 +32,12 @@ KEYS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGIO
 
 
 @pytest.fixture
-def s3(s3_server, monkeypatch, tmp_path):
-    """A fresh bucket on the local server, the AWS variables set for it, the working folder tmp_path/cwd;
-    yields (uri "s3://BUCKET/runs", boto3 client, the server's request counter)."""
-    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "LONGBERT_CACHE", "AWS_ENDPOINT_URL_S3",
-                 "AWS_DEFAULT_REGION", "AWS_CA_BUNDLE", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "SSL_CERT_FILE"):
-        monkeypatch.delenv(name, raising=False)
-    for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):   # no ~/.aws of this machine's user
-        monkeypatch.setenv(name, str(tmp_path / "no-aws" / name.lower()))
-    for name, value in {**KEYS, "AWS_ENDPOINT_URL": s3_server.url}.items():
-        monkeypatch.setenv(name, value)
-    bucket = f"b-{uuid.uuid4().hex[:12]}"
-    client = boto3.client("s3", endpoint_url=s3_server.url, region_name="us-east-1",
-                          aws_access_key_id="test", aws_secret_access_key="test")
-    client.create_bucket(Bucket=bucket)
+def s3(s3_bucket, s3_server, monkeypatch, tmp_path):
+    """A fresh bucket on the local server, the AWS variables set for it (conftest's s3_bucket), the working
+    folder tmp_path/cwd; yields (uri "s3://BUCKET/runs", boto3 client, the server's request counter)."""
+    bucket, client = s3_bucket
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
-    s3_server.counted.reset()
     return f"s3://{bucket}/runs", client, s3_server.counted
 
 

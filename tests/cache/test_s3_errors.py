@@ -22,7 +22,7 @@ from test_cache import TEXTS, assert_same, counts, extract, unique_windows
 from test_object_store import CHUNK, KEYS, POOL, _free_port, _ids, no_model_load, objects, s3  # noqa: F401
 
 import pipeline.model.encode_stage as encode_stage
-from pipeline.cache.aws_config import AwsSettings, check_endpoint, read_settings
+from pipeline.aws_config import AwsSettings, check_endpoint, read_settings
 from pipeline.cache.stores import open_store
 from pipeline.errors import ConfigError, StoreWarning
 
