@@ -105,6 +105,24 @@ def ray_address():
 S3_KEYS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"}
 
 
+def iam_user(server, *statements) -> tuple[str, str]:
+    """A new IAM user on the S3 server ``server`` (moto) with these policy statements ((effect, actions,
+    resource)); its (key id, secret). moto checks them once INITIAL_NO_AUTH_ACTION_COUNT is 0."""
+    import json
+    import uuid
+
+    import boto3
+
+    iam = boto3.client("iam", endpoint_url=server.url, region_name="us-east-1", aws_access_key_id="test",
+                       aws_secret_access_key="test")
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    iam.create_user(UserName=user)
+    iam.put_user_policy(UserName=user, PolicyName="p", PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": effect, "Action": actions, "Resource": resource} for effect, actions, resource in statements]}))
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    return key["AccessKeyId"], key["SecretAccessKey"]
+
+
 @pytest.fixture
 def s3_bucket(s3_server, monkeypatch, tmp_path):
     """A fresh bucket on the session's S3 server with the AWS variables set for it (S3_KEYS), and nothing

@@ -5,21 +5,18 @@ Values are compared with a run without any store; requests are counted by the se
 """
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import socket
 import subprocess
 import sys
 import time
-import uuid
 import warnings
 
-import boto3
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import invoke, words, write_csv
+from conftest import iam_user, invoke, words, write_csv
 from test_cache import TEXTS, assert_same, counts, extract, unique_windows
 
 import pipeline.model.encode_stage as encode_stage
@@ -148,16 +145,10 @@ def test_read_only_credentials_read_and_say_once_that_nothing_was_stored(runner,
     uri, client, counted = s3
     extract(runner, tiny_model_dir, tmp_path, TEXTS[:5], "first", *CHUNK, "--cache", uri)
     stored = objects(client, uri)
-    iam = boto3.client("iam", endpoint_url=s3_server.url, region_name="us-east-1",
-                       aws_access_key_id="test", aws_secret_access_key="test")
-    user = f"reader-{uuid.uuid4().hex[:8]}"
-    iam.create_user(UserName=user)
-    iam.put_user_policy(UserName=user, PolicyName="read", PolicyDocument=json.dumps(
-        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["s3:Get*", "s3:List*"], "Resource": "*"}]}))
-    key = iam.create_access_key(UserName=user)["AccessKey"]
+    key_id, secret = iam_user(s3_server, ("Allow", ["s3:Get*", "s3:List*"], "*"))
     monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)   # the server checks credentials now
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
     old = len(unique_windows(tiny_model_dir, TEXTS[:5]))
     n = len(unique_windows(tiny_model_dir, TEXTS))
     counted.reset()

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import invoke, words, write_csv
+from conftest import iam_user, invoke, words, write_csv
 
 import pipeline.model.encode_stage as encode_stage
 import pipeline.output.parts as parts_module
@@ -348,26 +348,19 @@ def test_the_lock_is_renewed_and_never_written_over_once_taken_over(s3, monkeypa
 def test_credentials_that_may_read_but_not_write_are_exit_2_before_the_model_loads(runner, tiny_model_dir, tmp_path,
                                                                                    s3, s3_server, monkeypatch,
                                                                                    no_model_load):
-    import boto3
     import moto.settings
 
     bucket, client = s3
-    iam = boto3.client("iam", endpoint_url=s3_server.url, region_name="us-east-1",
-                       aws_access_key_id="test", aws_secret_access_key="test")
-    user = f"reader-{bucket}"
-    iam.create_user(UserName=user)
-    iam.put_user_policy(UserName=user, PolicyName="read", PolicyDocument=json.dumps(
-        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["s3:Get*", "s3:List*"], "Resource": "*"}]}))
-    key = iam.create_access_key(UserName=user)["AccessKey"]
+    key_id, secret = iam_user(s3_server, ("Allow", ["s3:Get*", "s3:List*"], "*"))
     monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)   # the server checks credentials now
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
     result = extract(runner, tiny_model_dir, tmp_path, f"s3://{bucket}/out/")
     assert result.exit_code == 2, result.output
     assert result.output.startswith(f"Error: --output s3://{bucket}/out/: the credentials (AWS_ACCESS_KEY_ID="
-                                    f"{key['AccessKeyId']}) lack the permission s3:PutObject (AccessDenied on PUT at "
+                                    f"{key_id}) lack the permission s3:PutObject (AccessDenied on PUT at "
                                     f"{s3_server.url}); grant s3:PutObject on arn:aws:s3:::{bucket}/out/*")
-    assert key["SecretAccessKey"] not in result.output and os.listdir(".") == []
+    assert secret not in result.output and os.listdir(".") == []
     monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", float("inf"))
     assert objects(client, bucket) == {}
 
