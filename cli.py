@@ -98,11 +98,23 @@ def _expand_plot(plot: Path | None, inputs: tuple[str, ...]) -> Path | None:
 
     if plot is None:
         return None
+    _check_local(plot, "--plot")
     plot = Path(expand_user(str(plot), "--plot"))
     if not plot.suffix:   # savefig adds .png: the path printed is the file written
         plot = plot.with_name(plot.name + ".png")
     check_spares_inputs(inputs, [Written("--plot", str(plot))])
     return _plot_format(plot)
+
+
+def _check_local(path: Path, option: str) -> None:
+    """A chart or CSV path is a local file: an ``s3://...`` (which click's Path made ``s3:/...``) is refused
+    (ConfigError), never written as a local folder named ``s3:``."""
+    import re
+
+    from pipeline.errors import ConfigError
+
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:[/\\]", str(path)):   # a drive letter is one character
+        raise ConfigError(f"{option} {str(path)!r}: takes a local file path, not a URI; write it locally")
 
 
 def _plot_format(plot: Path) -> Path:
@@ -244,11 +256,19 @@ def stats(inputs: tuple[str, ...], config_file: Path | None, plot: Path | None,
 def _is_features_output(path: str) -> bool:
     """probe's inputs: extract's output is a directory holding extract's manifest or a .parquet file with
     the ``longbert`` schema metadata; anything else (CSV, TSV, JSON Lines, a plain parquet table...)
-    is a corpus to extract from."""
+    is a corpus to extract from. An ``s3://BUCKET/PREFIX/`` is extract's output when a manifest is there
+    (its endpoint, bucket and credentials are checked first: ConfigError naming what is wrong)."""
     import pyarrow.parquet as pq
 
-    from pipeline.output.write import read_manifest
+    from pipeline.output.places import is_uri, place_of
+    from pipeline.output.write import DONE_MANIFEST, MANIFEST, OLD_MANIFEST, read_manifest
 
+    if is_uri(path):
+        if not str(path).endswith("/"):
+            return False   # an object or a glob: a corpus
+        place = place_of(path, "probe")
+        place.check()
+        return any(name in place.names() for name in (DONE_MANIFEST, MANIFEST, OLD_MANIFEST))
     p = Path(path)
     if p.is_dir():
         try:
@@ -303,6 +323,8 @@ def probe(inputs: tuple[str, ...], label_col: str, folds: int, seed: int, plot: 
     try:
         progress = options.pop("progress")
         plot = _expand_plot(plot, inputs)
+        if out is not None:
+            _check_local(out, "--out")
         corpus = [not _is_features_output(p) for p in inputs]
         if any(corpus) and not all(corpus):
             raise ConfigError("probe takes either a corpus (CSV, TSV, JSON Lines, parquet table...) or extract's "

@@ -73,8 +73,8 @@ def default_model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def s3_server():
-    """One local S3 server (moto, tests/cache/s3_server.py) for every S3 test of the session; each test
-    makes its own bucket. Its ``counted`` counts requests and bytes (reset it per test)."""
+    """One local S3 server (moto, tests/cache/s3_server.py: 127.0.0.1, a free port) for every S3 test of the
+    session; each test makes its own bucket. Its ``counted`` counts requests and bytes (reset it per test)."""
     from s3_server import CountedMotoServer
 
     server = CountedMotoServer()
@@ -100,6 +100,51 @@ def ray_address():
     yield ctx.address_info["gcs_address"]
     ray.shutdown()
     shutil.rmtree(temp, ignore_errors=True)
+
+
+S3_KEYS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"}
+
+
+def iam_user(server, *statements) -> tuple[str, str]:
+    """A new IAM user on the S3 server ``server`` (moto) with these policy statements ((effect, actions,
+    resource)); its (key id, secret). moto checks them once INITIAL_NO_AUTH_ACTION_COUNT is 0."""
+    import json
+    import uuid
+
+    import boto3
+
+    iam = boto3.client("iam", endpoint_url=server.url, region_name="us-east-1", aws_access_key_id="test",
+                       aws_secret_access_key="test")
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    iam.create_user(UserName=user)
+    iam.put_user_policy(UserName=user, PolicyName="p", PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": effect, "Action": actions, "Resource": resource} for effect, actions, resource in statements]}))
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    return key["AccessKeyId"], key["SecretAccessKey"]
+
+
+@pytest.fixture
+def s3_bucket(s3_server, monkeypatch, tmp_path):
+    """A fresh bucket on the session's S3 server with the AWS variables set for it (S3_KEYS), and nothing
+    else of the environment's AWS settings, this user's ~/.aws or LONGBERT_CACHE; returns (bucket name,
+    boto3 client)."""
+    import uuid
+
+    import boto3
+
+    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "LONGBERT_CACHE", "AWS_ENDPOINT_URL_S3",
+                 "AWS_DEFAULT_REGION", "AWS_CA_BUNDLE", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "SSL_CERT_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):   # no ~/.aws of this machine's user
+        monkeypatch.setenv(name, str(tmp_path / "no-aws" / name.lower()))
+    for name, value in {**S3_KEYS, "AWS_ENDPOINT_URL": s3_server.url}.items():
+        monkeypatch.setenv(name, value)
+    bucket = f"b-{uuid.uuid4().hex[:12]}"
+    client = boto3.client("s3", endpoint_url=s3_server.url, region_name="us-east-1",
+                          aws_access_key_id="test", aws_secret_access_key="test")
+    client.create_bucket(Bucket=bucket)
+    s3_server.counted.reset()
+    return bucket, client
 
 
 @pytest.fixture

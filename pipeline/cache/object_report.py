@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from obstore.exceptions import NotFoundError
 
 from .object_blocks import BlockDamaged, index_length, parse_index, parse_name, verify
-from .object_client import Client, denied, endpoint, first_line, refused
+from .object_client import Client
+from ..storage import denied, endpoint, first_line, refused
 
 
 def check_object(client: Client, obj: dict, whole: bool) -> tuple[str, dict | None, object]:

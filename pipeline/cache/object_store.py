@@ -28,9 +28,10 @@ import numpy as np
 from obstore.exceptions import NotFoundError
 
 from .object_blocks import LAYOUT, BlockDamaged, index_length, pack_block, parse_index, parse_name, pool_folder, verify
-from .object_client import Client, Refused, denied, endpoint, first_line, open_error, refused, run_error
+from .object_client import Client, Refused
 from .object_report import read_failure, store_stats
 from ..errors import ConfigError, StoreWarning
+from ..storage import denied, endpoint, first_line, open_error, refused, run_error
 from .store_api import lookup
 from .store_keys import window_keys
 
@@ -383,7 +384,7 @@ def open_s3(uri: str) -> ObjectStore:
     Raises:
         ConfigError: credentials missing (naming the variables), nothing answering at the endpoint, the
             bucket missing, the credentials refused, a permission missing (listing, reading), a TLS
-            failure (pipeline.cache.object_client.open_error).
+            failure (pipeline.storage.open_error).
     """
     store = ObjectStore(uri)
     store.client.check()

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from ..compact import dequantize_int8, unpack_binary
 from ..errors import InputError
 from ..columns import DOCUMENT_COUNTS, ERROR, FEATURES, SPANS, TOKEN_COLUMNS, TOKEN_FEATURES, WINDOW, scale_column
+from ..output.places import is_uri, place_of
 from ..output.write import DONE_MANIFEST, MANIFEST, read_manifest
 
 
@@ -64,9 +65,11 @@ def decoded_matrix(table: pa.Table, column: str, meta: dict[str, Any], raw: bool
     return unpack_binary(stored, dims[column])
 
 
-def _read_file(path: Path) -> pa.Table:
+def _read_file(path: Path, source=None) -> pa.Table:
+    """``source``: what pyarrow reads (a buffer of an object's bytes); None: ``path``, which names it."""
+    source = path if source is None else source
     try:
-        schema = pq.read_schema(path)
+        schema = pq.read_schema(source)
     except (OSError, pa.ArrowInvalid) as err:
         raise InputError(f"{path}: cannot be read as parquet ({err}); pass a file or DIR/ written by "
                          "`longbert extract`") from None
@@ -77,12 +80,14 @@ def _read_file(path: Path) -> pa.Table:
                          f"'features' column; columns are {schema.names}); pass the output of `longbert extract`")
     # the token-level columns (--level token) are never loaded
     skip = {*TOKEN_COLUMNS, scale_column(TOKEN_FEATURES)}
-    return pq.read_table(path, columns=[c for c in schema.names if c not in skip])
+    return pq.read_table(source, columns=[c for c in schema.names if c not in skip])
 
 
-def _read_directory(path: Path) -> pa.Table:
+def _read_directory(path: Path | str) -> pa.Table:
+    """The parts a DIR/ (a folder or an s3:// prefix) lists in its manifest, in its order, as one table."""
+    place = place_of(path, "path")
     try:
-        manifest = read_manifest(path)
+        manifest = read_manifest(place)
     except (OSError, ValueError, KeyError) as err:
         raise InputError(f"{path}: its manifest cannot be read ({err}); re-run extract with --overwrite") from None
     if manifest is None:
@@ -93,13 +98,14 @@ def _read_directory(path: Path) -> pa.Table:
         raise InputError(f"{path}: the run is incomplete ({MANIFEST} says complete: false; {done} of "
                          f"{manifest.get('fingerprint', {}).get('rows', '?')} rows written); finish it with "
                          "`longbert extract ... -o DIR/ --resume` (same inputs and options) before loading")
-    tables = []
+    tables, names = [], place.names()
     for part in manifest.get("parts", []):
-        file = path / part["file"]
-        if not file.exists():
+        file = place.where(part["file"])
+        if part["file"] not in names:
             raise InputError(f"{path}: part {part['file']} listed in {MANIFEST} is missing; re-run extract "
                              "with --overwrite")
-        table = _read_file(file)
+        table = _read_file(file, pa.BufferReader(place.get(part["file"]))) if place.remote else \
+            _read_file(place.path / part["file"])
         if table.num_rows != part["rows"]:
             raise InputError(f"{file}: {table.num_rows} rows, but {MANIFEST} says {part['rows']}; the "
                              "directory was changed after the run; re-run extract with --overwrite")
@@ -114,16 +120,34 @@ def _feature_columns(meta: dict[str, Any]) -> list[str]:
     return [f["column"] for f in meta.get("features") or [{"column": FEATURES}]]
 
 
+def _checked(path: str | Path) -> Path | str:
+    """A local path as a Path; an ``s3://BUCKET/PREFIX/`` output as its URI, once its endpoint, bucket and
+    credentials answer (ConfigError naming what is wrong, pipeline.storage.open_error)."""
+    if not is_uri(path):
+        return Path(path)
+    place = place_of(str(path), "path")
+    place.check()
+    return place.location + "/"
+
+
+def _read_output(path: str | Path) -> tuple[Path | str, pa.Table]:
+    """(path as _checked gives it, the table of a .parquet file or a DIR/'s parts). Raises InputError: no such path."""
+    path = _checked(path)
+    if not isinstance(path, str) and not path.exists():
+        raise InputError(f"{path}: no such file or directory; pass the -o path of `longbert extract`")
+    return path, _read_directory(path) if isinstance(path, str) or path.is_dir() else _read_file(path)
+
+
 def feature_names(path: str | Path) -> list[str]:
     """The feature columns of a .parquet file or DIR/ output: ``["features"]``, or one name per --feature.
 
     Raises:
         InputError: as load_features.
     """
-    path = Path(path)
-    if path.is_dir():
+    path = _checked(path)
+    if isinstance(path, str) or path.is_dir():
         try:
-            manifest = read_manifest(path)
+            manifest = read_manifest(place_of(path, "path"))
         except (OSError, ValueError, KeyError):
             manifest = None
         if manifest is None or "longbert" not in manifest:
@@ -144,7 +168,8 @@ def load_features(path: str | Path, feature: str | None = None,
 
     Args:
         path: a .parquet file, or a directory written by ``extract -o DIR/`` (its parts are read in
-            the order of manifest.json, i.e. input order).
+            the order of manifest.json, i.e. input order), local or ``s3://BUCKET/PREFIX/`` (the AWS
+            variables give the endpoint and credentials, as for ``extract``).
         feature: the feature column to load, e.g. ``"f_chunk_mean"``; needed when the run wrote
             several (``--feature`` given more than once), optional otherwise. Its settings (strategy
             dict, pooling, layers, layer_agg, feature_dim) replace the top-level ones in ``meta``, and
@@ -178,11 +203,10 @@ def load_features(path: str | Path, feature: str | None = None,
         InputError: the path is missing, not parquet, not a longbert output, or a directory whose run
             is incomplete (manifest.json "complete": false; the message names ``--resume``) or damaged;
             ``feature`` missing for a several-feature file, or not one of its columns (lists them).
+        ConfigError: an s3:// path whose endpoint does not answer, bucket is missing or credentials are
+            missing or refused (names which). RunError: an S3 failure while reading.
     """
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path}: no such file or directory; pass the -o path of `longbert extract`")
-    table = _read_directory(path) if path.is_dir() else _read_file(path)
+    path, table = _read_output(path)
     meta: dict[str, Any] = json.loads(table.schema.metadata[b"longbert"])
     columns = _feature_columns(meta)
     if feature is None and len(columns) > 1:

@@ -25,10 +25,11 @@ from ..compact import CALIBRATION_DOCS, binary_center
 from ..errors import ConfigError
 from ..options.config import PipelineConfig
 from ..output.schema import TOKEN_FEATURES
+from ..output.places import place_of
 from ..output.write import load_manifest
 from ..projection import PROJECTION_DOCS, Projection, fit_pca, truncation
 from ..read import Plan, read_block
-from .centre_file import file_centers
+from .centre_file import file_centers, read_metadata
 
 
 def binary_centre(cfg: PipelineConfig, pipeline: Callable[[], object], plan: Plan,
@@ -84,14 +85,21 @@ def binary_centre(cfg: PipelineConfig, pipeline: Callable[[], object], plan: Pla
     return {**{c: None for c in pipeline().resolution().binary_columns()}, **dict(centers)}, note
 
 
+def resumed_metadata(cfg: PipelineConfig, key: str) -> dict:
+    """The ``key`` entry ("compact", "projection") of the run metadata in the manifest of the DIR/ (a folder
+    or an s3:// prefix) a --resume run finishes; {} when the run starts afresh (no --resume, no manifest)."""
+    if not (cfg.write.is_directory and cfg.write.resume and not cfg.write.overwrite):
+        return {}
+    place = place_of(cfg.write.output)
+    if not place.exists():
+        return {}
+    return ((load_manifest(place) or {}).get("longbert") or {}).get(key) or {}
+
+
 def resumed_centers(cfg: PipelineConfig) -> tuple | None:
     """The centres in the manifest of the DIR/ a --resume run finishes: ((column, centre or None), ...),
     None when the run starts afresh (no --resume, no manifest, or a manifest of another form)."""
-    out = Path(cfg.write.output)
-    if not (cfg.write.is_directory and cfg.write.resume and not cfg.write.overwrite and out.is_dir()):
-        return None
-    manifest = load_manifest(out)
-    compact = ((manifest or {}).get("longbert") or {}).get("compact") or {}
+    compact = resumed_metadata(cfg, "compact")
     if compact.get("form") != "binary":
         return None
     return tuple((c["column"], tuple(c["center"]) if "center" in c else None) for c in compact["columns"])
@@ -239,7 +247,7 @@ def file_projection(path: str, columns: dict[str, int], facts, dims: int | None 
         ConfigError: the file cannot be read, holds no projection, is of another model (its sha256 or
             hidden size), lacks one of ``columns`` or takes another D, or keeps another N than ``dims``.
     """
-    meta = _file_metadata(path, "--projection")
+    meta = read_metadata(path, "--projection")
     entry = meta.get("projection") or {}
     if not entry.get("columns"):
         raise ConfigError(f"--projection {path!r} holds no projection (it was written without --dims); pass an "
@@ -265,36 +273,10 @@ def file_projection(path: str, columns: dict[str, int], facts, dims: int | None 
     return {name: theirs[name] for name in columns}
 
 
-def _file_metadata(path: str, flag: str) -> dict:
-    """The ``longbert`` metadata of an output (a .parquet file, or a DIR/'s finished manifest).
-
-    Raises:
-        ConfigError: it cannot be read as a longbert output (naming ``flag`` and the path)."""
-    import json
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from ..output.write import DONE_MANIFEST
-
-    where = Path(path)
-    try:
-        target = where / DONE_MANIFEST if where.is_dir() else where
-        raw = (pq.read_schema(target).metadata or {}).get(b"longbert")
-        return json.loads(raw) if raw else {}
-    except (OSError, ValueError, pa.ArrowException) as err:
-        raise ConfigError(f"{flag} {path!r} cannot be read as a longbert output ({err}); pass a .parquet file or a "
-                          "finished DIR/ that `longbert extract` wrote") from None
-
-
 def resumed_projection(cfg: PipelineConfig) -> dict[str, Projection] | None:
-    """The projection in the manifest of the DIR/ a --resume run finishes ({column: Projection}); None when
-    the run starts afresh or its manifest keeps none."""
-    out = Path(cfg.write.output)
-    if not (cfg.write.is_directory and cfg.write.resume and not cfg.write.overwrite and out.is_dir()):
-        return None
-    manifest = load_manifest(out)
-    entry = ((manifest or {}).get("longbert") or {}).get("projection") or {}
+    """The projection in the manifest of the DIR/ (a folder or an s3:// prefix) a --resume run finishes
+    ({column: Projection}); None when the run starts afresh or its manifest keeps none."""
+    entry = resumed_metadata(cfg, "projection")
     if not entry.get("columns"):
         return None
     return {c["column"]: Projection.from_metadata(c) for c in entry["columns"]}

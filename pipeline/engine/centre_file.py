@@ -26,25 +26,32 @@ FIX = ("pass the binary output of a run with the same model and features (--mode
        "centre")
 
 
-def read_metadata(path: str) -> dict:
-    """The ``longbert`` metadata of an output (``path``: a .parquet file, or a finished DIR/ of parts).
+def read_metadata(path: str, flag: str = "--binary-center") -> dict:
+    """The ``longbert`` metadata of an output (``path``: a .parquet file, or a finished DIR/ of parts, local
+    or ``s3://BUCKET/PREFIX/``: its endpoint, bucket and credentials checked first).
 
     Raises:
-        ConfigError: the file cannot be read as a longbert output (naming the flag and the file).
+        ConfigError: the output cannot be read as a longbert output (naming ``flag`` and the path), or as
+            pipeline.storage for an s3:// output that cannot be reached.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from ..output.places import is_uri, place_of
     from ..output.write import DONE_MANIFEST
 
-    where = Path(path)
     try:
-        target = where / DONE_MANIFEST if where.is_dir() else where
+        if is_uri(path):
+            place = place_of(path, flag)
+            place.check()
+            target = pa.BufferReader(place.get(DONE_MANIFEST))
+        else:
+            target = Path(path) / DONE_MANIFEST if Path(path).is_dir() else Path(path)
         raw = (pq.read_schema(target).metadata or {}).get(b"longbert")
         return json.loads(raw) if raw else {}
     except (OSError, ValueError, pa.ArrowException) as err:
-        raise ConfigError(f"--binary-center {path!r} cannot be read as a longbert output ({err}); pass a .parquet "
-                          "file or a finished DIR/ that `longbert extract --out-dtype binary` wrote") from None
+        raise ConfigError(f"{flag} {path!r} cannot be read as a longbert output ({err}); pass a .parquet "
+                          "file or a finished DIR/ that `longbert extract` wrote") from None
 
 
 def _layers(value: Any, n_layers: int) -> Any:

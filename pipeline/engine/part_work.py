@@ -15,6 +15,7 @@ from ..batch import Batch
 from ..counts import BlockCounts
 from ..errors import RunError
 from ..output.parts import PartWriter
+from ..output.places import Place
 from ..read import BlockSpec, read_block
 from .columns import as_written
 from .run import documents_of, fail_on_row_error, peak_memory
@@ -55,14 +56,15 @@ def written_table(pipe, schema: pa.Schema, out: Batch) -> pa.Table:
     return as_written(out.table, schema, pipe.names)   # a column no stage declared: refused by name
 
 
-def write_block(pipe, spec: BlockSpec, folder: Path | str, schema: pa.Schema, strict: bool = False) -> PartDone:
+def write_block(pipe, spec: BlockSpec, folder: Place | Path | str, schema: pa.Schema, strict: bool = False) -> PartDone:
     """A worker's job for one block: read it, run ``pipe``'s stages over it in pieces (--block-tokens,
     Pipeline.map_pieces), and write the rows to the block's part in ``folder``; only one piece's
     vectors are held at a time.
 
     Args:
         pipe: the run's Pipeline (its model loaded here on first use). spec: the block.
-        folder: the sink's parts_folder(), seen by every worker. schema: the output schema (its metadata
+        folder: the sink's parts_folder(), seen by every worker (a folder every node mounts, or an S3
+            Prefix: the part is uploaded straight there). schema: the output schema (its metadata
             goes in every part). strict: --strict, raise at the first row with an error.
 
     Returns:
@@ -72,7 +74,7 @@ def write_block(pipe, spec: BlockSpec, folder: Path | str, schema: pa.Schema, st
         RunError: --strict and a row with an error (naming its file and line), no output table.
         ConfigError: a stage's undeclared column. Whatever a stage raises. The half-written part is removed.
     """
-    writer = PartWriter(Path(folder), schema, spec)
+    writer = PartWriter(folder, schema, spec)
     done = PartDone(spec, {})
     first_doc = 0   # the piece's first document within its block
     try:

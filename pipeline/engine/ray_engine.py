@@ -32,6 +32,7 @@ from ..cache.stores import open_store, store_env
 from ..errors import ConfigError, PipelineError, RunError
 from ..model.host_memory import reuse_freed_memory
 from ..options.config import PipelineConfig
+from ..output.places import Place, output_env
 from ..read import BlockSpec
 from ..read.remote import worker_env
 from .part_work import PartDone, write_block
@@ -57,11 +58,12 @@ class RayWorker:
 
     Args:
         pipe: the run's Pipeline (pickled by Ray without its weights; its stages load them here).
-        folder: the sink's parts_folder(), the same path on every node. schema: the output schema.
+        folder: the sink's parts_folder(): a Folder or path, the same on every node, or an S3 Prefix
+            (pickled without its connection; the actor opens its own). schema: the output schema.
         threads: torch threads when the pipeline's config sets none (the actor's reserved CPUs).
     """
 
-    def __init__(self, pipe, folder: str, schema: pa.Schema, threads: int):
+    def __init__(self, pipe, folder: Place | str, schema: pa.Schema, threads: int):
         reuse_freed_memory()   # this worker process runs forward passes (pipeline.model.host_memory)
         if not pipe.cfg.model.threads:
             import torch
@@ -228,7 +230,7 @@ class RayEngine:
         """The blocks ``todo`` written by the actors into ``sink.parts_folder()``; their records in plan order
         (``progress`` moves as the driver commits them)."""
         if todo:
-            yield from ray_parts(import_ray(), pipe, todo, str(sink.parts_folder()), schema)
+            yield from ray_parts(import_ray(), pipe, todo, sink.parts_folder(), schema)
 
     def close(self, pipe) -> None:
         """Close the driver's own model and store, if the centre made it open them."""
@@ -262,7 +264,7 @@ def driver_config(cfg: PipelineConfig) -> PipelineConfig:
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, device="cpu", dtype="float32"))
 
 
-def ray_parts(ray, pipe, specs: list[BlockSpec], folder: str, schema: pa.Schema) -> Iterator[PartDone]:
+def ray_parts(ray, pipe, specs: list[BlockSpec], folder: Place | str, schema: pa.Schema) -> Iterator[PartDone]:
     """Start Ray (or join it), start ``--workers`` RayWorker actors and map their ``write`` over ``specs``
     (ray.util.ActorPool: each actor one block at a time); yield each PartDone in plan order. Ray's errors
     become RunError (exit 1) with the cause's last line; a PipelineError raised in an actor keeps its class.
@@ -272,8 +274,9 @@ def ray_parts(ray, pipe, specs: list[BlockSpec], folder: str, schema: pa.Schema)
     cfg = pipe.cfg
     started_ray, cpus = _start_ray(ray, cfg)
     try:
-        env = {**store_env(cfg.write.cache),   # s3://: the driver's AWS_* variables, so the actors reach its store
-               **worker_env([s.path for s in specs])}   # and the S3 inputs their blocks read
+        env = {**store_env(cfg.write.cache),   # s3://: the driver's AWS_* variables, so the actors reach its store,
+               **worker_env([s.path for s in specs]),   # the S3 inputs their blocks read
+               **output_env(cfg.write.output)}          # and the S3 output they write their parts to
         worker = ray.remote(RayWorker).options(
             num_cpus=cpus, num_gpus=cfg.ray.gpus_per_worker or None, max_restarts=MAX_RESTARTS,
             max_task_retries=MAX_TASK_RETRIES, **({"runtime_env": {"env_vars": env}} if env else {}))

@@ -119,7 +119,7 @@ POOL_OPTIONS = [
               "normalize_embeddings)."),
 ]
 WRITE_OPTIONS = [
-    _opt(WriteConfig, "output", "-o", "--output", help="Output .parquet file, or DIR/ for numbered parts and a manifest."),
+    _opt(WriteConfig, "output", "-o", "--output", help="Output .parquet file, or DIR/ (or s3://BUCKET/PREFIX/) for numbered parts and a manifest."),
     _opt(WriteConfig, "out_dtype", type=click.Choice(OUT_DTYPES), help="Storage dtype of the vectors. int8: a byte per value and a float32 FEATURE_scale column (x = q * scale); binary: 8 signs per byte, bit 1 where x > the first 64 documents' mean."),
     _opt(WriteConfig, "binary_center_file", "--binary-center", "binary_center_file", metavar="FILE",
          help="binary: take the centre of this earlier binary output."),

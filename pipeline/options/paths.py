@@ -89,3 +89,37 @@ def default_cache(value: str | None) -> str | None:
     if value:
         return check_store_uri(str(value), "--cache")
     return check_store_uri(os.environ[ENV_VAR], ENV_VAR) if os.environ.get(ENV_VAR) else None
+
+
+OUTPUT_SCHEMES = ("s3",)   # -o URIs besides a local path (pipeline.output.places opens each)
+
+
+def check_output_uri(value: str) -> str:
+    """An ``-o`` value made canonical: a local path as given (``~`` expanded, ``file://`` removed); an
+    ``s3://BUCKET/PREFIX/`` with its slashes tidied and ending in "/" (a folder of parts). Nothing is made
+    or sent, and no local folder is ever made in a URI's name.
+
+    Example: "s3://b//runs/x/" -> "s3://b/runs/x/"; "~/o.parquet" -> "/home/ana/o.parquet".
+
+    Raises:
+        ConfigError: another scheme, a URI without a bucket or prefix, or one that does not end in "/":
+            object storage takes the folder form (a single ``s3://.../f.parquet`` is refused, naming
+            ``s3://.../f/``).
+    """
+    text, scheme = str(value), store_scheme(value)
+    if scheme == "":
+        path = text.split("://", 1)[1] if _SCHEME.match(text) else text
+        return expand_user(path, "--output")
+    if scheme not in OUTPUT_SCHEMES:
+        raise ConfigError(f"--output {text!r}: no output is written to {scheme}:// URIs; pass a local path or "
+                          f"{' or '.join(s + '://BUCKET/PREFIX/' for s in OUTPUT_SCHEMES)}")
+    bucket, _, prefix = text.split("://", 1)[1].partition("/")
+    prefix = "/".join(p for p in prefix.split("/") if p)
+    if not bucket or not prefix:
+        raise ConfigError(f"--output {text!r} names no {'bucket' if not bucket else 'prefix'}; write "
+                          f"{scheme}://BUCKET/PREFIX/, e.g. {scheme}://my-bucket/features/")
+    if not text.endswith("/"):
+        folder = f"{scheme}://{bucket}/{prefix.removesuffix('.parquet').removesuffix('.PARQUET')}/"
+        raise ConfigError(f"--output {text!r}: object storage takes a folder of parts, not a single file; "
+                          f"write -o {folder} (ending in /)")
+    return f"{scheme}://{bucket}/{prefix}/"

@@ -10,7 +10,7 @@ from typing import Literal
 
 from .defaults import DEFAULT_MODEL, FOLDER_SETTINGS
 from ..errors import ConfigError
-from .paths import check_store_uri, expand_user
+from .paths import check_output_uri, check_store_uri, expand_user, store_scheme
 from .values import config_section
 from .features_config import (STRATEGIES, Feature, Pooling, Strategy, check_aggregate, check_choice, check_late, is_late,
                               feature_fault, window_dim)
@@ -313,7 +313,7 @@ class WriteConfig:
     projection_file: str | None = None     # an earlier --dims output whose projection this run takes
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "output", expand_user(str(self.output), "--output"))  # frozen: set once, here
+        object.__setattr__(self, "output", check_output_uri(str(self.output)))  # frozen: set once, here
         if self.cache is not None:
             object.__setattr__(self, "cache", check_store_uri(str(self.cache), "--cache"))
         check_choice("--out-dtype", self.out_dtype, OUT_DTYPES)
@@ -337,4 +337,4 @@ class WriteConfig:
     @property
     def is_directory(self) -> bool:
         """True when the output is a directory of numbered parts (path ends in / or is a directory)."""
-        return self.output.endswith(("/", "\\")) or Path(self.output).is_dir()
+        return self.output.endswith(("/", "\\")) or (store_scheme(self.output) == "" and Path(self.output).is_dir())

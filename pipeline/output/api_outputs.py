@@ -11,7 +11,8 @@ from ..errors import ConfigError
 from ..options.config import PipelineConfig
 from ..options.paths import expand_user
 from .spare_inputs import check_run_spares_inputs
-from .write import foreign_files
+from .manifest import run_files
+from .places import is_uri, place_of
 
 
 def check_features_path(path: str | Path, overwrite: bool) -> Path:
@@ -20,10 +21,13 @@ def check_features_path(path: str | Path, overwrite: bool) -> Path:
     Example: check_features_path("~/mine.parquet", False) -> /home/ana/mine.parquet (when it is new).
 
     Raises:
-        ConfigError: a name ending in "/" or not in ".parquet", an existing folder, or an existing
-            file without ``overwrite=True``; each message names the fix.
+        ConfigError: a URI (s3://...), a name ending in "/" or not in ".parquet", an existing folder, or
+            an existing file without ``overwrite=True``; each message names the fix.
     """
     raw = str(path)
+    if is_uri(raw):   # never a local folder made in a URI's name
+        raise ConfigError(f"path {raw!r} is a URI; save_features writes one local .parquet file: write it locally, "
+                          "then copy it (extract writes to object storage with -o s3://BUCKET/PREFIX/)")
     if raw.endswith(("/", "\\")):
         raise ConfigError(f"path {raw!r} names a folder; save_features writes one .parquet file: use e.g. "
                           f"{raw}features.parquet")
@@ -48,13 +52,13 @@ def check_run_output(cfg: PipelineConfig) -> None:
         ConfigError: as check_run_spares_inputs, or an existing output without overwrite=True (or resume=True).
     """
     check_run_spares_inputs(cfg)
-    out = Path(cfg.write.output)
     if cfg.write.overwrite:
         return
-    if not cfg.write.is_directory and out.exists():
-        raise ConfigError(f"output {str(out)!r} exists; pass overwrite=True to replace it or choose another path")
-    if cfg.write.is_directory and not cfg.write.resume and out.is_dir():
-        entries = list(out.iterdir())
-        if len(foreign_files(out)) < len(entries):   # some of its files are a longbert run's
-            raise ConfigError(f"output {str(out)!r} already holds a run; pass resume=True to continue it or "
+    if not cfg.write.is_directory and Path(cfg.write.output).exists():
+        raise ConfigError(f"output {str(Path(cfg.write.output))!r} exists; pass overwrite=True to replace it or "
+                          "choose another path")
+    if cfg.write.is_directory and not cfg.write.resume:
+        place = place_of(cfg.write.output)   # an s3:// output is listed here only once the lock's checks passed
+        if not place.remote and run_files(place.names()):   # some of its files are a longbert run's
+            raise ConfigError(f"output {place.location!r} already holds a run; pass resume=True to continue it or "
                               "overwrite=True to replace it")

@@ -102,7 +102,7 @@ def remove_stale_partials(path: Path) -> None:
     prefix = f".{path.name}."
     for stale in path.parent.glob(f"{prefix}*.partial"):
         pid = stale.name[len(prefix):-len(".partial")]
-        if not pid.isdigit() or _alive(int(pid)):
+        if not pid.isdigit() or process_alive(int(pid)):
             continue
         if stale.is_dir():
             shutil.rmtree(stale, ignore_errors=True)
@@ -110,7 +110,8 @@ def remove_stale_partials(path: Path) -> None:
             stale.unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process of id ``pid`` runs on this machine (one we may not signal counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import PipelineError
 from ..options.config import PipelineConfig
+from .places import place_of
 from .write import read_manifest
 
 
@@ -21,14 +23,17 @@ def interrupted_message(cfg: PipelineConfig | None) -> str:
     """
     if cfg is None:
         return "Interrupted before the run started: nothing was written."
-    out = Path(cfg.write.output)
     if not cfg.write.is_directory:
+        out = Path(cfg.write.output)
         return (f"Interrupted: no output was written ({out} is moved into place only when the run completes; "
                 "a file already there is left as it was); run the command again.")
+    place = place_of(cfg.write.output)
+    out = place.location
     try:
-        manifest = (read_manifest(out) if out.is_dir() else None) or {}
-        parts = [p for p in manifest.get("parts", []) if (out / p["file"]).is_file()]
-    except (OSError, ValueError, KeyError, TypeError):  # a manifest being replaced, or damaged
+        names = place.names()
+        manifest = (read_manifest(place) if names else None) or {}
+        parts = [p for p in manifest.get("parts", []) if p["file"] in names]
+    except (OSError, ValueError, KeyError, TypeError, PipelineError):  # a manifest being replaced, or damaged; S3 failing
         manifest, parts = {}, []
     total = manifest.get("blocks")
     if manifest.get("complete"):

@@ -1,11 +1,18 @@
 """One writer per output: the output location check and the lock a run holds on its output path from
 its start to its end (both engines: ``holds_output`` wraps pipeline.engine.local.run and pipeline.engine.ray_engine.run).
 
-The lock is ``fcntl.flock`` on a hidden file beside the output (``.NAME.longbert-lock``), which holds
-the holder's process id, host and start time as JSON. The kernel drops a flock when its process dies,
+The lock of a local output is ``fcntl.flock`` on a hidden file beside the output (``.NAME.longbert-lock``),
+which holds the holder's process id, host and start time as JSON. The kernel drops a flock when its process dies,
 so a lock left by a killed run is free: the next run takes it over and says whose it was. (filelock's
 UnixFileLock truncates the file when it opens it, which would erase the holder's identity before the
 lock is tried, so the few lines of flock are written here.)
+
+The lock of an object-storage output (``s3://BUCKET/PREFIX/``) is the object ``PREFIX/.longbert-lock``,
+created by a conditional put (If-None-Match: *: of two runs that race, one gets it). Nothing drops it
+when its holder dies, so the holder renews it every LOCK_RENEW seconds, and a lock is free to take over
+when its holder's process is gone (same host) or it was last renewed more than LOCK_STALE seconds ago.
+A renewal replaces the lock only if it is still the version the holder read (If-Match), so a holder
+that was taken over never writes over the new holder's lock.
 """
 from __future__ import annotations
 
@@ -16,15 +23,22 @@ import json
 import os
 import socket
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..options.config import PipelineConfig
 from ..errors import ConfigError
-from .durable import os_cause
+from .durable import os_cause, process_alive
+from .manifest import LOCK
+from .places import Prefix, is_uri, place_of
 from .spare_inputs import check_run_spares_inputs, lock_path
 from .write import check_output
+
+LOCK_RENEW = 60      # seconds between the renewals of an object-storage lock
+LOCK_STALE = 600     # a lock not renewed for this long is a dead run's (its host unreachable from here)
 
 
 def describe(holder: dict) -> str:
@@ -123,18 +137,106 @@ def check_location(output: Path, is_directory: bool) -> None:
                           ) from None
 
 
-def claim_output(cfg: PipelineConfig) -> OutputLock:
+@dataclass
+class ObjectLock:
+    """A held object-storage lock (``.longbert-lock`` under the prefix), renewed by a thread until
+    ``release``; ``taken_over`` describes the dead run whose lock was taken over (None if none)."""
+
+    place: Prefix
+    holder: dict
+    taken_over: str | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Renew the lock every LOCK_RENEW seconds until ``release`` (or until another run took it over)."""
+        def renew():
+            while not self._stop.wait(LOCK_RENEW):
+                try:
+                    data, e_tag = self.place.get_tagged(LOCK)
+                    if json.loads(data).get("token") != self.holder["token"] or not self.place.put_if(
+                            LOCK, json.dumps({**self.holder, "renewed": time.time()}).encode(), e_tag):
+                        return   # taken over (this run looked dead): never write over the new holder's lock
+                except Exception:  # noqa: BLE001 - a missed renewal: the next one tries again
+                    pass
+        self._thread = threading.Thread(target=renew, name="longbert-output-lock", daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        """Stop renewing; delete the lock object if it is still ours."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)   # a renewal in flight finishes before the delete
+        try:
+            if json.loads(self.place.get(LOCK)).get("token") == self.holder["token"]:
+                self.place.delete([LOCK])
+        except Exception:  # noqa: BLE001 - gone or unreadable: nothing of ours to remove
+            pass
+
+
+def is_stale(holder: dict, now: float | None = None) -> bool:
+    """An object-storage lock its holder no longer holds: its process is gone (holder on this host), or it
+    was last renewed more than LOCK_STALE seconds ago. Example: {"host": this host, "pid": a dead pid} -> True."""
+    now = time.time() if now is None else now
+    if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
+        return not process_alive(holder["pid"])
+    return now - float(holder.get("renewed", holder.get("started", 0))) > LOCK_STALE
+
+
+def acquire_object(place: Prefix) -> ObjectLock:
+    """Take the lock of an object-storage output: a conditional put of ``.longbert-lock`` under its prefix;
+    a stale lock (is_stale) is deleted and the put tried once more.
+
+    Raises:
+        ConfigError (exit 2): another run holds it (names its process id, host and start time), or the
+            credentials may not write there (pipeline.storage.open_error).
+    """
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "token": uuid.uuid4().hex}
+    old = None
+    for _ in range(3):
+        if place.put_new(LOCK, json.dumps({**me, "renewed": me["started"]}).encode()):
+            lock = ObjectLock(place, me, f"took over the lock of a run that ended without releasing it ({describe(old)})"
+                              if old else None)
+            lock.start()
+            return lock
+        try:
+            holder = json.loads(place.get(LOCK))
+        except FileNotFoundError:
+            continue   # released between our put and our read: try again
+        except ValueError:
+            holder = {}
+        if holder and not is_stale(holder):
+            raise ConfigError(f"--output {place.location}/ is being written by another run ({describe(holder)}); "
+                              f"wait for it to end, or pick another --output (a lock of a run that is gone is "
+                              f"taken over {LOCK_STALE // 60} minutes after its last renewal)")
+        old = holder or {"pid": "?", "host": "?"}
+        try:   # S3 has no conditional delete: read it again, so that a lock another run just took is left alone
+            if json.loads(place.get(LOCK)) != holder:
+                continue
+        except (FileNotFoundError, ValueError):
+            pass
+        place.delete([LOCK])
+    raise ConfigError(f"--output {place.location}/: other runs keep taking its lock; pick another --output")
+
+
+def claim_output(cfg: PipelineConfig) -> OutputLock | ObjectLock:
     """Before anything is read: no path the run writes is an input, then check the output location,
     take its lock, then the overwrite/resume rules.
 
     Raises:
-        ConfigError (exit 2): as pipeline.output.spare_inputs.check_run_spares_inputs, check_location,
-            acquire and pipeline.output.write.check_output.
+        ConfigError (exit 2): as pipeline.output.spare_inputs.check_run_spares_inputs, check_location (an
+            S3 output: Prefix.check, naming a missing bucket, refused or missing credentials, or an endpoint
+            that does not answer), acquire (acquire_object) and pipeline.output.write.check_output.
     """
     check_run_spares_inputs(cfg)
-    out = Path(cfg.write.output)
-    check_location(out, cfg.write.is_directory)
-    lock = acquire(out)
+    if is_uri(cfg.write.output):   # s3://BUCKET/PREFIX/: the endpoint, bucket and credentials checked, no local folder made
+        place = place_of(cfg.write.output)
+        place.check()
+        lock = acquire_object(place)
+    else:
+        out = Path(cfg.write.output)
+        check_location(out, cfg.write.is_directory)
+        lock = acquire(out)
     try:
         check_output(cfg)
     except BaseException:

@@ -17,7 +17,7 @@ def writer_options(schema: pa.Schema) -> dict:
     encoding after its first page anyway, but the writer first hashes every value of the row group:
     writing one document of 77,508 tokens with 384-wide float32 token vectors (113 MB) took 1.67 GB
     more memory with the dictionary and 0.44 GB without it (pyarrow 26, docs/performance.md, memory).
-    An int8 or binary vector column keeps its dictionary (at most 256 values), and with it a 4-byte index
+    An int8 or binary vector column would keep a dictionary (at most 256 values), and with it a 4-byte index
     per value of the row group: four times the int8 values, as much as the float32 vectors they replace.
     The values written are the same either way.
 

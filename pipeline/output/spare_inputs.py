@@ -120,14 +120,16 @@ def lock_path(output: Path) -> Path:
 
 
 def run_targets(cfg: PipelineConfig) -> list[Written]:
-    """The paths a run of ``cfg`` writes: its output (a file and its lock file, or DIR/ and the lock
-    beside it) and the window store's folder (--cache; a store URI such as s3:// is no local path)."""
+    """The local paths a run of ``cfg`` writes: its output (a file and its lock file, or DIR/ and the lock
+    beside it; none for an s3:// output) and the window store's folder (--cache; a store URI such as s3:// is no local path)."""
     from ..options.paths import store_scheme
 
     out = cfg.write.output
-    lock = lock_path(Path(out))
-    targets = [Written("--output", out, cfg.write.is_directory),
-               Written("--output", str(lock), label=f"the lock file {str(lock)!r} of --output {out!r}")]
+    targets = []
+    if store_scheme(out) == "":   # an s3:// output (and its lock, inside it) is no local path
+        lock = lock_path(Path(out))
+        targets = [Written("--output", out, cfg.write.is_directory),
+                   Written("--output", str(lock), label=f"the lock file {str(lock)!r} of --output {out!r}")]
     if cfg.write.cache and store_scheme(cfg.write.cache) == "":
         targets.append(Written("--cache", cfg.write.cache, folder=True))
     return targets

@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from types import SimpleNamespace
 
 from ..errors import InputError, PipelineError
+from ..storage import aws_env
 from . import s3_connect
 
 SCHEME = "s3://"
@@ -305,9 +306,7 @@ def worker_env(paths: list[str]) -> dict[str, str]:
     """This process's AWS_* variables when one of ``paths`` (block specs' paths) is an S3 URI, else {}:
     another process that reads those blocks (a Ray actor) is started with them, so it reaches the same
     endpoint with the same credentials. Example: ["s3://b/a.csv"] -> {"AWS_ENDPOINT_URL": ..., ...}."""
-    if not any(is_uri(p) for p in paths):
-        return {}
-    return {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    return aws_env() if any(is_uri(p) for p in paths) else {}
 
 
 def check_access(root: S3Path) -> None:

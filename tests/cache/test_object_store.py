@@ -5,7 +5,6 @@ Values are compared with a run without any store; requests are counted by the se
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 import pickle
@@ -13,14 +12,12 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 import warnings
 
-import boto3
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import invoke, words, write_csv
+from conftest import iam_user, invoke, words, write_csv
 from test_cache import TEXTS, assert_same, counts, extract, unique_windows
 
 import pipeline.model.encode_stage as encode_stage
@@ -33,23 +30,12 @@ KEYS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGIO
 
 
 @pytest.fixture
-def s3(s3_server, monkeypatch, tmp_path):
-    """A fresh bucket on the local server, the AWS variables set for it, the working folder tmp_path/cwd;
-    yields (uri "s3://BUCKET/runs", boto3 client, the server's request counter)."""
-    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "LONGBERT_CACHE", "AWS_ENDPOINT_URL_S3",
-                 "AWS_DEFAULT_REGION", "AWS_CA_BUNDLE", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "SSL_CERT_FILE"):
-        monkeypatch.delenv(name, raising=False)
-    for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):   # no ~/.aws of this machine's user
-        monkeypatch.setenv(name, str(tmp_path / "no-aws" / name.lower()))
-    for name, value in {**KEYS, "AWS_ENDPOINT_URL": s3_server.url}.items():
-        monkeypatch.setenv(name, value)
-    bucket = f"b-{uuid.uuid4().hex[:12]}"
-    client = boto3.client("s3", endpoint_url=s3_server.url, region_name="us-east-1",
-                          aws_access_key_id="test", aws_secret_access_key="test")
-    client.create_bucket(Bucket=bucket)
+def s3(s3_bucket, s3_server, monkeypatch, tmp_path):
+    """A fresh bucket on the local server, the AWS variables set for it (conftest's s3_bucket), the working
+    folder tmp_path/cwd; yields (uri "s3://BUCKET/runs", boto3 client, the server's request counter)."""
+    bucket, client = s3_bucket
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
-    s3_server.counted.reset()
     return f"s3://{bucket}/runs", client, s3_server.counted
 
 
@@ -160,16 +146,10 @@ def test_read_only_credentials_read_and_say_once_that_nothing_was_stored(runner,
     uri, client, counted = s3
     extract(runner, tiny_model_dir, tmp_path, TEXTS[:5], "first", *CHUNK, "--cache", uri)
     stored = objects(client, uri)
-    iam = boto3.client("iam", endpoint_url=s3_server.url, region_name="us-east-1",
-                       aws_access_key_id="test", aws_secret_access_key="test")
-    user = f"reader-{uuid.uuid4().hex[:8]}"
-    iam.create_user(UserName=user)
-    iam.put_user_policy(UserName=user, PolicyName="read", PolicyDocument=json.dumps(
-        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["s3:Get*", "s3:List*"], "Resource": "*"}]}))
-    key = iam.create_access_key(UserName=user)["AccessKey"]
+    key_id, secret = iam_user(s3_server, ("Allow", ["s3:Get*", "s3:List*"], "*"))
     monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)   # the server checks credentials now
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
     old = len(unique_windows(tiny_model_dir, TEXTS[:5]))
     n = len(unique_windows(tiny_model_dir, TEXTS))
     counted.reset()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import json
 import os
 import ssl
 import threading
@@ -17,12 +16,12 @@ import warnings
 
 import boto3
 import pytest
-from conftest import invoke, write_csv
+from conftest import iam_user, invoke, write_csv
 from test_cache import TEXTS, assert_same, counts, extract, unique_windows
 from test_object_store import CHUNK, KEYS, POOL, _free_port, _ids, no_model_load, objects, s3  # noqa: F401
 
 import pipeline.model.encode_stage as encode_stage
-from pipeline.cache.aws_config import AwsSettings, check_endpoint, read_settings
+from pipeline.aws_config import AwsSettings, check_endpoint, read_settings
 from pipeline.cache.stores import open_store
 from pipeline.errors import ConfigError, StoreWarning
 
@@ -36,18 +35,6 @@ def auth(monkeypatch):
         monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0 if on else float("inf"))
     yield set_auth
     set_auth(False)
-
-
-def iam_user(server, *statements) -> tuple[str, str]:
-    """A new IAM user with these policy statements ((effect, actions, resource)); its (key id, secret)."""
-    iam = boto3.client("iam", endpoint_url=server.url, region_name="us-east-1", aws_access_key_id="test",
-                       aws_secret_access_key="test")
-    user = f"u-{uuid.uuid4().hex[:8]}"
-    iam.create_user(UserName=user)
-    iam.put_user_policy(UserName=user, PolicyName="p", PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Effect": effect, "Action": actions, "Resource": resource} for effect, actions, resource in statements]}))
-    key = iam.create_access_key(UserName=user)["AccessKey"]
-    return key["AccessKeyId"], key["SecretAccessKey"]
 
 
 def use_keys(monkeypatch, key: str, secret: str) -> None:

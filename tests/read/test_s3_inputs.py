@@ -6,9 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-import uuid
 
-import boto3
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -27,20 +25,14 @@ KEYS = {"AWS_ACCESS_KEY_ID": "AKIAS3INPUTS", "AWS_SECRET_ACCESS_KEY": SECRET, "A
 
 
 @pytest.fixture
-def s3(s3_server, monkeypatch, tmp_path):
-    """A fresh bucket on the session's server with the AWS variables set for it, cwd tmp_path/cwd;
-    returns (bucket, boto3 client, the server's request counter, reset)."""
-    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "LONGBERT_CACHE"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in {**KEYS, "AWS_ENDPOINT_URL": s3_server.url}.items():
+def s3(s3_bucket, s3_server, monkeypatch, tmp_path):
+    """A fresh bucket on the session's server with the AWS variables set for it (conftest's s3_bucket, with
+    this module's keys), cwd tmp_path/cwd; returns (bucket, boto3 client, the server's request counter, reset)."""
+    bucket, client = s3_bucket
+    for name, value in KEYS.items():
         monkeypatch.setenv(name, value)
-    bucket = f"in-{uuid.uuid4().hex[:12]}"
-    client = boto3.client("s3", endpoint_url=s3_server.url, region_name="us-east-1",
-                          aws_access_key_id="test", aws_secret_access_key="test")
-    client.create_bucket(Bucket=bucket)
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
-    s3_server.counted.reset()
     return bucket, client, s3_server.counted
 
 

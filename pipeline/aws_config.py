@@ -1,6 +1,6 @@
-"""The AWS settings a user of boto3 or the AWS CLI has already made, read for the S3 client
-(pipeline.cache.object_client): the environment first, then the profile in ~/.aws/credentials and
-~/.aws/config, in botocore's order, with configparser (no boto3 needed). Pure: files and variables only,
+"""The AWS settings a user of boto3 or the AWS CLI has already made, read for the one S3 connection of the
+window store, the inputs and the outputs (pipeline.storage): the environment first, then the profile in
+~/.aws/credentials and ~/.aws/config, in botocore's order, with configparser (no boto3 needed). Pure: files and variables only,
 no network. The endpoint is checked here, so a malformed one is a message, never a panic in the client.
 
 What obstore reads itself from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from ..errors import ConfigError
+from .errors import ConfigError
 
 KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 ROLE_VARIABLES = ("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
