@@ -67,8 +67,6 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if not self.pool.features:
             raise ConfigError("a run needs at least one feature; give --feature or --strategy/--pooling")
-        if self.ray.engine == "ray" and (self.write.dims is not None or self.write.projection_file is not None):
-            raise ConfigError("--dims and --projection run on the local engine only; drop --engine ray")
         if self.pool.per_token and (self.write.dims is not None or self.write.projection_file is not None):
             flag = "--dims" if self.write.dims is not None else "--projection"
             raise ConfigError(f"{flag} projects document or window vectors, not --level token's per-token vectors; "

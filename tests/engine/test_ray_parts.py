@@ -109,6 +109,22 @@ def test_ray_parts_equal_local_and_the_driver_gets_records_only(ray_address, tin
         local.output.splitlines()[-1].split(" windows encoded")[0]
 
 
+def test_dims_on_ray_equals_local(ray_address, tiny_model_dir, docs_csv,
+                                   tmp_path, runner):
+    """--dims on Ray: the driver fits the projection on the first documents and ships it in the pipeline; every
+    worker's part holds the same projected vectors as the local engine's, and the metadata the same projection."""
+    common = [docs_csv, "--model", tiny_model_dir, "--no-progress", "--strategy", "chunk", "--max-length", STAGE_ML,
+              "--block-rows", 3, "--dims", 4]
+    local = invoke(runner, ["extract", *common, "-o", f"{tmp_path}/local/"])
+    assert local.exit_code == 0, local.output
+    ray_run = invoke(runner, ["extract", *common, "--engine", "ray", "--workers", 2, "-o", f"{tmp_path}/ray/"])
+    assert ray_run.exit_code == 0, ray_run.output
+    ours, theirs = read_dir(tmp_path / "local"), read_dir(tmp_path / "ray")
+    assert_same(ours, theirs)   # schema metadata (the projection) included
+    assert theirs.schema.field("features").type.list_size == 4
+    assert "dims: a PCA to 4 dimensions" in ray_run.output
+
+
 def test_ray_single_file_equals_local(ray_address, tiny_model_dir, docs_csv, tmp_path, runner):
     """-o f.parquet on Ray: the workers' parts are streamed into the file, row group by row group, in plan
     order; the staging folder is gone at the end."""
