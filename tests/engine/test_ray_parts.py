@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import STAGE_ML, invoke, words, write_csv
+from test_ray import assert_same_output as assert_same
 
 from pipeline.output.write import read_manifest
 
@@ -43,21 +44,6 @@ def read_dir(path: Path) -> pa.Table:
     listed = [p["file"] for p in manifest["parts"]]
     assert sorted(p.name for p in path.iterdir() if p.name.startswith(("part-", "_part-", ".part-"))) == sorted(listed)
     return pa.concat_tables([pq.read_table(path / f) for f in listed])
-
-
-def assert_same(local: pa.Table, ray: pa.Table) -> None:
-    """Same schema and metadata, same rows in order, vectors within 1e-5 (float32 vectors of both runs)."""
-    assert ray.schema.equals(local.schema, check_metadata=True)
-    assert ray.num_rows == local.num_rows
-    for name in local.column_names:
-        a, b = local.column(name).to_pylist(), ray.column(name).to_pylist()
-        if name in ("features", "token_features"):
-            assert [x is None for x in a] == [x is None for x in b], name
-            for x, y in zip(a, b):
-                if x is not None:
-                    assert np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)).max() < 1e-5, name
-        else:
-            assert a == b, name
 
 
 @pytest.fixture
