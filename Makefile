@@ -60,13 +60,6 @@ bench: install
 # sentence-transformers' encode, in float32 and bfloat16, with the CPU's flags and the load; bench/results_overhead.md.
 # Shorter: OVERHEAD_ARGS="--docs 60 --rounds 2"; another checkout beside this one: OVERHEAD_ARGS="--tree DIR".
 OVERHEAD_ARGS ?= --docs 240 --rounds 3
-# Scale evidence on one machine: generated long documents through the local engine and 1 and 2 Ray workers
-# (tiny model), docs/s, the driver's and workers' peak memory, bytes through the driver: bench/results_scale.md.
-# The default 10,000 documents take long on 2 cores; shorter: SCALE_ARGS="--docs 500".
-bench-scale: install
-	$(BIN)/python -c "import ray" 2>/dev/null || $(PIP) install -e '.[ray]' --config-settings editable_mode=compat
-	$(BIN)/python bench/scale_bench.py $(SCALE_ARGS)
-
 bench-overhead: install
 	$(BIN)/python -c "import sentence_transformers" 2>/dev/null || $(PIP) install -e '.[bench]' --config-settings editable_mode=compat
 	$(BIN)/python bench/overhead_bench.py $(OVERHEAD_ARGS)
@@ -84,6 +77,14 @@ bench-memory: install
 # Shorter: STORE_ARGS="--docs 40 --repeats 1".
 bench-store: install-test
 	$(BIN)/python bench/s3_store_bench.py $(STORE_ARGS)
+
+# Scale evidence on one machine: generated long documents through the local engine and 1 and 2 Ray workers
+# (tiny model), docs/s, the driver's and workers' peak memory, bytes through the driver: bench/results_scale.md.
+# With --s3 the inputs and the output sit on a local S3 server (moto) and the table adds S3 requests and bytes
+# per 1,000 documents: bench/results_scale_s3.md. The default 10,000 documents take long on 2 cores; shorter:
+# SCALE_ARGS="--docs 500", or SCALE_ARGS="--docs 1000 --tokens 2000 --s3" (about 6 minutes on 2 cores).
+bench-scale: install-test
+	$(BIN)/python bench/scale_bench.py $(SCALE_ARGS)
 
 # Issue 19's device benchmark, one command on a CUDA machine (fits in 5 minutes on one H200): bench/results_gpu.md.
 # Without CUDA it prints one line and exits 2. No install step: a GPU machine's own python3 holds its CUDA torch
