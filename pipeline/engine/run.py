@@ -108,11 +108,23 @@ class Summary:
 
 
 def peak_memory() -> int:
-    """Bytes: the most resident memory this process has held since it started (``getrusage``'s
-    ru_maxrss: KiB on Linux, bytes on macOS); 0 where the system does not say (Windows).
+    """Bytes: the most resident memory this process has held since it started: on Linux the kernel's
+    high-water mark of this program's memory (VmHWM in /proc/self/status), elsewhere ``getrusage``'s
+    ru_maxrss (KiB on Linux, bytes on macOS); 0 where the system says neither (Windows).
+
+    Why not ru_maxrss on Linux: it is kept across execve, so a run started by a large process (a notebook,
+    a benchmark holding a local S3 server, a Ray raylet) would report its parent's size at the fork as its own
+    peak; VmHWM belongs to the program the exec started.
 
     The model's weights and the torch runtime are part of it: it is what a job on this machine needs.
     """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024   # "VmHWM:   123456 kB"
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         import resource
     except ImportError:   # Windows

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from conftest import invoke, words, write_csv
 from tqdm import tqdm
 
@@ -132,3 +136,21 @@ def test_a_run_whose_stderr_is_a_file_prints_plain_lines_not_a_bar(runner, tiny_
     assert lines[0] == f"loading model {tiny_model_dir} ..."
     assert lines[-1].startswith("progress: 6/6 documents in 0:") and " tokens/s" in lines[-1]
     assert "\r" not in result.stderr and "|" not in result.stderr   # no bar redraws
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="Linux's /proc: elsewhere ru_maxrss is the figure")
+def test_peak_memory_is_the_programs_own_not_its_parents_at_the_fork():
+    """A run started by a large process (here one holding 1 GiB) reports its own peak: getrusage's
+    ru_maxrss is kept across execve and would give the parent's 1 GiB; VmHWM is the new program's."""
+    held = 1024 * 1024 * 1024
+    parent = ("import subprocess, sys\n"
+              f"big = bytearray({held})\n"        # zero-filled pages: resident in the parent at the fork
+              "out = subprocess.run([sys.executable, '-c', 'from pipeline.engine.run import peak_memory; "
+              "import resource; print(peak_memory(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)'], "
+              "capture_output=True, text=True, check=True).stdout\n"
+              "print(out)\n")
+    done = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[2])
+    ours, maxrss = map(int, done.stdout.split())
+    assert maxrss > held                      # the inherited figure the summary line used to show
+    assert 0 < ours < held // 2               # the child's own: Python and its imports (under 0.3 GB here)
