@@ -38,7 +38,7 @@ class Engine(Protocol):
 @dataclass(frozen=True)
 class EngineEntry:
     """Where an engine lives: ``pipeline.engine.<module>.<factory>(cfg) -> Engine``, imported on first use;
-    ``library``: the module it needs, from ``pip install 'longbert[extra]'``."""
+    ``library``: the module it needs, from the ``extra`` (``pip install -e '.[extra]'`` in a clone)."""
 
     module: str
     factory: str
@@ -65,6 +65,6 @@ def open_engine(cfg: PipelineConfig) -> Engine:
             importlib.import_module(entry.library)
         except ImportError:
             raise ConfigError(f"--engine {cfg.ray.engine} needs the {entry.library} library, which is not installed: "
-                              f"pip install 'longbert[{entry.extra}]', or use --engine local") from None
+                              f"pip install -e '.[{entry.extra}]' in a clone of longbert, or use --engine local") from None
     module = importlib.import_module(f"{__package__}.{entry.module}")
     return getattr(module, entry.factory)(cfg)

@@ -216,7 +216,7 @@ class RayEngine:
 
     def calibration_pipe(self, pipe):
         """The run's pipeline, or where the workers use an accelerator, the built-in stages on the CPU
-        (driver_config). TODO(raydrv): a pipeline with stages of its own is then calibrated without them."""
+        (driver_config). TODO(engine): a pipeline with stages of its own is then calibrated without them."""
         if self.driver_pipe is None:
             if self.cfg.model.device in ("auto", "cpu"):
                 self.driver_pipe = pipe

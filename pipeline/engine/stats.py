@@ -277,7 +277,7 @@ def pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise ConfigError("--plot needs matplotlib: pip install 'longbert[plot]' (or drop --plot)") from None
+        raise ConfigError("--plot needs matplotlib: pip install matplotlib (or pip install -e '.[plot]' in a clone of longbert), or drop --plot") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -95,7 +95,7 @@ def test_engines_come_from_one_table_with_an_install_hint(monkeypatch):
     monkeypatch.setitem(engines.ENGINES, "ray", engines.EngineEntry("ray_engine", "RayEngine", library="no_such_lib_x",
                                                                      extra="ray"))
     with pytest.raises(ConfigError, match=r"--engine ray needs the no_such_lib_x library, which is not installed: "
-                                          r"pip install 'longbert\[ray\]', or use --engine local"):
+                                          r"pip install -e '.\[ray\]' in a clone of longbert, or use --engine local"):
         engines.open_engine(cfg)
     local = engines.open_engine(PipelineConfig.from_options(inputs=("in.csv",)))
     assert type(local).__name__ == "LocalEngine"
