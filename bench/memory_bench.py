@@ -1,6 +1,8 @@
 """Peak memory against corpus size: ``longbert extract`` run as its own process on 1x, 4x and 16x a corpus, at
 document, window and token level, float32 and int8 output, with the default model and a tiny one; each run's
-peak resident set (the child's ru_maxrss, from os.wait4) and CPU seconds. ``make bench-memory``.
+peak resident set (the child's ru_maxrss, from os.wait4) and CPU seconds. ``make bench-memory``. Linux keeps
+ru_maxrss across execve, so a child's figure is at least this process's size when it forked: the tiny model
+is made in a process of its own, and this one never imports torch (about 30 MB, not 0.5 GB).
 
     python bench/memory_bench.py --corpus out/man_corpus.csv --sizes 30,120,480
     python bench/memory_bench.py --models tiny --sizes 50,200,800 --levels token      # shorter
@@ -53,6 +55,13 @@ def tiny_model(folder: Path) -> str:
                      intermediate_size=128, max_position_embeddings=512)
     BertModel(cfg).eval().save_pretrained(folder)
     tok.save_pretrained(folder)
+    return str(folder)
+
+
+def tiny_model_apart(folder: Path) -> str:
+    """``tiny_model(folder)`` run in a child process, so that torch never loads in this one (see the docstring)."""
+    code = f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import memory_bench; memory_bench.tiny_model({str(folder)!r})"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
     return str(folder)
 
 
@@ -115,7 +124,7 @@ def main() -> None:
              "|---|---|---|" + "---:|" * (len(sizes) + 3)]
     print("\n".join(lines), flush=True)
     for model_name in args.models.split(","):
-        model = models[model_name] or tiny_model(work / "tiny")
+        model = models[model_name] or tiny_model_apart(work / "tiny")
         for level in args.levels.split(","):
             for dtype in args.out_dtypes.split(","):
                 peaks, cpus = [], []
